@@ -1,0 +1,56 @@
+//===- STPBase.td - stp dialect definition -----------------*- tablegen -*-===//
+//
+// Part of stpar. The `stp` dialect: the vocabulary of spatial-temporal tensor
+// partitioning (clusters, meshes, partition specs).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_DIALECT_STP_IR_STPBASE_TD
+#define STPAR_DIALECT_STP_IR_STPBASE_TD
+
+include "mlir/IR/OpBase.td"
+
+def STP_Dialect : Dialect {
+  let name = "stp";
+  let summary = "Spatial-temporal tensor partitioning for transformer training";
+  let description = [{
+    The `stp` dialect describes how a training graph is partitioned over a GPU
+    cluster. It follows PrimePar (Wang et al., ASPLOS'24, Sections 3-4): every
+    operator is described by its loop dimensions (its iteration space); mesh
+    axes split loop dimensions in *space*, and PrimePar's temporal primitive
+    additionally splits a matmul's three dimensions over *time* on a square
+    grid of devices, so that each device runs `q` steps whose operand slices
+    move between neighbours by point-to-point ring shifts.
+
+    Vocabulary (all units SI: bytes, seconds, FLOP/s, bytes/s):
+
+    * `#stp.device`, `#stp.link`, `#stp.cluster`: the hardware, as the cost
+      model sees it.
+    * `#stp.axis`, `#stp.mesh`: a logical device mesh of named axes laid over a
+      cluster in row-major order (the last axis varies fastest, so it is the
+      one laid inside a node first).
+    * `#stp.loop`, `#stp.temporal`, `#stp.spec`: the partition spec of one
+      operator.
+
+    Discardable attributes the dialect verifies wherever they appear:
+    `stp.mesh` (a `#stp.mesh`, usually on the module) and `stp.spec`
+    (a `#stp.spec` on any op; its mesh must be the mesh of the closest
+    enclosing op that carries `stp.mesh`).
+  }];
+  let cppNamespace = "::stpar::stp";
+  let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// Name of the discardable attribute holding the mesh of a module.
+    static constexpr ::llvm::StringLiteral kMeshAttrName = "stp.mesh";
+    /// Name of the discardable attribute holding an op's partition spec.
+    static constexpr ::llvm::StringLiteral kSpecAttrName = "stp.spec";
+
+  private:
+    void registerAttributes();
+
+  public:
+  }];
+}
+
+#endif // STPAR_DIALECT_STP_IR_STPBASE_TD

@@ -1,0 +1,87 @@
+//===- STPDialect.cpp - stp dialect -----------------------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Dialect registration, attribute aliases and the verifier of the dialect's
+// discardable attributes (`stp.mesh`, `stp.spec`).
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/IR/STPAttrs.h"
+
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/Operation.h"
+
+using namespace mlir;
+using namespace stpar::stp;
+
+#include "stpar/Dialect/STP/IR/STPDialect.cpp.inc"
+
+namespace {
+/// Gives clusters, devices and meshes short aliases (`#cluster`, `#mesh`) so
+/// partition specs that embed them stay readable.
+struct STPOpAsmDialectInterface : public OpAsmDialectInterface {
+  using OpAsmDialectInterface::OpAsmDialectInterface;
+
+  AliasResult getAlias(Attribute attr, raw_ostream &os) const override {
+    if (isa<ClusterAttr>(attr)) {
+      os << "cluster";
+      return AliasResult::OverridableAlias;
+    }
+    if (isa<MeshAttr>(attr)) {
+      os << "mesh";
+      return AliasResult::OverridableAlias;
+    }
+    if (isa<DeviceAttr>(attr)) {
+      os << "device";
+      return AliasResult::OverridableAlias;
+    }
+    return AliasResult::NoAlias;
+  }
+};
+} // namespace
+
+void STPDialect::initialize() {
+  registerAttributes();
+  addInterfaces<STPOpAsmDialectInterface>();
+}
+
+/// The closest ancestor of `op` (or `op` itself) carrying `stp.mesh`.
+static MeshAttr findEnclosingMesh(Operation *op) {
+  for (Operation *cur = op; cur; cur = cur->getParentOp())
+    if (auto mesh = cur->getAttrOfType<MeshAttr>(STPDialect::kMeshAttrName))
+      return mesh;
+  return {};
+}
+
+LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
+                                                   NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == kMeshAttrName) {
+    if (!isa<MeshAttr>(attr.getValue()))
+      return op->emitOpError() << "attribute '" << kMeshAttrName
+                               << "' must be a #stp.mesh, got "
+                               << attr.getValue();
+    return success();
+  }
+  if (name == kSpecAttrName) {
+    auto spec = dyn_cast<PartitionSpecAttr>(attr.getValue());
+    if (!spec)
+      return op->emitOpError() << "attribute '" << kSpecAttrName
+                               << "' must be a #stp.spec, got "
+                               << attr.getValue();
+    MeshAttr enclosing = findEnclosingMesh(op);
+    if (enclosing && enclosing != spec.getMesh())
+      return op->emitOpError()
+             << "partition spec's mesh differs from the enclosing '"
+             << kMeshAttrName << "' attribute";
+    return success();
+  }
+  return op->emitOpError() << "unknown stp attribute '" << name
+                           << "' (expected '" << kMeshAttrName << "' or '"
+                           << kSpecAttrName << "')";
+}

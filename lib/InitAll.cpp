@@ -1,0 +1,39 @@
+//===- InitAll.cpp - register every dialect and pass stpar uses -*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/InitAll.h"
+
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/Transforms/Passes.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+void stpar::registerAllDialects(mlir::DialectRegistry &registry) {
+  registry.insert<mlir::arith::ArithDialect, mlir::emitc::EmitCDialect,
+                  mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
+                  mlir::shard::ShardDialect, mlir::tensor::TensorDialect,
+                  stpar::stp::STPDialect>();
+}
+
+void stpar::registerAllPasses() {
+  static bool registered = [] {
+    mlir::registerTransformsPasses();
+    mlir::registerLinalgPasses();
+    mlir::shard::registerShardPasses();
+    stpar::stp::registerSTPPasses();
+    return true;
+  }();
+  (void)registered;
+}

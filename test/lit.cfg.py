@@ -1,0 +1,38 @@
+# -*- Python -*-
+# lit configuration for stpar's regression tests (FileCheck-based).
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "STPAR"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.stpar_obj_root, "test")
+# test/Unit is its own suite (GoogleTest format).
+config.excludes = ["Inputs", "Unit", "CMakeLists.txt", "README.md",
+                   "lit.cfg.py", "lit.site.cfg.py"]
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%stpar_src_root", config.stpar_src_root))
+config.substitutions.append(("%stpar_obj_root", config.stpar_obj_root))
+config.substitutions.append(("%shared", config.shared_dir))
+
+llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+
+if config.enable_sanitizers in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("sanitizers")
+    # Leaks in upstream libraries are not ours to fix; everything else fails.
+    # LLVM's allocators poison memory from inlined (instrumented) header code
+    # that the uninstrumented libMLIR*.a code then legitimately reuses, so
+    # manual poisoning is switched off.
+    config.environment["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1:allow_user_poisoning=0"
+    config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+
+tool_dirs = [config.stpar_tools_dir, config.llvm_tools_dir]
+tools = ["stpar-opt", "FileCheck", "not", "count"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
