@@ -38,6 +38,6 @@ phase deps "$root/scripts/install-deps.sh"
 phase configure cmake -G Ninja -S "$root" -B "$build_dir" \
   -DCMAKE_BUILD_TYPE=Release \
   -DSTPAR_ENABLE_SANITIZERS="$sanitize" \
-  "-DLLVM_LIT_ARGS=-sv --xunit-xml-output=$build_dir/test-results.xml"
+  "-DSTPAR_LIT_ARGS=--xunit-xml-output=$build_dir/test-results.xml"
 phase build cmake --build "$build_dir" -j 2
 phase test cmake --build "$build_dir" --target check-stpar
