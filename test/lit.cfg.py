@@ -34,5 +34,5 @@ if config.enable_sanitizers in ("ON", "1", "TRUE", "YES"):
     config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
 
 tool_dirs = [config.stpar_tools_dir, config.llvm_tools_dir]
-tools = ["stpar-opt", "FileCheck", "not", "count"]
+tools = ["stpar", "stpar-opt", "FileCheck", "not", "count"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

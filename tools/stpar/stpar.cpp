@@ -1,0 +1,50 @@
+//===- stpar.cpp - the stpar driver -----------------------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// `stpar SUBCOMMAND [options]`: dispatches to the subcommands registered in
+// the other files of this directory (see Commands.h).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <vector>
+
+using namespace llvm;
+
+namespace {
+struct Registered {
+  cl::SubCommand *subCommand;
+  std::function<int()> run;
+};
+
+std::vector<Registered> &registry() {
+  static std::vector<Registered> commands;
+  return commands;
+}
+} // namespace
+
+stpar::tools::CommandRegistration::CommandRegistration(
+    cl::SubCommand &subCommand, std::function<int()> run) {
+  registry().push_back({&subCommand, std::move(run)});
+}
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "stpar: spatial-temporal partitioning of transformer training graphs\n\n"
+      "  stpar SUBCOMMAND --help   shows the options of one subcommand\n");
+  for (const Registered &command : registry())
+    if (*command.subCommand)
+      return command.run();
+  errs() << "stpar: error: no subcommand given; run 'stpar --help' for the "
+            "list\n";
+  return 1;
+}
