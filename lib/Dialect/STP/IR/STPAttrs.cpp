@@ -789,3 +789,29 @@ PartitionSpecAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   }
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// ParamAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                StringAttr name, DataLocation data,
+                                StringAttr file, int64_t offset, int64_t length,
+                                bool trainable) {
+  if (!name || name.getValue().empty())
+    return emitError() << "parameter name must not be empty";
+  bool hasFile = file && !file.getValue().empty();
+  if (data == DataLocation::Embedded && hasFile)
+    return emitError() << "embedded parameter \"" << name.getValue()
+                       << "\" must not name a file";
+  if (data != DataLocation::Embedded && !hasFile)
+    return emitError() << stringifyDataLocation(data) << " parameter \""
+                       << name.getValue() << "\" needs a 'file'";
+  if (offset < 0)
+    return emitError() << "parameter \"" << name.getValue()
+                       << "\" has a negative offset " << offset;
+  if (length < -1)
+    return emitError() << "parameter \"" << name.getValue()
+                       << "\" has an invalid length " << length;
+  return success();
+}

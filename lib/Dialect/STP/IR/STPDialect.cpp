@@ -11,6 +11,7 @@
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
+#include "stpar/Dialect/STP/IR/STPOps.h"
 
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
@@ -47,6 +48,7 @@ struct STPOpAsmDialectInterface : public OpAsmDialectInterface {
 
 void STPDialect::initialize() {
   registerAttributes();
+  registerOps();
   addInterfaces<STPOpAsmDialectInterface>();
 }
 
@@ -84,4 +86,34 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
   return op->emitOpError() << "unknown stp attribute '" << name
                            << "' (expected '" << kMeshAttrName << "' or '"
                            << kSpecAttrName << "')";
+}
+
+/// Verifies the argument/result attributes `stp.param` and `stp.name`.
+static LogicalResult verifyValueAttr(Operation *op, NamedAttribute attr,
+                                     bool isArgument) {
+  StringRef name = attr.getName().getValue();
+  if (name == STPDialect::kNameAttrName) {
+    if (!isa<StringAttr>(attr.getValue()))
+      return op->emitOpError() << "'" << name << "' must be a string";
+    return success();
+  }
+  if (isArgument && name == STPDialect::kParamAttrName) {
+    if (!isa<ParamAttr>(attr.getValue()))
+      return op->emitOpError() << "'" << name << "' must be a #stp.param";
+    return success();
+  }
+  return op->emitOpError() << "unknown stp " << (isArgument ? "argument" : "result")
+                           << " attribute '" << name << "'";
+}
+
+LogicalResult STPDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                   unsigned,
+                                                   NamedAttribute attr) {
+  return verifyValueAttr(op, attr, /*isArgument=*/true);
+}
+
+LogicalResult STPDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                      unsigned,
+                                                      NamedAttribute attr) {
+  return verifyValueAttr(op, attr, /*isArgument=*/false);
 }

@@ -52,6 +52,16 @@ def STP_LoopKind : I32EnumAttr<"LoopKind", "kind of a loop dimension", [
   let genSpecializedAttr = 0;
 }
 
+def STP_DataLocation : I32EnumAttr<"DataLocation",
+    "where a parameter's values live", [
+    I32EnumAttrCase<"Embedded", 0, "embedded">,
+    I32EnumAttrCase<"External", 1, "external">,
+    I32EnumAttrCase<"Absent", 2, "absent">
+  ]> {
+  let cppNamespace = "::stpar::stp";
+  let genSpecializedAttr = 0;
+}
+
 class STP_Attr<string name, string attrMnemonic, list<Trait> traits = []>
     : AttrDef<STP_Dialect, name, traits> {
   let mnemonic = attrMnemonic;
@@ -353,6 +363,44 @@ def STP_PartitionSpecAttr : STP_Attr<"PartitionSpec", "spec"> {
     /// product of its split axes' sizes, times `q` if it is a temporal dim.
     int64_t getNumPieces(LoopDimAttr loop) const;
   }];
+}
+
+//===----------------------------------------------------------------------===//
+// Parameters of an imported model
+//===----------------------------------------------------------------------===//
+
+def STP_ParamAttr : STP_Attr<"Param", "param"> {
+  let summary = "A model parameter (ONNX initializer): its name and where its values live";
+  let description = [{
+    Attached as `stp.param` to a function argument that holds a model
+    parameter or buffer (the argument's type gives its shape and dtype). The
+    values are never inlined into the IR:
+
+    | `data` | meaning |
+    | --- | --- |
+    | `embedded` | stored inside the ONNX model file (`raw_data` or typed fields) |
+    | `external` | stored in `file` (relative to the model's folder) at byte `offset`, `length` bytes (`length = -1`: to the end of the file) |
+    | `absent` | declared external but the file does not exist: planning works, running needs the values |
+
+    `trainable` marks parameters the optimizer updates (floating-point
+    initializers with more than one element); others are buffers (masks,
+    index tables).
+
+    ```mlir
+    func.func @main(%w: tensor<768x2304xf32> {stp.param = #stp.param<name = "h.0.attn.c_attn.weight",
+        data = external, file = "gpt2.data", offset = 4096, length = 7077888, trainable = true>})
+    ```
+  }];
+  let parameters = (ins
+    "::mlir::StringAttr":$name,
+    EnumParameter<STP_DataLocation>:$data,
+    DefaultValuedParameter<"::mlir::StringAttr", "::mlir::StringAttr()">:$file,
+    DefaultValuedParameter<"int64_t", "0">:$offset,
+    DefaultValuedParameter<"int64_t", "-1">:$length,
+    DefaultValuedParameter<"bool", "false">:$trainable
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
 }
 
 #endif // STPAR_DIALECT_STP_IR_STPATTRS_TD

@@ -35,16 +35,26 @@ def STP_Dialect : Dialect {
     Discardable attributes the dialect verifies wherever they appear:
     `stp.mesh` (a `#stp.mesh`, usually on the module) and `stp.spec`
     (a `#stp.spec` on any op; its mesh must be the mesh of the closest
-    enclosing op that carries `stp.mesh`).
+    enclosing op that carries `stp.mesh`); on function arguments `stp.param`
+    (a `#stp.param`) and on arguments and results `stp.name` (the ONNX
+    name of a graph input or output, a string).
   }];
   let cppNamespace = "::stpar::stp";
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
   let extraClassDeclaration = [{
     /// Name of the discardable attribute holding the mesh of a module.
     static constexpr ::llvm::StringLiteral kMeshAttrName = "stp.mesh";
     /// Name of the discardable attribute holding an op's partition spec.
     static constexpr ::llvm::StringLiteral kSpecAttrName = "stp.spec";
+    /// Argument attribute: a `#stp.param` on a model parameter.
+    static constexpr ::llvm::StringLiteral kParamAttrName = "stp.param";
+    /// Argument/result attribute: the ONNX name of a graph input/output.
+    static constexpr ::llvm::StringLiteral kNameAttrName = "stp.name";
+
+    void registerOps();
 
   private:
     void registerAttributes();

@@ -1,0 +1,143 @@
+//===- STPOps.td - stp graph ops ---------------------------*- tablegen -*-===//
+//
+// Part of stpar. Graph-level ops for the units the cost model and the
+// partitioner treat as one operator, and for ONNX ops upstream MLIR has no
+// op for.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_DIALECT_STP_IR_STPOPS_TD
+#define STPAR_DIALECT_STP_IR_STPOPS_TD
+
+include "stpar/Dialect/STP/IR/STPBase.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+class STP_Op<string mnemonic, list<Trait> traits = []>
+    : Op<STP_Dialect, mnemonic, traits>;
+
+def STP_LayerNormOp : STP_Op<"layer_norm", [Pure]> {
+  let summary = "Layer normalization over the trailing dims from `axis`";
+  let description = [{
+    `y = (x - mean(x)) / sqrt(var(x) + epsilon) * scale + bias`, with mean
+    and (biased) variance over the dims `axis .. rank-1` of `x` (ONNX
+    LayerNormalization-17 semantics; Ba et al. 2016). `scale` and the
+    optional `bias` have the shape of those normalized dims. All tensors are
+    statically shaped floats; the result has the type of `x`.
+
+    One op because the cost model and the partitioner treat it as one unit:
+    splitting a normalized dim needs the statistics all-reduced.
+
+    ```mlir
+    %y = stp.layer_norm %x, %gamma, %beta {axis = 2 : i64, epsilon = 1.0e-5 : f32}
+        : (tensor<8x128x768xf32>, tensor<768xf32>, tensor<768xf32>) -> tensor<8x128x768xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$scale,
+                       Optional<AnyRankedTensor>:$bias, I64Attr:$axis,
+                       F32Attr:$epsilon);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_RMSNormOp : STP_Op<"rms_norm", [Pure]> {
+  let summary = "Root-mean-square normalization over the trailing dims from `axis`";
+  let description = [{
+    `y = x / sqrt(mean(x^2) + epsilon) * scale` with the mean over the dims
+    `axis .. rank-1` of `x` (ONNX RMSNormalization-23; Zhang & Sennrich
+    2019, as used by Llama). `scale` broadcasts against those dims.
+
+    ```mlir
+    %y = stp.rms_norm %x, %w {axis = 2 : i64, epsilon = 1.0e-6 : f32}
+        : (tensor<1x8x32xf32>, tensor<32xf32>) -> tensor<1x8x32xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$scale,
+                       I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_AttentionOp : STP_Op<"attention", [Pure]> {
+  let summary = "Scaled dot-product attention with optional mask, causal flag and grouped-query heads";
+  let description = [{
+    `softmax(Q K^T * scale + mask) V` per batch and head (Vaswani et al.
+    2017, Eq. 1). Shapes: `query [B, Hq, Sq, D]`, `key [B, Hkv, Skv, D]`,
+    `value [B, Hkv, Skv, Dv]`, result `[B, Hq, Sq, Dv]`; `Hq` must be a
+    multiple of `Hkv` (grouped-query attention: query head `h` uses key/value
+    head `h / (Hq / Hkv)`). The optional additive `mask` broadcasts to
+    `[B, Hq, Sq, Skv]`. With `causal`, position `i` attends to key positions
+    `j <= i + (Skv - Sq)` only. `scale` defaults to `1/sqrt(D)`.
+
+    One op because the partitioner splits it by batch and heads (never along
+    `D`) and the cost model counts its two matmuls and softmax together.
+
+    ```mlir
+    %o = stp.attention %q, %k, %v {scale = 0.125 : f32, causal}
+        : (tensor<2x12x128x64xf32>, tensor<2x12x128x64xf32>, tensor<2x12x128x64xf32>)
+        -> tensor<2x12x128x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$query, AnyRankedTensor:$key,
+                       AnyRankedTensor:$value, Optional<AnyRankedTensor>:$mask,
+                       F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` $mask^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_TopKOp : STP_Op<"topk", [Pure]> {
+  let summary = "The k largest (or smallest) elements along an axis and their indices";
+  let description = [{
+    ONNX TopK-11 semantics: along `axis`, returns the `k` largest
+    (`largest = true`) or smallest elements, sorted when `sorted` is set
+    (ties broken by the lower index), and their int64 indices. Result shapes
+    equal the input shape with dim `axis` replaced by `k`.
+
+    ```mlir
+    %values, %indices = stp.topk %logits {axis = 1 : i64, k = 2 : i64, largest = true, sorted = true}
+        : (tensor<16x8xf32>) -> (tensor<16x2xf32>, tensor<16x2xi64>)
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$axis, I64Attr:$k,
+                       BoolAttr:$largest, BoolAttr:$sorted);
+  let results = (outs AnyRankedTensor:$values, AnyRankedTensor:$indices);
+  let assemblyFormat = [{
+    $input attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_ScatterElementsOp : STP_Op<"scatter_elements", [Pure]> {
+  let summary = "ONNX ScatterElements: write updates at per-element indices along an axis";
+  let description = [{
+    ONNX ScatterElements-16/18 semantics without reduction: the result is
+    `data` with, for every position `p` of `indices`, element
+    `p with p[axis] := indices[p]` replaced by `updates[p]`. `indices` and
+    `updates` have the same shape; negative indices count from the end.
+
+    ```mlir
+    %r = stp.scatter_elements %zeros, %idx, %vals {axis = 1 : i64}
+        : (tensor<16x8xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x8xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$data, AnyRankedTensor:$indices,
+                       AnyRankedTensor:$updates, I64Attr:$axis);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $data `,` $indices `,` $updates attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // STPAR_DIALECT_STP_IR_STPOPS_TD

@@ -1,0 +1,125 @@
+//===- STPOps.cpp - stp graph ops -------------------------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Verifiers of the stp graph ops.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Dialect/STP/IR/STPOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace stpar::stp;
+
+void STPDialect::registerOps() {
+  addOperations<
+#define GET_OP_LIST
+#include "stpar/Dialect/STP/IR/STPOps.cpp.inc"
+      >();
+}
+
+#define GET_OP_CLASSES
+#include "stpar/Dialect/STP/IR/STPOps.cpp.inc"
+
+/// Checks a normalization's axis and that `scale` (and `bias`) broadcast
+/// against the normalized dims `axis .. rank-1` of `input`.
+static LogicalResult verifyNorm(Operation *op, RankedTensorType input,
+                                int64_t axis, ArrayRef<Value> params,
+                                Type result) {
+  if (input != result)
+    return op->emitOpError("result type must equal the input type");
+  if (!isa<FloatType>(input.getElementType()))
+    return op->emitOpError("input must be a tensor of floats");
+  int64_t rank = input.getRank();
+  if (axis < 0 || axis >= rank)
+    return op->emitOpError() << "axis " << axis << " out of range for rank "
+                             << rank;
+  ArrayRef<int64_t> normalized = input.getShape().drop_front(axis);
+  for (Value param : params) {
+    auto type = cast<RankedTensorType>(param.getType());
+    if (type.getRank() > static_cast<int64_t>(normalized.size()))
+      return op->emitOpError() << "scale/bias of rank " << type.getRank()
+                               << " cannot broadcast to the "
+                               << normalized.size() << " normalized dims";
+    ArrayRef<int64_t> tail = normalized.take_back(type.getRank());
+    for (auto [have, want] : llvm::zip(type.getShape(), tail))
+      if (have != 1 && have != want)
+        return op->emitOpError()
+               << "scale/bias shape " << type << " does not broadcast to the "
+               << "normalized dims of " << input;
+  }
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  SmallVector<Value> params = {getScale()};
+  if (getBias())
+    params.push_back(getBias());
+  return verifyNorm(*this, getInput().getType(), getAxis(), params,
+                    getResult().getType());
+}
+
+LogicalResult RMSNormOp::verify() {
+  return verifyNorm(*this, getInput().getType(), getAxis(), {getScale()},
+                    getResult().getType());
+}
+
+LogicalResult AttentionOp::verify() {
+  auto q = getQuery().getType(), k = getKey().getType(),
+       v = getValue().getType(), r = getResult().getType();
+  if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4 ||
+      r.getRank() != 4)
+    return emitOpError("query, key, value and result must have rank 4 "
+                       "[batch, heads, seq, head_dim]");
+  if (q.getDimSize(0) != k.getDimSize(0) || k.getDimSize(0) != v.getDimSize(0))
+    return emitOpError("query, key and value must have the same batch size");
+  if (q.getDimSize(3) != k.getDimSize(3))
+    return emitOpError("query and key must have the same head dim");
+  if (k.getDimSize(1) != v.getDimSize(1) || k.getDimSize(2) != v.getDimSize(2))
+    return emitOpError("key and value must have the same heads and length");
+  int64_t hq = q.getDimSize(1), hkv = k.getDimSize(1);
+  if (hkv <= 0 || hq % hkv != 0)
+    return emitOpError() << "query heads (" << hq
+                         << ") must be a multiple of key/value heads (" << hkv
+                         << ")";
+  SmallVector<int64_t> expected = {q.getDimSize(0), hq, q.getDimSize(2),
+                                   v.getDimSize(3)};
+  if (r.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError("result must be [batch, query heads, query length, "
+                       "value head dim]");
+  return success();
+}
+
+LogicalResult TopKOp::verify() {
+  auto input = getInput().getType();
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= input.getRank())
+    return emitOpError() << "axis " << axis << " out of range";
+  if (getK() < 0 || getK() > input.getDimSize(axis))
+    return emitOpError() << "k = " << getK() << " exceeds the axis size "
+                         << input.getDimSize(axis);
+  SmallVector<int64_t> shape(input.getShape());
+  shape[axis] = getK();
+  if (getValues().getType().getShape() != ArrayRef<int64_t>(shape) ||
+      getIndices().getType().getShape() != ArrayRef<int64_t>(shape))
+    return emitOpError("results must have the input shape with k at axis");
+  if (!getIndices().getType().getElementType().isInteger(64))
+    return emitOpError("indices must be i64");
+  return success();
+}
+
+LogicalResult ScatterElementsOp::verify() {
+  auto data = getData().getType();
+  if (getResult().getType() != data)
+    return emitOpError("result type must equal the data type");
+  if (getIndices().getType().getShape() != getUpdates().getType().getShape())
+    return emitOpError("indices and updates must have the same shape");
+  if (getAxis() < 0 || getAxis() >= data.getRank())
+    return emitOpError() << "axis " << getAxis() << " out of range";
+  return success();
+}

@@ -1,0 +1,46 @@
+// RUN: stpar-opt %s -split-input-file -verify-diagnostics
+
+func.func @f(%x: tensor<8x768xf32>, %g: tensor<512xf32>) -> tensor<8x768xf32> {
+  // expected-error @+1 {{'stp.layer_norm' op scale/bias shape 'tensor<512xf32>' does not broadcast to the normalized dims of 'tensor<8x768xf32>'}}
+  %0 = stp.layer_norm %x, %g {axis = 1 : i64, epsilon = 1.0e-5 : f32} : (tensor<8x768xf32>, tensor<512xf32>) -> tensor<8x768xf32>
+  return %0 : tensor<8x768xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<8x768xf32>, %g: tensor<768xf32>) -> tensor<8x768xf32> {
+  // expected-error @+1 {{'stp.rms_norm' op axis 2 out of range for rank 2}}
+  %0 = stp.rms_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-5 : f32} : (tensor<8x768xf32>, tensor<768xf32>) -> tensor<8x768xf32>
+  return %0 : tensor<8x768xf32>
+}
+
+// -----
+
+func.func @f(%q: tensor<2x6x16x64xf32>, %k: tensor<2x4x16x64xf32>) -> tensor<2x6x16x64xf32> {
+  // expected-error @+1 {{'stp.attention' op query heads (6) must be a multiple of key/value heads (4)}}
+  %0 = stp.attention %q, %k, %k {scale = 0.125 : f32} : (tensor<2x6x16x64xf32>, tensor<2x4x16x64xf32>, tensor<2x4x16x64xf32>) -> tensor<2x6x16x64xf32>
+  return %0 : tensor<2x6x16x64xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<16x8xf32>) -> tensor<16x9xf32> {
+  // expected-error @+1 {{'stp.topk' op k = 9 exceeds the axis size 8}}
+  %v, %i = stp.topk %x {axis = 1 : i64, k = 9 : i64, largest = true, sorted = true} : (tensor<16x8xf32>) -> (tensor<16x9xf32>, tensor<16x9xi64>)
+  return %v : tensor<16x9xf32>
+}
+
+// -----
+
+// expected-error @+1 {{external parameter "w" needs a 'file'}}
+func.func private @f(tensor<4xf32> {stp.param = #stp.param<name = "w", data = external>})
+
+// -----
+
+// expected-error @+1 {{'func.func' op 'stp.param' must be a #stp.param}}
+func.func private @f(tensor<4xf32> {stp.param = "w"})
+
+// -----
+
+// expected-error @+1 {{'func.func' op unknown stp result attribute 'stp.param'}}
+func.func private @f() -> (tensor<4xf32> {stp.param = #stp.param<name = "w", data = embedded>})

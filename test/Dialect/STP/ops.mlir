@@ -1,0 +1,52 @@
+// RUN: stpar-opt %s | stpar-opt | FileCheck %s
+// RUN: stpar-opt %s --mlir-print-op-generic | stpar-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @norms
+func.func @norms(%x: tensor<8x128x768xf32>, %g: tensor<768xf32>, %b: tensor<768xf32>)
+    -> (tensor<8x128x768xf32>, tensor<8x128x768xf32>, tensor<8x128x768xf32>) {
+  // CHECK: stp.layer_norm %{{.*}}, %{{.*}}, %{{.*}} {axis = 2 : i64, epsilon = 9.99999974E-6 : f32} : (tensor<8x128x768xf32>, tensor<768xf32>, tensor<768xf32>) -> tensor<8x128x768xf32>
+  %0 = stp.layer_norm %x, %g, %b {axis = 2 : i64, epsilon = 1.0e-5 : f32}
+      : (tensor<8x128x768xf32>, tensor<768xf32>, tensor<768xf32>) -> tensor<8x128x768xf32>
+  // CHECK: stp.layer_norm %{{.*}}, %{{.*}} {axis = 2 : i64
+  %1 = stp.layer_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-5 : f32}
+      : (tensor<8x128x768xf32>, tensor<768xf32>) -> tensor<8x128x768xf32>
+  // CHECK: stp.rms_norm %{{.*}}, %{{.*}} {axis = 2 : i64, epsilon = 9.99999997E-7 : f32}
+  %2 = stp.rms_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-6 : f32}
+      : (tensor<8x128x768xf32>, tensor<768xf32>) -> tensor<8x128x768xf32>
+  return %0, %1, %2 : tensor<8x128x768xf32>, tensor<8x128x768xf32>, tensor<8x128x768xf32>
+}
+
+// CHECK-LABEL: func.func @attention
+func.func @attention(%q: tensor<2x8x16x64xf32>, %k: tensor<2x2x16x64xf32>,
+                     %v: tensor<2x2x16x64xf32>, %m: tensor<2x1x16x16xf32>)
+    -> (tensor<2x8x16x64xf32>, tensor<2x8x16x64xf32>) {
+  // Grouped-query: 8 query heads over 2 key/value heads.
+  // CHECK: stp.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, scale = 1.250000e-01 : f32}
+  %0 = stp.attention %q, %k, %v {scale = 0.125 : f32, causal}
+      : (tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x64xf32>) -> tensor<2x8x16x64xf32>
+  // CHECK: stp.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} {scale
+  %1 = stp.attention %q, %k, %v mask %m {scale = 0.125 : f32}
+      : (tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x1x16x16xf32>) -> tensor<2x8x16x64xf32>
+  return %0, %1 : tensor<2x8x16x64xf32>, tensor<2x8x16x64xf32>
+}
+
+// CHECK-LABEL: func.func @moe_pieces
+func.func @moe_pieces(%logits: tensor<16x8xf32>, %zeros: tensor<16x8xf32>) -> tensor<16x8xf32> {
+  // CHECK: %[[V:.*]], %[[I:.*]] = stp.topk %{{.*}} {axis = 1 : i64, k = 2 : i64, largest = true, sorted = true}
+  %v, %i = stp.topk %logits {axis = 1 : i64, k = 2 : i64, largest = true, sorted = true}
+      : (tensor<16x8xf32>) -> (tensor<16x2xf32>, tensor<16x2xi64>)
+  // CHECK: stp.scatter_elements %{{.*}}, %[[I]], %[[V]] {axis = 1 : i64}
+  %r = stp.scatter_elements %zeros, %i, %v {axis = 1 : i64}
+      : (tensor<16x8xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x8xf32>
+  return %r : tensor<16x8xf32>
+}
+
+// CHECK-LABEL: func.func private @params
+// CHECK-SAME: stp.param = #stp.param<name = "h.0.attn.c_attn.weight", data = external, file = "gpt2.data", offset = 4096, length = 7077888, trainable = true>
+// CHECK-SAME: stp.param = #stp.param<name = "bias", data = embedded>
+// CHECK-SAME: stp.name = "input_ids"
+// CHECK-SAME: stp.name = "logits"
+func.func private @params(
+    tensor<768x2304xf32> {stp.param = #stp.param<name = "h.0.attn.c_attn.weight", data = external, file = "gpt2.data", offset = 4096, length = 7077888, trainable = true>},
+    tensor<1x1x8x8xi1> {stp.param = #stp.param<name = "bias", data = embedded>},
+    tensor<1x8xi64> {stp.name = "input_ids"}) -> (tensor<1x8x100xf32> {stp.name = "logits"})
