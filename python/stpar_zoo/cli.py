@@ -109,6 +109,13 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_selftest(args) -> int:
+    from .evaluate import selftest
+    lines = selftest(args.file, batch=args.batch, seq=args.seq)
+    print("\n".join(lines))
+    return 1 if any(l.startswith("FAIL") for l in lines) else 0
+
+
 def cmd_params(args) -> int:
     """Builds each preset's graph in memory, sums its parameter tensors and
     compares with the published count; optionally cross-checks the GPT
@@ -168,6 +175,11 @@ def main(argv=None) -> int:
                    help="print build/check/save times to stderr")
     i = sub.add_parser("inspect", help="summarize an ONNX file")
     i.add_argument("file")
+    st = sub.add_parser("selftest", help="run a tiny model on random "
+                        "weights (numpy) and check causality/padding/gates")
+    st.add_argument("file")
+    st.add_argument("--batch", type=int, default=2)
+    st.add_argument("--seq", type=int, help="default: the model's seq")
     pp = sub.add_parser("params", help="parameter counts vs published")
     pp.add_argument("names", nargs="*", choices=[[]] + list(PRESETS),
                     metavar="NAME")
@@ -177,7 +189,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         return {"list": cmd_list, "generate": cmd_generate,
-                "inspect": cmd_inspect, "params": cmd_params}[args.cmd](args)
+                "inspect": cmd_inspect, "params": cmd_params,
+                "selftest": cmd_selftest}[args.cmd](args)
     except ValueError as e:
         print(f"stpar-zoo: error: {e}", file=sys.stderr)
         return 2
