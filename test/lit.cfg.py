@@ -20,6 +20,7 @@ config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%stpar_src_root", config.stpar_src_root))
 config.substitutions.append(("%stpar_obj_root", config.stpar_obj_root))
 config.substitutions.append(("%shared", config.shared_dir))
+config.substitutions.append(("%python", "/usr/bin/python3"))
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
