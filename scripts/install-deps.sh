@@ -26,6 +26,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest
   # MPI for the CPU twin of the emitted program.
   libopenmpi-dev openmpi-bin
+  # Model-zoo generator (python/stpar-zoo; runs on /usr/bin/python3).
+  python3-onnx python3-numpy
 )
 
 missing=()
