@@ -92,7 +92,8 @@ def summary(path: str) -> str:
     """Text summary of an ONNX file (weights never read)."""
     model = onnx.load(path, load_external_data=False)
     g = model.graph
-    lines = [f"model: {os.path.basename(path)}",
+    lines = [f"model: {os.path.basename(path)} "
+             f"({os.path.getsize(path)} bytes)",
              f"ir_version: {model.ir_version}",
              "opset: " + ", ".join(f"{o.domain or 'ai.onnx'} {o.version}"
                                    for o in model.opset_import),
