@@ -1,0 +1,68 @@
+//===- GPTModel.h - GPT-style transformers as operator lists ----*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Describes a GPT-style decoder (Megatron-LM's GPT: learned embedding tied
+// to the LM head, pre-LayerNorm layers of attention and a GeLU MLP) as the
+// Operator list the cost model takes, partitioned with a Megatron strategy
+// (tensor x pipeline x data parallelism), so a strategy can be costed
+// without the ONNX importer.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_COST_GPTMODEL_H
+#define STPAR_COST_GPTMODEL_H
+
+#include "stpar/Cost/Mesh.h"
+#include "stpar/Cost/Operator.h"
+#include "stpar/Cost/TrainingStep.h"
+
+#include "llvm/Support/Error.h"
+
+namespace stpar::cost {
+
+/// Model dimensions. `batch` is the global batch in sequences per step.
+struct GPTConfig {
+  int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, vocab = 0, seq = 0,
+          batch = 0;
+};
+
+/// Megatron-LM 3D parallelism: tp x pp x dp devices, micro-batches of `mb`
+/// sequences, optional interleaving, ZeRO stage and full recomputation.
+struct MegatronStrategy {
+  int64_t tp = 1, pp = 1, dp = 1, mb = 1, interleave = 1;
+  int zeroStage = 0;
+  bool recompute = true;
+};
+
+/// Parses "gpt:layers=L,hidden=H,heads=A,seq=S,vocab=V,batch=B[,ffn=F]"
+/// (ffn defaults to 4H). Errors name the bad key.
+llvm::Expected<GPTConfig> parseGPTSpec(llvm::StringRef spec);
+
+/// Parses "megatron:tp=T,pp=P,dp=D,mb=M[,interleave=V][,zero=Z]
+/// [,recompute=0|1]".
+llvm::Expected<MegatronStrategy> parseMegatronSpec(llvm::StringRef spec);
+
+/// What evaluateTrainingStep needs.
+struct CostProblem {
+  Mesh mesh;
+  std::vector<Operator> ops;
+  TrainingConfig config;
+};
+
+/// Builds the mesh ["pp", "dp", "tp"] (Megatron's rank order: tp fastest)
+/// and one micro-batch's operators: embedding (stage 0), L layers of 12
+/// operators split evenly over the stages, final norm + LM head + loss (last
+/// stage). Fails when tp does not divide heads, hidden, ffn and vocab, pp
+/// does not divide layers, or mb * dp does not divide batch.
+llvm::Expected<CostProblem> buildMegatronGPT(const GPTConfig &model,
+                                             const MegatronStrategy &s);
+
+/// Total parameters of the model (embedding tied to the head), elements.
+double getGPTParameterCount(const GPTConfig &model);
+
+} // namespace stpar::cost
+
+#endif // STPAR_COST_GPTMODEL_H

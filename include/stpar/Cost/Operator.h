@@ -1,0 +1,106 @@
+//===- Operator.h - operators as iteration spaces ---------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// The cost model's view of one operator: loop dimensions with extents,
+// operands indexing some of them (as linalg indexing maps do, restricted to
+// projections), and a partition choice (mesh axes on loop dims, optionally
+// PrimePar's temporal primitive). Plain structs, so the importer can fill
+// them from IR and tests can write them by hand (../shared/DESIGN.md,
+// "Iteration-space view of an operator"; the same content as `#stp.spec`).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_COST_OPERATOR_H
+#define STPAR_COST_OPERATOR_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stpar::cost {
+
+enum class LoopKind { Parallel, Reduction };
+
+/// One loop of the iteration space, with the mesh axes that split it
+/// (indices into Mesh::axes, major first). Its local extent on a device is
+/// ceil(extent / product of the axis sizes).
+struct LoopDim {
+  std::string name;
+  int64_t extent = 1;
+  LoopKind kind = LoopKind::Parallel;
+  std::vector<unsigned> axes;
+};
+
+/// How the cost rules treat an operator.
+enum class OpKind {
+  /// A contraction (linear layer, attention batched matmul): FLOPs =
+  /// flopsPerPoint * product of all extents; efficiency from the GEMM curve.
+  MatMul,
+  /// Memory-bound elementwise (bias, GeLU, dropout, residual add).
+  Elementwise,
+  /// Softmax over one reduction loop (non-decomposable: a split of it costs
+  /// an all-reduce of the max and sum statistics).
+  Softmax,
+  /// LayerNorm/RMSNorm (statistics over a reduction loop, as Softmax).
+  Norm,
+  /// Embedding lookup: a gather of rows; a split vocabulary (reduction loop)
+  /// leaves partial outputs to all-reduce, as in Megatron's
+  /// vocab-parallel embedding.
+  Embedding,
+};
+
+enum class OperandRole { Input, Parameter, Output };
+
+/// One operand: the loops it indexes (projections of the iteration space).
+struct Operand {
+  std::string name;
+  OperandRole role = OperandRole::Input;
+  std::vector<unsigned> dims;
+  /// Bytes per element (2 for fp16/bf16, 4 for fp32, 8 for int64 ids).
+  int64_t elementBytes = 2;
+  /// Inputs only: whether backward computes a gradient for it (false for
+  /// token ids, masks).
+  bool needsGrad = true;
+};
+
+/// PrimePar's spatial-temporal primitive on a q x q sub-mesh (PrimePar Sec.
+/// 3; ../shared/DESIGN.md "Temporal partition"): rows on mesh axis
+/// `rowAxis`, columns on `colAxis` (both of size q), applied to a linear
+/// layer O[m,k] = sum_n I[m,n] W[n,k] whose loops are `mDim`, `nDim`
+/// (reduction) and `kDim`. Each of M, N, K is cut into q slices; q steps.
+struct TemporalPrimitive {
+  unsigned rowAxis = 0;
+  unsigned colAxis = 0;
+  unsigned mDim = 0;
+  unsigned nDim = 0;
+  unsigned kDim = 0;
+};
+
+/// One operator of one micro-batch's forward pass with its partition.
+struct Operator {
+  std::string name;
+  OpKind kind = OpKind::Elementwise;
+  /// Reporting group, e.g. "attention", "mlp", "embedding", "head".
+  std::string layerKind;
+  std::vector<LoopDim> loops;
+  std::vector<Operand> operands;
+  /// FLOPs per point of the iteration space (2 for a multiply-add; a few
+  /// for elementwise ops).
+  double flopsPerPoint = 2;
+  std::optional<TemporalPrimitive> temporal;
+  /// Pipeline stage running it (0-based).
+  unsigned stage = 0;
+  /// Re-run before backward under full activation recomputation.
+  bool recomputable = false;
+  /// Under recomputation, its first input is the stashed checkpoint (the
+  /// input of a transformer layer).
+  bool checkpoint = false;
+};
+
+} // namespace stpar::cost
+
+#endif // STPAR_COST_OPERATOR_H

@@ -1,0 +1,187 @@
+//===- OperatorCost.h - per-operator compute/comm/memory --------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Costs of one partitioned operator (Operator.h) on a mesh over a cluster:
+// roofline compute per phase (forward F, input gradient B, weight gradient
+// G), the collectives its partition implies, PrimePar's temporal primitive,
+// re-layout between two partitions of a tensor, and its memory footprint.
+// Formulas and their sources: docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_COST_OPERATORCOST_H
+#define STPAR_COST_OPERATORCOST_H
+
+#include "stpar/Cost/Cluster.h"
+#include "stpar/Cost/Collectives.h"
+#include "stpar/Cost/Mesh.h"
+#include "stpar/Cost/Operator.h"
+
+#include "llvm/Support/Error.h"
+
+#include <vector>
+
+namespace stpar::cost {
+
+/// Achieved fraction of peak, by operator kind and size. Only these
+/// coefficients are fitted (bench/calibration, docs/cost-model.md).
+struct EfficiencyModel {
+  /// GEMM efficiency eta(F) = matmulMax * F / (F + matmulHalfFlops), F the
+  /// FLOPs of one local GEMM call: small GEMMs cannot fill the device, large
+  /// ones approach matmulMax (a saturating fit, like PrimePar Sec. 4.1's
+  /// per-op-kind linear latency fit).
+  double matmulMax = 0.72;
+  /// FLOPs at which a GEMM reaches half of matmulMax.
+  double matmulHalfFlops = 3.98e9;
+  /// Fraction of datasheet HBM bandwidth reached by memory-bound kernels.
+  double hbmEfficiency = 0.7;
+  /// Fixed launch overhead per kernel, seconds.
+  double kernelLaunch = 5e-6;
+  /// The dtype whose peak the compute is measured against.
+  DType dtype = DType::BF16;
+
+  /// eta(F) for a GEMM of `flops` FLOPs (dimensionless, in (0, matmulMax]).
+  double getMatMulEfficiency(double flops) const;
+};
+
+/// The default, fitted coefficients (docs/cost-model.md, "Calibration").
+EfficiencyModel getDefaultEfficiency();
+
+/// Local extent of loop `dim` on one device: ceil(extent / product of the
+/// sizes of its mesh axes), further / q for the temporal primitive's M, N, K
+/// (q slices each; one slice per step).
+int64_t getLocalExtent(const Operator &op, unsigned dim, const Mesh &mesh);
+
+/// Elements of `operand` held by one device (product of the local extents of
+/// the loops it indexes). For a temporal operator this is one step's slice.
+double getLocalElements(const Operator &op, const Operand &operand,
+                        const Mesh &mesh);
+
+/// Roofline of one kernel: seconds = launch + max(flops / (peak * eta),
+/// bytes / (hbm bandwidth * hbmEfficiency)); eta from the GEMM curve for
+/// MatMul, 1 otherwise (memory-bound kinds are bandwidth-limited).
+double getRooflineTime(OpKind kind, double flops, double bytes,
+                       const Cluster &cluster, const EfficiencyModel &eff);
+
+/// Costs of one operator for one micro-batch on one device (seconds, bytes,
+/// FLOPs).
+struct OperatorCost {
+  /// Local FLOPs of F, B, G on one device.
+  double forwardFlops = 0, backwardInputFlops = 0, backwardWeightFlops = 0;
+  /// Compute seconds of F, B, G (temporal ops: including the overlapped ring
+  /// transfers, q * (max(step compute, step transfer) + start-up)).
+  double forward = 0, backwardInput = 0, backwardWeight = 0;
+  /// Seconds of the collectives the partition implies (not overlapped):
+  /// forward partial-sum all-reduces, backward input-gradient all-reduces,
+  /// statistics all-reduces of split softmax/norm.
+  double forwardComm = 0, backwardComm = 0;
+  /// Bytes of this op's parameters on one device (unique per operand).
+  double parameterBytes = 0;
+  /// Activation bytes stashed from F for B/G on one device.
+  double stashBytes = 0;
+  /// Transient working set beyond stashes (output buffer, temporal double
+  /// buffers), bytes.
+  double transientBytes = 0;
+};
+
+/// One parameter's gradient synchronization: `bytes` of local gradient,
+/// replicated over the mesh axes `axes` (those splitting loops it does not
+/// index; the data-parallel axes of the parameter).
+struct GradientSync {
+  std::string parameter;
+  double bytes = 0;
+  std::vector<unsigned> axes;
+};
+
+/// Costs `op` (see OperatorCost). Fails when axes are out of range or the
+/// temporal primitive is malformed (non-square, wrong loop kinds).
+llvm::Expected<OperatorCost> costOperator(const Operator &op,
+                                          const Mesh &mesh,
+                                          const Cluster &cluster,
+                                          const EfficiencyModel &eff);
+
+/// The gradient synchronizations of `op`'s parameters, excluding
+/// `ignoredAxis` (e.g. the pipeline axis, which splits no loop).
+std::vector<GradientSync>
+getGradientSyncs(const Operator &op, const Mesh &mesh,
+                 std::optional<unsigned> ignoredAxis = std::nullopt);
+
+/// Time of one collective along each axis of `axes` in turn (bytes constant),
+/// seconds.
+double getMultiAxisCollectiveTime(Collective kind, double bytes,
+                                  const std::vector<unsigned> &axes,
+                                  const Mesh &mesh, const Cluster &cluster);
+
+/// One step of the temporal primitive, seconds: compute and ring transfer of
+/// one step, and the per-step start-up (latency of the slowest link the
+/// shifts cross).
+struct TemporalStepCost {
+  double compute = 0;
+  double transfer = 0;
+  double startup = 0;
+  /// max(compute, transfer) + startup (../shared/DESIGN.md "Cost model",
+  /// overlap; PrimePar Eq. 7).
+  double getStepTime() const;
+};
+
+//===----------------------------------------------------------------------===//
+// Re-layout
+//===----------------------------------------------------------------------===//
+
+/// A tensor's layout over the mesh: which axes split each dim (major first)
+/// and which axes hold pending partial sums.
+struct TensorLayout {
+  std::vector<int64_t> shape;
+  std::vector<std::vector<unsigned>> dimAxes;
+  std::vector<unsigned> partialAxes;
+  int64_t elementBytes = 2;
+};
+
+/// One collective of a re-layout.
+struct RelayoutStep {
+  Collective kind = Collective::AllGather;
+  unsigned axis = 0;
+  /// Buffer size S passed to the collective (Collectives.h), bytes.
+  double bytes = 0;
+  double seconds = 0;
+};
+
+/// The collectives delivering `to` from `from`, and the bytes each device
+/// receives (missing bytes).
+struct RelayoutCost {
+  std::vector<RelayoutStep> steps;
+  double seconds = 0;
+  double receivedBytes = 0;
+};
+
+/// Per axis: partial -> replicated all-reduce, partial -> split
+/// reduce-scatter, split(d) -> split(e) all-to-all, split -> replicated
+/// all-gather, replicated -> split free (local slice). Reductions first,
+/// gathers last (smallest buffers). `to` must not have partial axes.
+llvm::Expected<RelayoutCost> getRelayoutCost(const TensorLayout &from,
+                                             const TensorLayout &to,
+                                             const Mesh &mesh,
+                                             const Cluster &cluster);
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+/// Bytes per device of model states under mixed-precision Adam with ZeRO
+/// (Rajbhandari et al., SC'20, Sec. 5, Fig. 1; ../shared/DESIGN.md): per
+/// parameter 2 (fp16 weight) + 2 (fp16 grad) + 12 (fp32 master, momentum,
+/// variance). With N_d ranks: stage 0 16 psi; 1: 4 psi + 12 psi / N_d;
+/// 2: 2 psi + 14 psi / N_d; 3: 16 psi / N_d.
+struct ModelStateBytes {
+  double parameters = 0, gradients = 0, optimizer = 0;
+  double getTotal() const { return parameters + gradients + optimizer; }
+};
+ModelStateBytes getModelStateBytes(double parameterCount, int64_t dpRanks,
+                                   int zeroStage);
+
+} // namespace stpar::cost
+
+#endif // STPAR_COST_OPERATORCOST_H

@@ -1,0 +1,447 @@
+//===- OperatorCost.cpp - per-operator compute/comm/memory ------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Roofline compute, partition-implied collectives, the temporal primitive,
+// re-layout and model-state memory. Formulas: OperatorCost.h and
+// docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Cost/OperatorCost.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace llvm;
+
+namespace stpar::cost {
+
+double EfficiencyModel::getMatMulEfficiency(double flops) const {
+  if (flops <= 0)
+    return matmulMax;
+  return matmulMax * flops / (flops + matmulHalfFlops);
+}
+
+EfficiencyModel getDefaultEfficiency() {
+  // Fitted by bench/calibration on the Megatron-LM SC'21 rows listed in
+  // docs/cost-model.md; hbmEfficiency and kernelLaunch are fixed, not fitted.
+  EfficiencyModel eff;
+  return eff;
+}
+
+static int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static bool isTemporalDim(const Operator &op, unsigned dim) {
+  return op.temporal && (op.temporal->mDim == dim ||
+                         op.temporal->nDim == dim || op.temporal->kDim == dim);
+}
+
+static int64_t getTemporalQ(const Operator &op, const Mesh &mesh) {
+  return op.temporal ? mesh.axes[op.temporal->rowAxis].size : 1;
+}
+
+int64_t getLocalExtent(const Operator &op, unsigned dim, const Mesh &mesh) {
+  const LoopDim &loop = op.loops[dim];
+  int64_t split = 1;
+  for (unsigned axis : loop.axes)
+    split *= mesh.axes[axis].size;
+  int64_t local = ceilDiv(loop.extent, split);
+  if (isTemporalDim(op, dim))
+    local = ceilDiv(local, getTemporalQ(op, mesh));
+  return local;
+}
+
+double getLocalElements(const Operator &op, const Operand &operand,
+                        const Mesh &mesh) {
+  double n = 1;
+  for (unsigned d : operand.dims)
+    n *= double(getLocalExtent(op, d, mesh));
+  return n;
+}
+
+double getRooflineTime(OpKind kind, double flops, double bytes,
+                       const Cluster &cluster, const EfficiencyModel &eff) {
+  double peak = cluster.device.getPeak(eff.dtype);
+  if (peak <= 0)
+    peak = cluster.device.fp32;
+  double eta = kind == OpKind::MatMul ? eff.getMatMulEfficiency(flops) : 1.0;
+  double computeTime = flops / (peak * eta);
+  double memoryTime =
+      bytes / (cluster.device.hbmBandwidth * eff.hbmEfficiency);
+  return eff.kernelLaunch + std::max(computeTime, memoryTime);
+}
+
+double TemporalStepCost::getStepTime() const {
+  return std::max(compute, transfer) + startup;
+}
+
+double getMultiAxisCollectiveTime(Collective kind, double bytes,
+                                  const std::vector<unsigned> &axes,
+                                  const Mesh &mesh, const Cluster &cluster) {
+  double t = 0;
+  for (unsigned axis : axes)
+    t += getCollectiveTime(kind, bytes,
+                           mesh.getPlacement(axis, cluster.devicesPerNode),
+                           cluster);
+  return t;
+}
+
+static Error opError(const Operator &op, const Twine &message) {
+  return createStringError(inconvertibleErrorCode(),
+                           "operator '" + op.name + "': " + message);
+}
+
+static Error verifyOperator(const Operator &op, const Mesh &mesh) {
+  for (const LoopDim &loop : op.loops) {
+    if (loop.extent < 1)
+      return opError(op, "loop '" + loop.name + "' has a non-positive extent");
+    for (unsigned axis : loop.axes)
+      if (axis >= mesh.axes.size())
+        return opError(op, "loop '" + loop.name + "' names mesh axis " +
+                               Twine(axis) + " of a mesh with " +
+                               Twine(mesh.axes.size()) + " axes");
+  }
+  for (const Operand &operand : op.operands)
+    for (unsigned d : operand.dims)
+      if (d >= op.loops.size())
+        return opError(op, "operand '" + operand.name + "' indexes loop " +
+                               Twine(d) + " of " + Twine(op.loops.size()));
+  if (op.temporal) {
+    const TemporalPrimitive &t = *op.temporal;
+    if (op.kind != OpKind::MatMul)
+      return opError(op, "the temporal primitive applies to matmuls only");
+    if (t.rowAxis >= mesh.axes.size() || t.colAxis >= mesh.axes.size() ||
+        t.rowAxis == t.colAxis)
+      return opError(op, "temporal primitive needs two distinct mesh axes");
+    if (mesh.axes[t.rowAxis].size != mesh.axes[t.colAxis].size)
+      return opError(op, "temporal primitive needs a square q x q sub-mesh");
+    if (t.mDim >= op.loops.size() || t.nDim >= op.loops.size() ||
+        t.kDim >= op.loops.size())
+      return opError(op, "temporal primitive names a missing loop");
+    if (op.loops[t.nDim].kind != LoopKind::Reduction ||
+        op.loops[t.mDim].kind != LoopKind::Parallel ||
+        op.loops[t.kDim].kind != LoopKind::Parallel)
+      return opError(op, "temporal primitive needs parallel M, K and a "
+                         "reduction N");
+  }
+  return Error::success();
+}
+
+static bool indexes(const Operand &operand, unsigned dim) {
+  return is_contained(operand.dims, dim);
+}
+
+/// Local bytes of `operand`.
+static double localBytes(const Operator &op, const Operand &operand,
+                         const Mesh &mesh) {
+  return getLocalElements(op, operand, mesh) * double(operand.elementBytes);
+}
+
+/// Axes splitting the loops `operand` does not index (sorted, unique).
+static std::vector<unsigned> axesOutside(const Operator &op,
+                                         const Operand &operand,
+                                         std::optional<unsigned> ignored) {
+  std::vector<unsigned> axes;
+  for (unsigned d = 0; d < op.loops.size(); ++d)
+    if (!indexes(operand, d))
+      for (unsigned axis : op.loops[d].axes)
+        if (axis != ignored)
+          axes.push_back(axis);
+  llvm::sort(axes);
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  return axes;
+}
+
+static const Operand *findOperand(const Operator &op, OperandRole role,
+                                  ArrayRef<unsigned> dims) {
+  for (const Operand &operand : op.operands)
+    if (operand.role == role &&
+        all_of(dims, [&](unsigned d) { return indexes(operand, d); }))
+      return &operand;
+  return nullptr;
+}
+
+/// Seconds of the temporal primitive for one phase: q steps of
+/// max(step compute, step transfer) + start-up.
+static Expected<std::array<double, 3>>
+costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
+             const EfficiencyModel &eff, double stepFlops, double stepBytes,
+             double &doubleBuffers) {
+  const TemporalPrimitive &t = *op.temporal;
+  const Operand *in = findOperand(op, OperandRole::Input, {t.mDim, t.nDim});
+  const Operand *w = findOperand(op, OperandRole::Parameter, {t.nDim, t.kDim});
+  const Operand *out = findOperand(op, OperandRole::Output, {t.mDim, t.kDim});
+  if (!in || !w || !out)
+    return opError(op, "temporal primitive needs an input indexing M and N, "
+                       "a parameter indexing N and K and an output indexing "
+                       "M and K");
+  int64_t q = mesh.axes[t.rowAxis].size;
+  AxisPlacement row = mesh.getPlacement(t.rowAxis, cluster.devicesPerNode);
+  AxisPlacement col = mesh.getPlacement(t.colAxis, cluster.devicesPerNode);
+  double inBytes = localBytes(op, *in, mesh);
+  double wBytes = localBytes(op, *w, mesh);
+  double outBytes = localBytes(op, *out, mesh);
+  auto shift = [&](double bytes, const AxisPlacement &p) {
+    return getCollectiveTime(Collective::RingShift, bytes, p, cluster);
+  };
+  // A diagonal neighbour is reached by one point-to-point send that crosses
+  // the slower of the two axes' links.
+  auto diagonal = [&](double bytes) {
+    return std::max(shift(bytes, row), shift(bytes, col));
+  };
+  double startup = 0;
+  for (const AxisPlacement *p : {&row, &col})
+    startup = std::max(startup, p->crossesInterNode() || !p->regular
+                                    ? cluster.interNode.latency
+                                    : cluster.intraNode.latency);
+  double compute = getRooflineTime(OpKind::MatMul, stepFlops, stepBytes,
+                                   cluster, eff);
+  // F: I moves left along the columns, W up along the rows.
+  TemporalStepCost f{compute, shift(inBytes, col) + shift(wBytes, row),
+                     startup};
+  // B (dI = dO W^T): W comes from the diagonal neighbour, dO along columns.
+  TemporalStepCost b{compute, diagonal(wBytes) + shift(outBytes, col),
+                     startup};
+  // G (dW = I^T dO): I from the diagonal neighbour, dO along rows; dW needs
+  // one re-layout at the last step.
+  TemporalStepCost g{compute, diagonal(inBytes) + shift(outBytes, row),
+                     startup};
+  doubleBuffers = 2 * (inBytes + wBytes + outBytes);
+  double qd = double(q);
+  return std::array<double, 3>{qd * f.getStepTime(), qd * b.getStepTime(),
+                               qd * g.getStepTime() + diagonal(wBytes)};
+}
+
+Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
+                                    const Cluster &cluster,
+                                    const EfficiencyModel &eff) {
+  if (Error e = verifyOperator(op, mesh))
+    return std::move(e);
+  OperatorCost cost;
+  double points = 1;
+  for (unsigned d = 0; d < op.loops.size(); ++d)
+    points *= double(getLocalExtent(op, d, mesh));
+  double flops = op.flopsPerPoint * points;
+  if (op.kind == OpKind::Embedding)
+    flops = 0;
+
+  double bytes = 0, outBytes = 0, inputStash = 0;
+  int gradInputs = 0, params = 0;
+  for (const Operand &operand : op.operands) {
+    double b = localBytes(op, operand, mesh);
+    bytes += b;
+    switch (operand.role) {
+    case OperandRole::Output:
+      outBytes += b;
+      break;
+    case OperandRole::Parameter:
+      ++params;
+      cost.parameterBytes += b;
+      break;
+    case OperandRole::Input:
+      inputStash += b;
+      gradInputs += operand.needsGrad ? 1 : 0;
+      break;
+    }
+  }
+  if (op.kind == OpKind::Embedding)
+    bytes = 2 * outBytes; // read the gathered rows, write the output
+
+  int64_t q = getTemporalQ(op, mesh);
+  if (op.temporal) {
+    double doubleBuffers = 0;
+    Expected<std::array<double, 3>> t =
+        costTemporal(op, mesh, cluster, eff, flops, bytes, doubleBuffers);
+    if (!t)
+      return t.takeError();
+    cost.forward = (*t)[0];
+    cost.backwardInput = gradInputs ? (*t)[1] * gradInputs : 0;
+    cost.backwardWeight = params ? (*t)[2] * params : 0;
+    cost.forwardFlops = flops * double(q);
+    cost.backwardInputFlops = cost.forwardFlops * gradInputs;
+    cost.backwardWeightFlops = cost.forwardFlops * params;
+    cost.transientBytes = outBytes * double(q) + doubleBuffers;
+    cost.stashBytes = inputStash;
+    cost.parameterBytes *= 1; // one slice per device, never replicated
+    return cost;
+  }
+
+  cost.forwardFlops = flops;
+  cost.forward = getRooflineTime(op.kind, flops, bytes, cluster, eff);
+  if (op.kind == OpKind::MatMul) {
+    cost.backwardInputFlops = flops * gradInputs;
+    cost.backwardWeightFlops = flops * params;
+    cost.backwardInput = gradInputs * cost.forward;
+    cost.backwardWeight = params * cost.forward;
+  } else if (op.kind == OpKind::Embedding) {
+    // Scatter-add of the output gradient into the table's gradient.
+    cost.backwardWeight = getRooflineTime(op.kind, 0, 2 * outBytes, cluster,
+                                          eff);
+  } else {
+    // Memory-bound: each gradient re-reads the operands and the output
+    // gradient.
+    double t = getRooflineTime(op.kind, flops, bytes + outBytes, cluster, eff);
+    cost.backwardInputFlops = flops * gradInputs;
+    cost.backwardInput = gradInputs * t;
+    cost.backwardWeightFlops = params ? flops : 0;
+    cost.backwardWeight = params ? t : 0;
+  }
+
+  // Collectives implied by the partition.
+  for (unsigned d = 0; d < op.loops.size(); ++d) {
+    const LoopDim &loop = op.loops[d];
+    if (loop.kind != LoopKind::Reduction || loop.axes.empty())
+      continue;
+    if (op.kind == OpKind::MatMul || op.kind == OpKind::Embedding) {
+      // Partial sums of the output: all-reduce.
+      cost.forwardComm += getMultiAxisCollectiveTime(
+          Collective::AllReduce, outBytes, loop.axes, mesh, cluster);
+    } else {
+      // Split non-decomposable reduction: all-reduce max and sum (fp32).
+      double stats = 2 * 4 * outBytes /
+                     double(std::max<int64_t>(1, getLocalExtent(op, d, mesh))) /
+                     2;
+      double t = getMultiAxisCollectiveTime(Collective::AllReduce, stats,
+                                            loop.axes, mesh, cluster);
+      cost.forwardComm += t;
+      cost.backwardComm += t;
+    }
+  }
+  if (op.kind == OpKind::MatMul) {
+    for (const Operand &operand : op.operands) {
+      if (operand.role != OperandRole::Input || !operand.needsGrad)
+        continue;
+      std::vector<unsigned> axes = axesOutside(op, operand, std::nullopt);
+      if (!axes.empty())
+        cost.backwardComm += getMultiAxisCollectiveTime(
+            Collective::AllReduce, localBytes(op, operand, mesh), axes, mesh,
+            cluster);
+    }
+  }
+
+  cost.stashBytes = op.kind == OpKind::Softmax ? outBytes : inputStash;
+  cost.transientBytes = outBytes;
+  return cost;
+}
+
+std::vector<GradientSync> getGradientSyncs(const Operator &op,
+                                           const Mesh &mesh,
+                                           std::optional<unsigned> ignored) {
+  std::vector<GradientSync> syncs;
+  for (const Operand &operand : op.operands) {
+    if (operand.role != OperandRole::Parameter)
+      continue;
+    GradientSync sync;
+    sync.parameter = operand.name;
+    sync.bytes = localBytes(op, operand, mesh);
+    if (op.temporal)
+      sync.bytes *= 1; // the slice is the device's whole share
+    sync.axes = axesOutside(op, operand, ignored);
+    syncs.push_back(std::move(sync));
+  }
+  return syncs;
+}
+
+//===----------------------------------------------------------------------===//
+// Re-layout
+//===----------------------------------------------------------------------===//
+
+namespace {
+enum class AxisState { Replicated, Split, Partial };
+struct AxisUse {
+  AxisState state = AxisState::Replicated;
+  unsigned dim = 0;
+};
+} // namespace
+
+static AxisUse getAxisUse(const TensorLayout &layout, unsigned axis) {
+  if (is_contained(layout.partialAxes, axis))
+    return {AxisState::Partial, 0};
+  for (unsigned d = 0; d < layout.dimAxes.size(); ++d)
+    if (is_contained(layout.dimAxes[d], axis))
+      return {AxisState::Split, d};
+  return {};
+}
+
+Expected<RelayoutCost> getRelayoutCost(const TensorLayout &from,
+                                       const TensorLayout &to,
+                                       const Mesh &mesh,
+                                       const Cluster &cluster) {
+  if (!to.partialAxes.empty())
+    return createStringError(inconvertibleErrorCode(),
+                             "re-layout target cannot hold partial sums");
+  if (from.shape != to.shape || from.dimAxes.size() != from.shape.size() ||
+      to.dimAxes.size() != to.shape.size())
+    return createStringError(inconvertibleErrorCode(),
+                             "re-layout between layouts of different shapes");
+  // Local bytes under `from`.
+  double local = double(from.elementBytes);
+  for (unsigned d = 0; d < from.shape.size(); ++d) {
+    int64_t split = 1;
+    for (unsigned axis : from.dimAxes[d])
+      split *= mesh.axes[axis].size;
+    local *= double(ceilDiv(from.shape[d], split));
+  }
+  RelayoutCost cost;
+  auto emit = [&](Collective kind, unsigned axis, double bytes) {
+    AxisPlacement p = mesh.getPlacement(axis, cluster.devicesPerNode);
+    RelayoutStep step{kind, axis, bytes,
+                      getCollectiveTime(kind, bytes, p, cluster)};
+    cost.seconds += step.seconds;
+    int64_t n = mesh.axes[axis].size;
+    // Bytes received: what the ring delivers to each device (all-reduce:
+    // the reduced values once, (n-1)/n S).
+    cost.receivedBytes += kind == Collective::AllReduce
+                              ? getRingVolume(kind, bytes, n) / 2
+                              : getRingVolume(kind, bytes, n);
+    cost.steps.push_back(step);
+  };
+  // Passes: reductions, free slicing, all-to-all, gathers.
+  for (int pass = 0; pass < 4; ++pass) {
+    for (unsigned axis = 0; axis < mesh.axes.size(); ++axis) {
+      AxisUse a = getAxisUse(from, axis), b = getAxisUse(to, axis);
+      double n = double(mesh.axes[axis].size);
+      if (pass == 0 && a.state == AxisState::Partial) {
+        if (b.state == AxisState::Split) {
+          emit(Collective::ReduceScatter, axis, local);
+          local /= n;
+        } else {
+          emit(Collective::AllReduce, axis, local);
+        }
+      } else if (pass == 1 && a.state == AxisState::Replicated &&
+                 b.state == AxisState::Split) {
+        local /= n;
+      } else if (pass == 2 && a.state == AxisState::Split &&
+                 b.state == AxisState::Split && a.dim != b.dim) {
+        emit(Collective::AllToAll, axis, local);
+      } else if (pass == 3 && a.state == AxisState::Split &&
+                 b.state == AxisState::Replicated) {
+        local *= n;
+        emit(Collective::AllGather, axis, local);
+      }
+    }
+  }
+  return cost;
+}
+
+ModelStateBytes getModelStateBytes(double psi, int64_t nd, int zeroStage) {
+  double n = double(std::max<int64_t>(1, nd));
+  ModelStateBytes m;
+  m.parameters = 2 * psi;
+  m.gradients = 2 * psi;
+  m.optimizer = 12 * psi;
+  if (zeroStage >= 1)
+    m.optimizer /= n;
+  if (zeroStage >= 2)
+    m.gradients /= n;
+  if (zeroStage >= 3)
+    m.parameters /= n;
+  return m;
+}
+
+} // namespace stpar::cost
