@@ -71,8 +71,8 @@ int main() {
     std::sort(eval.begin(), eval.end());
     outs() << format("tp%lld pp%lld dp%-8lld %8zu %12.3f %12.3f %12.3f "
                      "%10.1f\n",
-                     (long long)s.tp, (long long)s.pp, (long long)s.dp,
-                     numOps, build[10] * 1e3, eval[10] * 1e3, step, tflops);
+                     (long long)s.tp, (long long)s.pp, (long long)s.dp, numOps,
+                     build[10] * 1e3, eval[10] * 1e3, step, tflops);
   }
   outs() << "(median of 20 runs; target: evaluate < 50 ms)\n";
   return 0;

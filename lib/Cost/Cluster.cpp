@@ -170,10 +170,10 @@ Expected<Cluster> getPreset(StringRef name) {
                "bidirectional, 8x NDR 400 Gb/s per node";
     return c;
   }
-  return createStringError(
-      inconvertibleErrorCode(),
-      "unknown cluster preset '" + name + "' (known: " +
-          join(getPresetNames(), ", ") + ", with N the number of nodes)");
+  return createStringError(inconvertibleErrorCode(),
+                           "unknown cluster preset '" + name +
+                               "' (known: " + join(getPresetNames(), ", ") +
+                               ", with N the number of nodes)");
 }
 
 //===----------------------------------------------------------------------===//
@@ -182,9 +182,8 @@ Expected<Cluster> getPreset(StringRef name) {
 
 static Error fieldError(StringRef context, StringRef field,
                         const Twine &message) {
-  return createStringError(inconvertibleErrorCode(), context + ": field '" +
-                                                         field +
-                                                         "': " + message);
+  return createStringError(inconvertibleErrorCode(),
+                           context + ": field '" + field + "': " + message);
 }
 
 Error verifyCluster(const Cluster &c, StringRef context) {
@@ -205,10 +204,10 @@ Error verifyCluster(const Cluster &c, StringRef context) {
   };
   if (Error e = positive(c.device.fp32, "device.fp32"))
     return e;
-  for (auto [v, f] : {std::pair<double, StringRef>{c.device.tf32,
-                                                   "device.tf32"},
-                      {c.device.fp16, "device.fp16"},
-                      {c.device.bf16, "device.bf16"}})
+  for (auto [v, f] :
+       {std::pair<double, StringRef>{c.device.tf32, "device.tf32"},
+        {c.device.fp16, "device.fp16"},
+        {c.device.bf16, "device.bf16"}})
     if (Error e = nonNegative(v, f))
       return e;
   if (c.device.hbmCapacity <= 0)
@@ -323,9 +322,9 @@ static Error readLink(const FieldReader &parent, StringRef key,
 Expected<Cluster> parseClusterJSON(StringRef text, StringRef fileName) {
   Expected<json::Value> value = json::parse(text);
   if (!value)
-    return createStringError(inconvertibleErrorCode(),
-                             fileName + ": invalid JSON: " +
-                                 toString(value.takeError()));
+    return createStringError(
+        inconvertibleErrorCode(),
+        fileName + ": invalid JSON: " + toString(value.takeError()));
   const json::Object *root = value->getAsObject();
   if (!root)
     return createStringError(inconvertibleErrorCode(),
@@ -356,10 +355,10 @@ Expected<Cluster> parseClusterJSON(StringRef text, StringRef fileName) {
     return std::move(e);
   if (Error e = d.getNumber("fp32", c.device.fp32, true))
     return std::move(e);
-  for (auto [key, field] : {std::pair<StringRef, double *>{"tf32",
-                                                           &c.device.tf32},
-                            {"fp16", &c.device.fp16},
-                            {"bf16", &c.device.bf16}})
+  for (auto [key, field] :
+       {std::pair<StringRef, double *>{"tf32", &c.device.tf32},
+        {"fp16", &c.device.fp16},
+        {"bf16", &c.device.bf16}})
     if (Error e = d.getNumber(key, *field, false))
       return std::move(e);
   if (Error e = d.getInteger("hbm_capacity", c.device.hbmCapacity))
@@ -382,8 +381,8 @@ Expected<Cluster> loadCluster(StringRef nameOrFile) {
   ErrorOr<std::unique_ptr<MemoryBuffer>> buffer =
       MemoryBuffer::getFile(nameOrFile);
   if (!buffer)
-    return createStringError(buffer.getError(), nameOrFile + ": " +
-                                                    buffer.getError().message());
+    return createStringError(buffer.getError(),
+                             nameOrFile + ": " + buffer.getError().message());
   return parseClusterJSON((*buffer)->getBuffer(), nameOrFile);
 }
 

@@ -73,8 +73,8 @@ double getFlatCollectiveTime(Collective kind, double bytes, int64_t p,
          getRingVolume(kind, bytes, p) / link.bandwidth;
 }
 
-double getCollectiveTime(Collective kind, double bytes,
-                         const AxisPlacement &pl, const Cluster &c) {
+double getCollectiveTime(Collective kind, double bytes, const AxisPlacement &pl,
+                         const Cluster &c) {
   int64_t a = pl.intraNodeSize, n = pl.interNodeSize;
   if (a * n <= 1 || bytes <= 0)
     return 0;

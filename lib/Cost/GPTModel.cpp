@@ -121,8 +121,8 @@ Expected<MegatronStrategy> parseMegatronSpec(StringRef spec) {
 double getGPTParameterCount(const GPTConfig &m) {
   double h = double(m.hidden), f = double(m.ffn);
   double perLayer = 4 * h * h + 2 * h * f + 9 * h + f; // weights, biases, LNs
-  return double(m.layers) * perLayer + double(m.vocab) * h +
-         double(m.seq) * h + 2 * h;
+  return double(m.layers) * perLayer + double(m.vocab) * h + double(m.seq) * h +
+         2 * h;
 }
 
 namespace {
@@ -174,12 +174,12 @@ public:
     int64_t h = m.hidden, a = m.heads, d = m.hidden / m.heads, f = m.ffn,
             sq = m.seq;
     auto norm = [&](StringRef name, StringRef kind) {
-      Operator o = op(p + name.str(), OpKind::Norm, kind, stage,
-                      {batch(), loop("s", sq),
-                       loop("h", h, false, LoopKind::Reduction)},
-                      {in("x", {0, 1, 2}), param(p + name.str() + ".w", {2}),
-                       out("y", {0, 1, 2})},
-                      8, true);
+      Operator o =
+          op(p + name.str(), OpKind::Norm, kind, stage,
+             {batch(), loop("s", sq), loop("h", h, false, LoopKind::Reduction)},
+             {in("x", {0, 1, 2}), param(p + name.str() + ".w", {2}),
+              out("y", {0, 1, 2})},
+             8, true);
       return o;
     };
     auto linear = [&](StringRef name, StringRef kind, int64_t n, int64_t k,
@@ -191,8 +191,8 @@ public:
                  out("y", {0, 1, 2})},
                 2, true);
     };
-    auto elementwise = [&](StringRef name, StringRef kind, int64_t n,
-                           bool tp, int inputs, double flops) {
+    auto elementwise = [&](StringRef name, StringRef kind, int64_t n, bool tp,
+                           int inputs, double flops) {
       std::vector<Operand> operands;
       for (int i = 0; i < inputs; ++i)
         operands.push_back(in("x" + std::to_string(i), {0, 1, 2}));
@@ -206,12 +206,12 @@ public:
     ops.push_back(std::move(ln1));
     ops.push_back(linear("qkv", "attention", h, 3 * h, false));
     // scores[b,a,q,k] = sum_d Q[b,a,q,d] K[b,a,k,d]
-    ops.push_back(op(p + "scores", OpKind::MatMul, "attention", stage,
-                     {batch(), loop("a", a, true), loop("q", sq),
-                      loop("k", sq), loop("d", d, false, LoopKind::Reduction)},
-                     {in("q", {0, 1, 2, 4}), in("k", {0, 1, 3, 4}),
-                      out("s", {0, 1, 2, 3})},
-                     2, true));
+    ops.push_back(op(
+        p + "scores", OpKind::MatMul, "attention", stage,
+        {batch(), loop("a", a, true), loop("q", sq), loop("k", sq),
+         loop("d", d, false, LoopKind::Reduction)},
+        {in("q", {0, 1, 2, 4}), in("k", {0, 1, 3, 4}), out("s", {0, 1, 2, 3})},
+        2, true));
     // scale + mask + softmax + dropout (fused); a 1-byte dropout mask.
     ops.push_back(op(p + "softmax", OpKind::Softmax, "attention", stage,
                      {batch(), loop("a", a, true), loop("q", sq),
@@ -220,12 +220,12 @@ public:
                       out("mask", {0, 1, 2, 3}, 1)},
                      8, true));
     // ctx[b,a,q,d] = sum_k P[b,a,q,k] V[b,a,k,d]
-    ops.push_back(op(p + "context", OpKind::MatMul, "attention", stage,
-                     {batch(), loop("a", a, true), loop("q", sq),
-                      loop("d", d), loop("k", sq, false, LoopKind::Reduction)},
-                     {in("p", {0, 1, 2, 4}), in("v", {0, 1, 4, 3}),
-                      out("c", {0, 1, 2, 3})},
-                     2, true));
+    ops.push_back(op(
+        p + "context", OpKind::MatMul, "attention", stage,
+        {batch(), loop("a", a, true), loop("q", sq), loop("d", d),
+         loop("k", sq, false, LoopKind::Reduction)},
+        {in("p", {0, 1, 2, 4}), in("v", {0, 1, 4, 3}), out("c", {0, 1, 2, 3})},
+        2, true));
     ops.push_back(linear("proj", "attention", h, h, true));
     ops.push_back(elementwise("residual1", "attention", h, false, 2, 3));
     ops.push_back(norm("ln2", "mlp"));
@@ -246,19 +246,19 @@ public:
   }
 
   void addHead(std::vector<Operator> &ops, unsigned stage) const {
-    ops.push_back(op("ln_f", OpKind::Norm, "head", stage,
-                     {batch(), loop("s", m.seq),
-                      loop("h", m.hidden, false, LoopKind::Reduction)},
-                     {in("x", {0, 1, 2}), param("ln_f.w", {2}),
-                      out("y", {0, 1, 2})},
-                     8, false));
+    ops.push_back(
+        op("ln_f", OpKind::Norm, "head", stage,
+           {batch(), loop("s", m.seq),
+            loop("h", m.hidden, false, LoopKind::Reduction)},
+           {in("x", {0, 1, 2}), param("ln_f.w", {2}), out("y", {0, 1, 2})}, 8,
+           false));
     // logits[b,s,v] = sum_h x[b,s,h] wte[v,h] (tied to the embedding).
-    ops.push_back(op("lm_head", OpKind::MatMul, "head", stage,
-                     {batch(), loop("s", m.seq), loop("v", m.vocab, true),
-                      loop("h", m.hidden, false, LoopKind::Reduction)},
-                     {in("x", {0, 1, 3}), param("wte", {2, 3}),
-                      out("logits", {0, 1, 2})},
-                     2, false));
+    ops.push_back(
+        op("lm_head", OpKind::MatMul, "head", stage,
+           {batch(), loop("s", m.seq), loop("v", m.vocab, true),
+            loop("h", m.hidden, false, LoopKind::Reduction)},
+           {in("x", {0, 1, 3}), param("wte", {2, 3}), out("logits", {0, 1, 2})},
+           2, false));
     // Vocab-parallel cross-entropy in fp32.
     ops.push_back(op("loss", OpKind::Softmax, "head", stage,
                      {batch(), loop("s", m.seq),
@@ -284,8 +284,8 @@ Expected<CostProblem> buildMegatronGPT(const GPTConfig &m,
     return fail("megatron: tp=" + Twine(s.tp) +
                 " must divide heads, hidden, ffn and vocab");
   if (m.layers % s.pp)
-    return fail("megatron: pp=" + Twine(s.pp) + " must divide layers=" +
-                Twine(m.layers));
+    return fail("megatron: pp=" + Twine(s.pp) +
+                " must divide layers=" + Twine(m.layers));
   if (m.batch % (s.mb * s.dp))
     return fail("megatron: mb*dp=" + Twine(s.mb * s.dp) +
                 " must divide batch=" + Twine(m.batch));

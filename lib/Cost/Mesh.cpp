@@ -33,13 +33,11 @@ std::optional<unsigned> Mesh::findAxis(llvm::StringRef name) const {
   return std::nullopt;
 }
 
-AxisPlacement Mesh::getPlacement(unsigned index,
-                                 int64_t devicesPerNode) const {
+AxisPlacement Mesh::getPlacement(unsigned index, int64_t devicesPerNode) const {
   return getAxisPlacement(axes[index].size, getStride(index), devicesPerNode);
 }
 
-AxisPlacement getAxisPlacement(int64_t size, int64_t stride,
-                               int64_t perNode) {
+AxisPlacement getAxisPlacement(int64_t size, int64_t stride, int64_t perNode) {
   AxisPlacement placement;
   if (size == 1)
     return placement;

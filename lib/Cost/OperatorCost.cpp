@@ -37,8 +37,8 @@ EfficiencyModel getDefaultEfficiency() {
 static int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static bool isTemporalDim(const Operator &op, unsigned dim) {
-  return op.temporal && (op.temporal->mDim == dim ||
-                         op.temporal->nDim == dim || op.temporal->kDim == dim);
+  return op.temporal && (op.temporal->mDim == dim || op.temporal->nDim == dim ||
+                         op.temporal->kDim == dim);
 }
 
 static int64_t getTemporalQ(const Operator &op, const Mesh &mesh) {
@@ -71,8 +71,7 @@ double getRooflineTime(OpKind kind, double flops, double bytes,
     peak = cluster.device.fp32;
   double eta = kind == OpKind::MatMul ? eff.getMatMulEfficiency(flops) : 1.0;
   double computeTime = flops / (peak * eta);
-  double memoryTime =
-      bytes / (cluster.device.hbmBandwidth * eff.hbmEfficiency);
+  double memoryTime = bytes / (cluster.device.hbmBandwidth * eff.hbmEfficiency);
   return eff.kernelLaunch + std::max(computeTime, memoryTime);
 }
 
@@ -85,9 +84,8 @@ double getMultiAxisCollectiveTime(Collective kind, double bytes,
                                   const Mesh &mesh, const Cluster &cluster) {
   double t = 0;
   for (unsigned axis : axes)
-    t += getCollectiveTime(kind, bytes,
-                           mesh.getPlacement(axis, cluster.devicesPerNode),
-                           cluster);
+    t += getCollectiveTime(
+        kind, bytes, mesh.getPlacement(axis, cluster.devicesPerNode), cluster);
   return t;
 }
 
@@ -199,14 +197,13 @@ costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
     startup = std::max(startup, p->crossesInterNode() || !p->regular
                                     ? cluster.interNode.latency
                                     : cluster.intraNode.latency);
-  double compute = getRooflineTime(OpKind::MatMul, stepFlops, stepBytes,
-                                   cluster, eff);
+  double compute =
+      getRooflineTime(OpKind::MatMul, stepFlops, stepBytes, cluster, eff);
   // F: I moves left along the columns, W up along the rows.
   TemporalStepCost f{compute, shift(inBytes, col) + shift(wBytes, row),
                      startup};
   // B (dI = dO W^T): W comes from the diagonal neighbour, dO along columns.
-  TemporalStepCost b{compute, diagonal(wBytes) + shift(outBytes, col),
-                     startup};
+  TemporalStepCost b{compute, diagonal(wBytes) + shift(outBytes, col), startup};
   // G (dW = I^T dO): I from the diagonal neighbour, dO along rows; dW needs
   // one re-layout at the last step.
   TemporalStepCost g{compute, diagonal(inBytes) + shift(outBytes, row),
@@ -267,7 +264,6 @@ Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
     cost.backwardWeightFlops = cost.forwardFlops * params;
     cost.transientBytes = outBytes * double(q) + doubleBuffers;
     cost.stashBytes = inputStash;
-    cost.parameterBytes *= 1; // one slice per device, never replicated
     return cost;
   }
 
@@ -280,8 +276,8 @@ Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
     cost.backwardWeight = params * cost.forward;
   } else if (op.kind == OpKind::Embedding) {
     // Scatter-add of the output gradient into the table's gradient.
-    cost.backwardWeight = getRooflineTime(op.kind, 0, 2 * outBytes, cluster,
-                                          eff);
+    cost.backwardWeight =
+        getRooflineTime(op.kind, 0, 2 * outBytes, cluster, eff);
   } else {
     // Memory-bound: each gradient re-reads the operands and the output
     // gradient.
@@ -329,8 +325,7 @@ Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
   return cost;
 }
 
-std::vector<GradientSync> getGradientSyncs(const Operator &op,
-                                           const Mesh &mesh,
+std::vector<GradientSync> getGradientSyncs(const Operator &op, const Mesh &mesh,
                                            std::optional<unsigned> ignored) {
   std::vector<GradientSync> syncs;
   for (const Operand &operand : op.operands) {
@@ -339,8 +334,6 @@ std::vector<GradientSync> getGradientSyncs(const Operator &op,
     GradientSync sync;
     sync.parameter = operand.name;
     sync.bytes = localBytes(op, operand, mesh);
-    if (op.temporal)
-      sync.bytes *= 1; // the slice is the device's whole share
     sync.axes = axesOutside(op, operand, ignored);
     syncs.push_back(std::move(sync));
   }
@@ -369,8 +362,7 @@ static AxisUse getAxisUse(const TensorLayout &layout, unsigned axis) {
 }
 
 Expected<RelayoutCost> getRelayoutCost(const TensorLayout &from,
-                                       const TensorLayout &to,
-                                       const Mesh &mesh,
+                                       const TensorLayout &to, const Mesh &mesh,
                                        const Cluster &cluster) {
   if (!to.partialAxes.empty())
     return createStringError(inconvertibleErrorCode(),

@@ -71,8 +71,7 @@ Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
     double backward = 0;
     double gradSync = 0;
     double optimizer = 0;
-    double stash = 0, checkpointStash = 0, recomputeStash = 0,
-           transient = 0;
+    double stash = 0, checkpointStash = 0, recomputeStash = 0, transient = 0;
     ModelStateBytes states;
     double boundaryBytes = -1;
     StringSet<> params;
@@ -87,8 +86,8 @@ Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
   double modelFlopsMB = 0, recomputeFlopsMB = 0;
   for (const Operator &op : ops) {
     if (op.stage >= p)
-      return fail("operator '" + op.name + "' is on stage " +
-                  Twine(op.stage) + " of " + Twine(p));
+      return fail("operator '" + op.name + "' is on stage " + Twine(op.stage) +
+                  " of " + Twine(p));
     Expected<OperatorCost> c = costOperator(op, mesh, cluster, eff);
     if (!c)
       return c.takeError();
@@ -99,16 +98,15 @@ Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
     t.recompute = recompute ? c->forward : 0;
     t.backwardInput = c->backwardInput;
     t.backwardWeight = c->backwardWeight;
-    t.communication =
-        c->forwardComm * (recompute ? 2 : 1) + c->backwardComm;
+    t.communication = c->forwardComm * (recompute ? 2 : 1) + c->backwardComm;
     s.perMicroBatch += t;
     s.backward += c->backwardInput + c->backwardWeight + c->backwardComm;
     kinds[op.layerKind] += scaled(t, double(m));
     // FLOPs over the whole mesh: local FLOPs times the devices sharing the
     // work (a pipeline stage holds numDevices / p of them).
     double share = double(b.numDevices) / double(p);
-    double local = c->forwardFlops + c->backwardInputFlops +
-                   c->backwardWeightFlops;
+    double local =
+        c->forwardFlops + c->backwardInputFlops + c->backwardWeightFlops;
     modelFlopsMB += local * share;
     if (recompute)
       recomputeFlopsMB += c->forwardFlops * share;
@@ -151,8 +149,8 @@ Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
       double t = getMultiAxisCollectiveTime(Collective::AllReduce, g.bytes,
                                             g.axes, mesh, cluster);
       if (config.zeroStage == 3)
-        t += getMultiAxisCollectiveTime(Collective::AllGather, g.bytes,
-                                        g.axes, mesh, cluster);
+        t += getMultiAxisCollectiveTime(Collective::AllGather, g.bytes, g.axes,
+                                        mesh, cluster);
       s.gradSync += t;
       double updated = config.zeroStage >= 1 ? psi / double(nd) : psi;
       s.optimizer += updated * kAdamBytesPerParam /
@@ -242,8 +240,8 @@ static void rowBytes(raw_ostream &os, StringRef name, double bytes) {
 
 void printBreakdown(raw_ostream &os, const StepBreakdown &b) {
   os << "devices " << b.numDevices << ", pipeline stages " << b.pipelineStages
-     << ", micro-batches " << b.microBatches << ", interleave "
-     << b.interleave << "\n";
+     << ", micro-batches " << b.microBatches << ", interleave " << b.interleave
+     << "\n";
   os << "per micro-batch, critical stage " << b.criticalStageIndex << ":\n";
   row(os, "forward", b.criticalStage.forward);
   row(os, "recompute", b.criticalStage.recompute);
@@ -263,12 +261,10 @@ void printBreakdown(raw_ostream &os, const StepBreakdown &b) {
   os << format("  %-14s %10s %10s %10s %10s %10s\n", "kind", "F ms",
                "recomp ms", "B ms", "G ms", "comm ms");
   for (const auto &[name, t] : b.perLayerKind)
-    os << format("  %-14s %10.3f %10.3f %10.3f %10.3f %10.3f\n",
-                 name.c_str(), t.forward * 1e3, t.recompute * 1e3,
-                 t.backwardInput * 1e3, t.backwardWeight * 1e3,
-                 t.communication * 1e3);
-  os << format("model FLOPs per step:               %.4e FLOP\n",
-               b.modelFlops);
+    os << format("  %-14s %10.3f %10.3f %10.3f %10.3f %10.3f\n", name.c_str(),
+                 t.forward * 1e3, t.recompute * 1e3, t.backwardInput * 1e3,
+                 t.backwardWeight * 1e3, t.communication * 1e3);
+  os << format("model FLOPs per step:               %.4e FLOP\n", b.modelFlops);
   os << format("model TFLOP/s per device:           %.1f TFLOP/s\n",
                b.modelFlopsPerDevice / 1e12);
   os << format("MFU:                                %.1f %%\n", b.mfu * 100);
@@ -317,16 +313,15 @@ json::Value toJSON(const StepBreakdown &b) {
       {"model_flops_per_device", b.modelFlopsPerDevice},
       {"mfu", b.mfu},
       {"per_layer_kind", std::move(kinds)},
-      {"peak_memory",
-       json::Object{{"stage", b.peakMemoryStage},
-                    {"parameters_bytes", m.parameters},
-                    {"gradients_bytes", m.gradients},
-                    {"optimizer_bytes", m.optimizer},
-                    {"activations_bytes", m.activations},
-                    {"transient_bytes", m.transient},
-                    {"total_bytes", m.getTotal()},
-                    {"capacity_bytes", b.deviceCapacity},
-                    {"fits", b.fitsMemory}}}};
+      {"peak_memory", json::Object{{"stage", b.peakMemoryStage},
+                                   {"parameters_bytes", m.parameters},
+                                   {"gradients_bytes", m.gradients},
+                                   {"optimizer_bytes", m.optimizer},
+                                   {"activations_bytes", m.activations},
+                                   {"transient_bytes", m.transient},
+                                   {"total_bytes", m.getTotal()},
+                                   {"capacity_bytes", b.deviceCapacity},
+                                   {"fits", b.fitsMemory}}}};
 }
 
 } // namespace stpar::cost

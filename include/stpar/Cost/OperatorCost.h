@@ -98,8 +98,7 @@ struct GradientSync {
 
 /// Costs `op` (see OperatorCost). Fails when axes are out of range or the
 /// temporal primitive is malformed (non-square, wrong loop kinds).
-llvm::Expected<OperatorCost> costOperator(const Operator &op,
-                                          const Mesh &mesh,
+llvm::Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
                                           const Cluster &cluster,
                                           const EfficiencyModel &eff);
 

@@ -53,8 +53,7 @@ struct PhaseTimes {
   /// Collectives of tensor/sequence partitions (not overlapped).
   double communication = 0;
   double getTotal() const {
-    return forward + recompute + backwardInput + backwardWeight +
-           communication;
+    return forward + recompute + backwardInput + backwardWeight + communication;
   }
   PhaseTimes &operator+=(const PhaseTimes &o);
 };
@@ -108,10 +107,11 @@ struct StepBreakdown {
 
 /// Costs one training step. Fails on malformed operators or a mesh larger
 /// than the cluster.
-llvm::Expected<StepBreakdown>
-evaluateTrainingStep(llvm::ArrayRef<Operator> ops, const Mesh &mesh,
-                     const Cluster &cluster, const TrainingConfig &config,
-                     const EfficiencyModel &eff);
+llvm::Expected<StepBreakdown> evaluateTrainingStep(llvm::ArrayRef<Operator> ops,
+                                                   const Mesh &mesh,
+                                                   const Cluster &cluster,
+                                                   const TrainingConfig &config,
+                                                   const EfficiencyModel &eff);
 
 /// A table of the breakdown (units in every row).
 void printBreakdown(llvm::raw_ostream &os, const StepBreakdown &b);

@@ -14,10 +14,10 @@ TEST(ClusterTest, Presets) {
   llvm::Expected<Cluster> v100 = getPreset("v100-sxm2-32g-4x8");
   ASSERT_TRUE(bool(v100));
   EXPECT_EQ(v100->getNumDevices(), 32);
-  EXPECT_EQ(v100->device.hbmCapacity, 34359738368); // 32 GiB, bytes
+  EXPECT_EQ(v100->device.hbmCapacity, 34359738368);   // 32 GiB, bytes
   EXPECT_DOUBLE_EQ(v100->intraNode.bandwidth, 300e9); // bytes/s
   EXPECT_DOUBLE_EQ(v100->interNode.bandwidth, 100e9); // bytes/s
-  EXPECT_EQ(v100->device.getPeak(DType::BF16), 0); // no bf16 on V100
+  EXPECT_EQ(v100->device.getPeak(DType::BF16), 0);    // no bf16 on V100
 
   llvm::Expected<Cluster> a100 = getPreset("dgx-a100-80g-4");
   ASSERT_TRUE(bool(a100));
@@ -84,8 +84,7 @@ TEST(ClusterTest, Diagnostics) {
   EXPECT_EQ(errorOf(replace(kValid, "\"bandwidth\": 1.0e10",
                             "\"bandwidth\": -1.0e10")),
             "f.json: field 'inter_node.bandwidth': must be positive");
-  EXPECT_EQ(errorOf(replace(kValid, "\"latency\": 1.0e-6",
-                            "\"latency\": -1")),
+  EXPECT_EQ(errorOf(replace(kValid, "\"latency\": 1.0e-6", "\"latency\": -1")),
             "f.json: field 'intra_node.latency': must be non-negative");
   EXPECT_EQ(errorOf(replace(kValid, "\"nodes\": 2", "\"nodes\": 0")),
             "f.json: field 'nodes': must be a positive integer");

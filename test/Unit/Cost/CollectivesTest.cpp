@@ -49,16 +49,14 @@ TEST(CollectivesTest, RingVolumes) {
 TEST(CollectivesTest, IntraNodeAllReduce) {
   // 1e9 B over 8 GPUs of a node: 14 * 5 us + 1.75e9 B / 3e11 B/s
   // = 7e-5 s + 5.8333e-3 s = 5.90333e-3 s.
-  EXPECT_NEAR(getCollectiveTime(Collective::AllReduce, 1e9, place(8, 1),
-                                dgx()),
+  EXPECT_NEAR(getCollectiveTime(Collective::AllReduce, 1e9, place(8, 1), dgx()),
               5.903333e-3, 1e-9);
 }
 
 TEST(CollectivesTest, InterNodeAllGather) {
   // Gathered output 8e8 B over 4 nodes: 3 * 10 us + 6e8 B / 2.5e10 B/s
   // = 3e-5 + 0.024 = 0.02403 s.
-  EXPECT_NEAR(getCollectiveTime(Collective::AllGather, 8e8, place(1, 4),
-                                dgx()),
+  EXPECT_NEAR(getCollectiveTime(Collective::AllGather, 8e8, place(1, 4), dgx()),
               0.02403, 1e-9);
 }
 
@@ -67,34 +65,29 @@ TEST(CollectivesTest, HierarchicalAllReduce) {
   // 8.75e8 / 3e11 = 2.951667e-3 s), all-reduce of 1.25e8 B across 2 nodes
   // (2 * 10 us + 1.25e8 / 2.5e10 = 5.02e-3 s), all-gather inside
   // (2.951667e-3 s): 0.010923333 s.
-  EXPECT_NEAR(getCollectiveTime(Collective::AllReduce, 1e9, place(8, 2),
-                                dgx()),
+  EXPECT_NEAR(getCollectiveTime(Collective::AllReduce, 1e9, place(8, 2), dgx()),
               0.010923333, 1e-8);
 }
 
 TEST(CollectivesTest, HierarchicalAllToAllAndShift) {
   // 8e8 B send buffer over 8 x 2: intra 7 * 5 us + 8e8 * 7/16 / 3e11
   // = 1.2016667e-3 s; inter 10 us + 8e8 / 2 / 2.5e10 = 0.01601 s.
-  EXPECT_NEAR(getCollectiveTime(Collective::AllToAll, 8e8, place(8, 2),
-                                dgx()),
+  EXPECT_NEAR(getCollectiveTime(Collective::AllToAll, 8e8, place(8, 2), dgx()),
               0.017211667, 1e-8);
   // A shift of 1e8 B inside a node: 5 us + 1e8 / 3e11 = 3.383333e-4 s;
   // across nodes (slowest level): 10 us + 1e8 / 2.5e10 = 4.01e-3 s.
-  EXPECT_NEAR(getCollectiveTime(Collective::RingShift, 1e8, place(4, 1),
-                                dgx()),
+  EXPECT_NEAR(getCollectiveTime(Collective::RingShift, 1e8, place(4, 1), dgx()),
               3.383333e-4, 1e-9);
-  EXPECT_NEAR(getCollectiveTime(Collective::RingShift, 1e8, place(4, 2),
-                                dgx()),
+  EXPECT_NEAR(getCollectiveTime(Collective::RingShift, 1e8, place(4, 2), dgx()),
               4.01e-3, 1e-9);
 }
 
 TEST(CollectivesTest, IrregularIsInterNode) {
   // Irregular axis of 3: flat inter-node ring, all-reduce of 3e8 B:
   // 4 * 10 us + 2 * 2/3 * 3e8 / 2.5e10 = 4e-5 + 0.016 = 0.01604 s.
-  EXPECT_NEAR(getCollectiveTime(Collective::AllReduce, 3e8,
-                                place(1, 3, false), dgx()),
-              0.01604, 1e-9);
-  EXPECT_EQ(getCollectiveTime(Collective::AllReduce, 3e8, place(1, 1),
-                              dgx()),
+  EXPECT_NEAR(
+      getCollectiveTime(Collective::AllReduce, 3e8, place(1, 3, false), dgx()),
+      0.01604, 1e-9);
+  EXPECT_EQ(getCollectiveTime(Collective::AllReduce, 3e8, place(1, 1), dgx()),
             0);
 }

@@ -4,8 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "stpar/Cost/GPTModel.h"
 #include "stpar/Cost/TrainingStep.h"
+#include "stpar/Cost/GPTModel.h"
 
 #include <gtest/gtest.h>
 
@@ -139,9 +139,9 @@ TEST(TrainingStepTest, GPTBuilderCountsMegatronFlops) {
   EXPECT_EQ(p->ops.size(), 1 + 4 * 12 + 3u);
   EXPECT_EQ(p->config.microBatches, 8); // 16 / (mb 1 * dp 2)
   EXPECT_EQ(p->mesh.getNumDevices(), 8);
-  llvm::Expected<StepBreakdown> b = evaluateTrainingStep(
-      p->ops, p->mesh, *getPreset("dgx-a100-80g-1"), p->config,
-      getDefaultEfficiency());
+  llvm::Expected<StepBreakdown> b =
+      evaluateTrainingStep(p->ops, p->mesh, *getPreset("dgx-a100-80g-1"),
+                           p->config, getDefaultEfficiency());
   ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
   // Megatron (SC'21 Eq. 3) with recomputation: 96 B s l h^2 (1 + s/(6h) +
   // V/(16 l h)) = 96*16*2048*4*1024^2*(1 + 1/3 + 0.78125) = 2.7917e15
