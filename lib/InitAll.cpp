@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/Transforms/Passes.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -23,6 +24,7 @@
 void stpar::registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<mlir::arith::ArithDialect, mlir::emitc::EmitCDialect,
                   mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
+                  mlir::math::MathDialect,
                   mlir::shard::ShardDialect, mlir::tensor::TensorDialect,
                   stpar::stp::STPDialect>();
 }
