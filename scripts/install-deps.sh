@@ -20,6 +20,8 @@ PACKAGES=(
   libzstd-dev libcurl4-openssl-dev libedit-dev
   # ONNX + protobuf.
   libonnx-dev libprotobuf-dev protobuf-compiler
+  # ONNX node tests (conformance of the importer).
+  libonnx-testdata
   # Formatting and JSON.
   libfmt-dev nlohmann-json3-dev
   # Tests.
