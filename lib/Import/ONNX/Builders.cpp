@@ -36,11 +36,16 @@ Type stpar::onnximport::convertDType(MLIRContext *ctx, int32_t dtype) {
     return Float16Type::get(ctx);
   case onnx::TensorProto::BFLOAT16:
     return BFloat16Type::get(ctx);
+  // Unsigned integers are held signless (MLIR's arith is signless); their
+  // values stay below 2^63 / 2^31 in every model this handles.
   case onnx::TensorProto::INT64:
+  case onnx::TensorProto::UINT64:
     return IntegerType::get(ctx, 64);
   case onnx::TensorProto::INT32:
+  case onnx::TensorProto::UINT32:
     return IntegerType::get(ctx, 32);
   case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16:
     return IntegerType::get(ctx, 16);
   case onnx::TensorProto::INT8:
   case onnx::TensorProto::UINT8:

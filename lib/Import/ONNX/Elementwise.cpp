@@ -183,9 +183,32 @@ void addBinary(HandlerRegistry &r, StringRef name, BinaryKind kind,
         if (llvm::any_of(inputs, [](Value v) { return !v; }))
           return failure();
         Type elem = elemOf(inputs[0]);
-        if (kind == BinaryKind::Pow && isa<FloatType>(elem) &&
-            elemOf(inputs[1]) != elem)
-          inputs[1] = convertElement(node.b(), node.loc(), inputs[1], elem);
+        if (kind == BinaryKind::Pow && elemOf(inputs[1]) != elem) {
+          // Pow allows a base of type T and an exponent of type T1; the
+          // result has type T. A float base converts the exponent; an
+          // integer base with a float exponent is computed in that float
+          // type and truncated back (numpy's semantics).
+          OpBuilder &b = node.b();
+          Type expElem = elemOf(inputs[1]);
+          if (isa<FloatType>(elem) || !isa<FloatType>(expElem)) {
+            inputs[1] = convertElement(b, node.loc(), inputs[1], elem);
+          } else {
+            Value base = convertElement(b, node.loc(), inputs[0], expElem);
+            SmallVector<Value> pair = {base, inputs[1]};
+            auto merged = broadcastShapes(
+                cast<RankedTensorType>(base.getType()).getShape(),
+                cast<RankedTensorType>(inputs[1].getType()).getShape());
+            if (!merged)
+              return node.error() << "operand shapes do not broadcast";
+            Value power = buildElementwise(
+                b, node.loc(), pair, expElem,
+                [](OpBuilder &nb, Location loc, ValueRange a) -> Value {
+                  return math::PowFOp::create(nb, loc, a[0], a[1]);
+                });
+            node.setOutput(0, convertElement(b, node.loc(), power, elem));
+            return success();
+          }
+        }
         for (Value &v : inputs)
           if (elemOf(v) != elem)
             return node.error() << "operands have different element types: "
