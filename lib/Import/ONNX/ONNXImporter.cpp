@@ -395,6 +395,7 @@ static const HandlerRegistry &getRegistry() {
     registerNormalizationHandlers(r);
     registerSourceHandlers(r);
     registerContribHandlers(r);
+    registerRotaryHandlers(r);
     return r;
   }();
   return registry;
