@@ -1,0 +1,161 @@
+//===- OperatorGraph.h - an imported model as a graph of operators -*- C++ -*-//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// What the IR route of the cost model hands over, without MLIR: the
+// operators of one micro-batch's forward pass (stpar/Cost/Operator.h, loops
+// and operands, *no partition*), the tensors they read and write, the free
+// ops between them (reshapes, slices, concatenations, transposes of
+// parameters) as dim mappings, the transformer layers found and each
+// operator's layer kind. stpar/Analysis/CostModel.h fills it from an
+// imported `func.func`; this header then partitions it with a Megatron
+// strategy (the search, issue 5, will partition the same graph with its own
+// candidates). docs/cost-model.md, "The IR route".
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_ANALYSIS_OPERATORGRAPH_H
+#define STPAR_ANALYSIS_OPERATORGRAPH_H
+
+#include "stpar/Cost/GPTModel.h"
+#include "stpar/Cost/Operator.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stpar::analysis {
+
+/// Where a tensor comes from.
+enum class TensorKind {
+  /// Produced by an operator or a view.
+  Activation,
+  /// A graph input (`stp.name` function argument).
+  GraphInput,
+  /// A trainable parameter (`#stp.param<..., trainable = true>`).
+  Parameter,
+  /// A non-trainable initializer or a constant (masks, index tables).
+  Buffer,
+};
+
+/// One tensor of the graph (static shape).
+struct GraphTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  /// Bytes per element in training (docs/cost-model.md, "The IR route":
+  /// floats 2 under mixed precision, 4 in fp32; integers their width).
+  int64_t elementBytes = 2;
+  TensorKind kind = TensorKind::Activation;
+  /// Whether backward computes a gradient for it: parameters, and what is
+  /// computed from them; not graph inputs, buffers or integer tensors.
+  bool requiresGrad = false;
+  /// For parameters reached through views: the parameter's name (tied
+  /// weights share it); otherwise `name`.
+  std::string parameterName;
+  /// Producer: an index into OperatorGraph::ops or ::views, or -1.
+  int producerOp = -1, producerView = -1;
+  /// Graph inputs only: the dim holding the batch (the micro-batch).
+  std::optional<unsigned> batchDim;
+};
+
+/// A free op: `result` is a re-indexing of `source` (reshape, slice,
+/// concatenation input, transpose of a parameter). `sourceDimOf[r]` is the
+/// source dim whose split carries over to result dim r (a split of any
+/// other source dim is lost), or -1.
+struct GraphView {
+  std::string name;
+  unsigned source = 0, result = 0;
+  std::vector<int> sourceDimOf;
+};
+
+/// One operator with the tensors behind its operands.
+struct GraphOperator {
+  /// Loops, operands, kind, FLOPs per point, layer kind; `loops[i].axes`
+  /// empty and `stage` 0 (the partition is assigned later).
+  cost::Operator op;
+  /// Per operand of `op`: the tensor (index into OperatorGraph::tensors).
+  std::vector<unsigned> tensors;
+  /// Per operand, per tensor dim: the loop indexing it, or -1 for a unit
+  /// (broadcast) dim or an index that is not a plain loop (approximation).
+  std::vector<std::vector<int>> tensorDimLoops;
+  /// Part of an attention core (the scores/context batched matmuls, the
+  /// softmax between them, stp.attention's operators).
+  bool attentionCore = false;
+  /// Index of the transformer layer it belongs to, -1 outside layers.
+  int layer = -1;
+};
+
+/// A transformer layer: operators [begin, end) and its attention heads
+/// (0 when the heads could not be told apart from the batch).
+struct GraphLayer {
+  unsigned begin = 0, end = 0;
+  int64_t heads = 0;
+};
+
+/// One micro-batch's forward pass as operators (program order, which is a
+/// topological order).
+struct OperatorGraph {
+  std::vector<GraphTensor> tensors;
+  std::vector<GraphView> views;
+  std::vector<GraphOperator> ops;
+  std::vector<GraphLayer> layers;
+  /// Approximations made while converting (one line each).
+  std::vector<std::string> notes;
+
+  /// Trainable parameters, elements (each named parameter once).
+  double getParameterCount() const;
+  /// Forward FLOPs of operator `i` (flopsPerPoint * product of extents; 0
+  /// for embeddings).
+  double getForwardFlops(unsigned i) const;
+};
+
+/// A Megatron strategy for an imported model: the strategy of GPTModel.h
+/// plus the number of micro-batches per step.
+struct IRStrategy {
+  cost::MegatronStrategy megatron;
+  /// Whether `mb=` was given (it must then equal the bound batch dim).
+  bool microBatchGiven = false;
+  /// Global batch in sequences (`gb=`), if given; global batch = mb * dp *
+  /// micro-batches.
+  std::optional<int64_t> globalBatch;
+};
+
+/// Parses "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,interleave=V][,zero=Z]
+/// [,recompute=0|1]" (the keys of parseMegatronSpec plus `gb`).
+llvm::Expected<IRStrategy> parseIRStrategy(llvm::StringRef spec);
+
+/// What evaluateTrainingStep needs, and what the assignment could not
+/// follow (operators replicated across tp and why).
+struct MegatronPlan {
+  cost::CostProblem problem;
+  std::vector<std::string> warnings;
+};
+
+/// Partitions `graph` with Megatron's rules on the mesh ["pp", "dp", "tp"]
+/// (tp fastest, as GPTModel.h):
+/// - dp: the batch loop (followed from the graph inputs' batch dim) gets
+///   the "dp" axis and extent mb * dp;
+/// - tp: a linear (a matmul with one parameter) whose input is not split is
+///   column-parallel (its output dim on "tp"), one whose input is split on
+///   its reduction dim is row-parallel (Megatron-LM Sec. 3); other
+///   operators follow their inputs' split when it is on one parallel loop
+///   (heads through attention, the FFN dim through GeLU); the largest
+///   embedding table is vocab-parallel; anything else is replicated across
+///   tp, with a warning;
+/// - pp: contiguous stages cut at layer boundaries, minimizing the largest
+///   stage's forward FLOPs (embedding on the first, head on the last).
+/// `microBatch` is the bound batch dim. Fails when tp does not divide the
+/// heads of a layer, pp exceeds the layers, mb differs from the bound batch
+/// or gb is not a multiple of mb * dp.
+llvm::Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
+                                            const IRStrategy &strategy,
+                                            int64_t microBatch);
+
+} // namespace stpar::analysis
+
+#endif // STPAR_ANALYSIS_OPERATORGRAPH_H

@@ -1,0 +1,364 @@
+//===- MegatronPlan.cpp - Megatron partition of an operator graph -*- C++ -*-=//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Assigns Megatron-LM's 3D partition (Shoeybi et al. 2019, Sec. 3;
+// Narayanan et al. SC'21, Sec. 2) to an OperatorGraph by following splits
+// through the graph: the batch from the graph inputs (dp), tensor-parallel
+// splits from column-parallel linears to the row-parallel linear that
+// consumes them (tp), and pipeline stages cut at layer boundaries (pp).
+// No MLIR.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Analysis/OperatorGraph.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/Twine.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+using namespace llvm;
+using namespace stpar::cost;
+
+namespace stpar::analysis {
+
+static Error fail(const Twine &msg) {
+  return createStringError(inconvertibleErrorCode(), msg);
+}
+
+Expected<IRStrategy> parseIRStrategy(StringRef spec) {
+  IRStrategy s;
+  // Take `gb` out and note `mb`; the rest is GPTModel.h's grammar.
+  StringRef body = spec;
+  std::string rest;
+  if (body.consume_front("megatron:")) {
+    SmallVector<StringRef> parts;
+    body.split(parts, ',', -1, false);
+    for (StringRef part : parts) {
+      auto [key, value] = part.split('=');
+      key = key.trim();
+      if (key == "gb") {
+        int64_t n = 0;
+        if (value.trim().getAsInteger(10, n) || n < 1)
+          return fail("megatron key 'gb': expected a positive integer, got '" +
+                      value + "'");
+        s.globalBatch = n;
+        continue;
+      }
+      if (key == "mb")
+        s.microBatchGiven = true;
+      rest += (rest.empty() ? "" : ",") + part.str();
+    }
+    rest = "megatron:" + rest;
+  } else {
+    rest = spec.str();
+  }
+  Expected<MegatronStrategy> m = parseMegatronSpec(rest);
+  if (!m)
+    return m.takeError();
+  s.megatron = *m;
+  return s;
+}
+
+namespace {
+constexpr unsigned kPP = 0, kDP = 1, kTP = 2;
+
+/// Follows one split (a tensor dim) per tensor through views and
+/// operators; -1 is "not split".
+class SplitState {
+public:
+  SplitState(const OperatorGraph &g) : g(g), dims(g.tensors.size(), -2) {}
+
+  int get(unsigned t) {
+    if (dims[t] != -2)
+      return dims[t];
+    const GraphTensor &tensor = g.tensors[t];
+    int d = -1;
+    if (tensor.producerView >= 0) {
+      const GraphView &v = g.views[tensor.producerView];
+      int s = get(v.source);
+      if (s >= 0)
+        for (auto [r, src] : enumerate(v.sourceDimOf))
+          if (src == s)
+            d = int(r);
+    }
+    dims[t] = d;
+    return d;
+  }
+  void set(unsigned t, int d) { dims[t] = d; }
+
+  /// The loop of operand `j` of `gop` its input split lies on (-1 none).
+  int getLoop(const GraphOperator &gop, unsigned j) {
+    int d = get(gop.tensors[j]);
+    if (d < 0 || unsigned(d) >= gop.tensorDimLoops[j].size())
+      return -1;
+    return gop.tensorDimLoops[j][d];
+  }
+
+  /// Records the outputs of `gop` split along loop `loop` (or not).
+  void setOutputs(const GraphOperator &gop, int loop) {
+    for (auto [j, operand] : enumerate(gop.op.operands)) {
+      if (operand.role != OperandRole::Output)
+        continue;
+      int d = -1;
+      if (loop >= 0)
+        for (auto [k, l] : enumerate(gop.tensorDimLoops[j]))
+          if (l == loop)
+            d = int(k);
+      set(gop.tensors[j], d);
+    }
+  }
+
+private:
+  const OperatorGraph &g;
+  std::vector<int> dims;
+};
+} // namespace
+
+/// Splits the layers into `pp` contiguous stages minimizing the largest
+/// stage's forward FLOPs (linear partition by dynamic programming); returns
+/// the first layer of each stage.
+static std::vector<unsigned> cutStages(ArrayRef<double> layerFlops,
+                                       unsigned pp) {
+  unsigned n = unsigned(layerFlops.size());
+  std::vector<double> prefix(n + 1, 0);
+  for (unsigned i = 0; i < n; ++i)
+    prefix[i + 1] = prefix[i] + layerFlops[i];
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][i]: first i layers in s stages; from[s][i]: start of the last.
+  std::vector<std::vector<double>> best(pp + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<unsigned>> from(pp + 1,
+                                          std::vector<unsigned>(n + 1, 0));
+  best[0][0] = 0;
+  for (unsigned s = 1; s <= pp; ++s)
+    for (unsigned i = s; i <= n; ++i)
+      for (unsigned k = s - 1; k < i; ++k) {
+        double v = std::max(best[s - 1][k], prefix[i] - prefix[k]);
+        if (v < best[s][i]) {
+          best[s][i] = v;
+          from[s][i] = k;
+        }
+      }
+  std::vector<unsigned> starts(pp);
+  unsigned i = n;
+  for (unsigned s = pp; s >= 1; --s) {
+    starts[s - 1] = from[s][i];
+    i = from[s][i];
+  }
+  return starts;
+}
+
+Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
+                                      const IRStrategy &strategy,
+                                      int64_t microBatch) {
+  const MegatronStrategy &s = strategy.megatron;
+  unsigned numLayers = unsigned(graph.layers.size());
+  if (strategy.microBatchGiven && s.mb != microBatch)
+    return fail("megatron: mb=" + Twine(s.mb) +
+                " but the model's batch dim is bound to " + Twine(microBatch) +
+                "; the bound batch dim is the micro-batch size (drop mb= or "
+                "make them equal)");
+  int64_t perStep = microBatch * s.dp;
+  int64_t globalBatch = strategy.globalBatch.value_or(perStep);
+  if (globalBatch % perStep)
+    return fail("megatron: gb=" + Twine(globalBatch) +
+                " must be a multiple of mb*dp=" + Twine(perStep));
+  for (auto [l, layer] : enumerate(graph.layers))
+    if (layer.heads > 0 && layer.heads % s.tp)
+      return fail("megatron: tp=" + Twine(s.tp) + " does not divide the " +
+                  Twine(layer.heads) + " attention heads of layer " +
+                  Twine(l));
+  if (s.pp > 1 && s.pp * s.interleave > int64_t(numLayers))
+    return fail("megatron: pp=" + Twine(s.pp) +
+                (s.interleave > 1 ? " x interleave=" + Twine(s.interleave)
+                                  : Twine()) +
+                " exceeds the " + Twine(numLayers) +
+                " transformer layers found in the model");
+
+  MegatronPlan plan;
+  CostProblem &problem = plan.problem;
+  problem.mesh.axes = {{"pp", s.pp}, {"dp", s.dp}, {"tp", s.tp}};
+  TrainingConfig &c = problem.config;
+  c.microBatches = globalBatch / perStep;
+  c.pipelineStages = s.pp;
+  c.interleave = s.interleave;
+  c.pipelineAxis = kPP;
+  c.zeroStage = s.zeroStage;
+  c.recompute = s.recompute;
+
+  // The vocabulary-parallel table: the embedding table with most rows.
+  std::string vocabTable;
+  int64_t vocabRows = 0;
+  for (const GraphOperator &gop : graph.ops) {
+    if (gop.op.kind != OpKind::Embedding)
+      continue;
+    for (auto [j, operand] : enumerate(gop.op.operands))
+      if (operand.role == OperandRole::Parameter) {
+        const GraphTensor &t = graph.tensors[gop.tensors[j]];
+        if (!t.shape.empty() && t.shape[0] > vocabRows) {
+          vocabRows = t.shape[0];
+          vocabTable = operand.name;
+        }
+      }
+  }
+
+  SplitState tp(graph), batch(graph);
+  for (auto [i, t] : enumerate(graph.tensors))
+    if (t.kind == TensorKind::GraphInput)
+      batch.set(unsigned(i), t.batchDim ? int(*t.batchDim) : -1);
+  std::map<std::string, std::vector<std::string>> replicated;
+  auto replicate = [&](const Operator &op, StringRef why) {
+    replicated[why.str()].push_back(op.name);
+    return -1;
+  };
+
+  for (const GraphOperator &gop : graph.ops) {
+    Operator op = gop.op;
+    // dp: the loop the inputs' batch dim lies on.
+    int batchLoop = -1;
+    for (auto [j, operand] : enumerate(op.operands)) {
+      if (operand.role != OperandRole::Input)
+        continue;
+      int l = batch.getLoop(gop, unsigned(j));
+      if (l >= 0 && op.loops[l].kind == LoopKind::Parallel) {
+        batchLoop = l;
+        break;
+      }
+    }
+    batch.setOutputs(gop, batchLoop);
+
+    // tp.
+    int tpLoop = -1;
+    std::vector<int> inputLoops;
+    unsigned params = 0;
+    bool lost = false;
+    for (auto [j, operand] : enumerate(op.operands)) {
+      if (operand.role == OperandRole::Parameter)
+        ++params;
+      if (operand.role != OperandRole::Input)
+        continue;
+      int d = tp.get(gop.tensors[j]);
+      int l = tp.getLoop(gop, unsigned(j));
+      if (d >= 0 && l < 0)
+        lost = true;
+      if (l >= 0 && !is_contained(inputLoops, l))
+        inputLoops.push_back(l);
+    }
+    auto fits = [&](int l) { return op.loops[l].extent % s.tp == 0; };
+    if (s.tp > 1) {
+      if (lost) {
+        tpLoop = replicate(op, "an input is split on a dim this operator "
+                               "does not index as a loop");
+      } else if (op.kind == OpKind::Embedding) {
+        for (auto [j, operand] : enumerate(op.operands))
+          if (operand.role == OperandRole::Parameter &&
+              operand.name == vocabTable && !gop.tensorDimLoops[j].empty()) {
+            int rows = gop.tensorDimLoops[j][0];
+            tpLoop = rows >= 0 && fits(rows)
+                         ? rows
+                         : replicate(op, "vocabulary not divisible by tp");
+          }
+      } else if (op.kind == OpKind::MatMul && params == 1) {
+        // A linear: row-parallel after a split, else column-parallel.
+        if (inputLoops.size() == 1 &&
+            op.loops[inputLoops[0]].kind == LoopKind::Reduction) {
+          tpLoop = fits(inputLoops[0])
+                       ? inputLoops[0]
+                       : replicate(op, "reduction dim not divisible by tp");
+        } else if (inputLoops.empty()) {
+          int column = -1;
+          for (unsigned l = 0; l < op.loops.size(); ++l) {
+            if (op.loops[l].kind != LoopKind::Parallel)
+              continue;
+            bool inParam = false, inInput = false;
+            for (const Operand &operand : op.operands) {
+              if (operand.role == OperandRole::Parameter)
+                inParam |= is_contained(operand.dims, l);
+              if (operand.role == OperandRole::Input)
+                inInput |= is_contained(operand.dims, l);
+            }
+            if (inParam && !inInput)
+              column = int(l);
+          }
+          if (column < 0)
+            tpLoop = replicate(op, "linear without an output dim of its "
+                                   "weight");
+          else
+            tpLoop = fits(column)
+                         ? column
+                         : replicate(op, "output dim not divisible by tp");
+        } else {
+          tpLoop = replicate(op, "linear whose input is split on a "
+                                 "non-reduction dim");
+        }
+      } else if (inputLoops.size() == 1) {
+        int l = inputLoops[0];
+        if (op.loops[l].kind == LoopKind::Reduction &&
+            op.kind != OpKind::MatMul)
+          tpLoop = replicate(op, "input split on the dim it reduces");
+        else
+          tpLoop = fits(l) ? l : replicate(op, "split dim not divisible by tp");
+      } else if (inputLoops.size() > 1) {
+        tpLoop = replicate(op, "inputs split on different dims");
+      }
+    }
+    // A replicated op whose input was split reads it gathered: its split
+    // ends here (the all-gather is not costed; see the warning).
+    tp.setOutputs(gop, tpLoop >= 0 && op.loops[tpLoop].kind ==
+                                           LoopKind::Parallel
+                           ? tpLoop
+                           : -1);
+    if (tpLoop >= 0)
+      op.loops[tpLoop].axes.push_back(kTP);
+    if (batchLoop >= 0 && batchLoop != tpLoop) {
+      op.loops[batchLoop].extent *= s.dp;
+      op.loops[batchLoop].axes.insert(op.loops[batchLoop].axes.begin(), kDP);
+    }
+    problem.ops.push_back(std::move(op));
+  }
+
+  // pp: stages cut at layer starts.
+  if (s.pp > 1) {
+    std::vector<double> unitFlops(numLayers, 0);
+    std::vector<unsigned> unitOf(graph.ops.size(), 0);
+    for (unsigned i = 0; i < graph.ops.size(); ++i) {
+      unsigned u = 0;
+      for (unsigned l = 1; l < numLayers; ++l)
+        if (i >= graph.layers[l].begin)
+          u = l;
+      unitOf[i] = u;
+      unitFlops[u] += graph.getForwardFlops(i);
+    }
+    std::vector<unsigned> starts = cutStages(unitFlops, unsigned(s.pp));
+    for (unsigned i = 0; i < graph.ops.size(); ++i) {
+      unsigned stage = 0;
+      for (unsigned k = 0; k < starts.size(); ++k)
+        if (unitOf[i] >= starts[k])
+          stage = k;
+      problem.ops[i].stage = stage;
+    }
+  }
+
+  for (auto &[why, names] : replicated) {
+    std::string list;
+    for (unsigned k = 0; k < names.size() && k < 3; ++k)
+      list += (k ? ", '" : "'") + names[k] + "'";
+    if (names.size() > 3)
+      list += ", ...";
+    plan.warnings.push_back(Twine(names.size())
+                                .concat(" operator(s) replicated across tp (")
+                                .concat(why)
+                                .concat("): ")
+                                .concat(list)
+                                .str());
+  }
+  return plan;
+}
+
+} // namespace stpar::analysis
