@@ -213,8 +213,18 @@ module attributes {stp.mesh = 3} {}
 
 // -----
 
-// expected-error @+1 {{unknown stp attribute 'stp.plan' (expected 'stp.mesh' or 'stp.spec')}}
+// expected-error @+1 {{unknown stp attribute 'stp.plan' (expected 'stp.mesh', 'stp.spec', 'stp.composite' or 'stp.group')}}
 module attributes {stp.plan = 3} {}
+
+// -----
+
+// expected-error @+1 {{attribute 'stp.composite' must be "gelu" or "moe", got "relu"}}
+module attributes {stp.composite = "relu"} {}
+
+// -----
+
+// expected-error @+1 {{attribute 'stp.group' must be a non-negative integer, got -1 : i64}}
+module attributes {stp.group = -1 : i64} {}
 
 // -----
 

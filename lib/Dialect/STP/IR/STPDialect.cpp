@@ -83,9 +83,26 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
              << kMeshAttrName << "' attribute";
     return success();
   }
+  if (name == kCompositeAttrName) {
+    auto kind = dyn_cast<StringAttr>(attr.getValue());
+    if (!kind || (kind.getValue() != "gelu" && kind.getValue() != "moe"))
+      return op->emitOpError()
+             << "attribute '" << kCompositeAttrName
+             << "' must be \"gelu\" or \"moe\", got " << attr.getValue();
+    return success();
+  }
+  if (name == kGroupAttrName) {
+    auto group = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!group || group.getValue().isNegative())
+      return op->emitOpError()
+             << "attribute '" << kGroupAttrName
+             << "' must be a non-negative integer, got " << attr.getValue();
+    return success();
+  }
   return op->emitOpError() << "unknown stp attribute '" << name
-                           << "' (expected '" << kMeshAttrName << "' or '"
-                           << kSpecAttrName << "')";
+                           << "' (expected '" << kMeshAttrName << "', '"
+                           << kSpecAttrName << "', '" << kCompositeAttrName
+                           << "' or '" << kGroupAttrName << "')";
 }
 
 /// Verifies the argument/result attributes `stp.param` and `stp.name`.

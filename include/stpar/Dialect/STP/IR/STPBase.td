@@ -38,6 +38,14 @@ def STP_Dialect : Dialect {
     enclosing op that carries `stp.mesh`); on function arguments `stp.param`
     (a `#stp.param`) and on arguments and results `stp.name` (the ONNX
     name of a graph input or output, a string).
+
+    Composite markers, set by `-stp-normalize` on ops that stay upstream ops
+    but that the cost model and the partitioner treat as one unit:
+    `stp.composite` (a string naming the composite kind: `"gelu"` on a
+    single elementwise `linalg.generic` whose body computes GELU, `"moe"` on
+    every op of a mixture-of-experts layer) and `stp.group` (a non-negative
+    integer telling apart the instances of a composite that spans several
+    ops, e.g. the MoE layer an op belongs to).
   }];
   let cppNamespace = "::stpar::stp";
   let useDefaultAttributePrinterParser = 1;
@@ -53,6 +61,12 @@ def STP_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kParamAttrName = "stp.param";
     /// Argument/result attribute: the ONNX name of a graph input/output.
     static constexpr ::llvm::StringLiteral kNameAttrName = "stp.name";
+    /// Op attribute: the composite (`"gelu"`, `"moe"`) an op implements or
+    /// belongs to.
+    static constexpr ::llvm::StringLiteral kCompositeAttrName =
+        "stp.composite";
+    /// Op attribute: which instance of a multi-op composite an op belongs to.
+    static constexpr ::llvm::StringLiteral kGroupAttrName = "stp.group";
 
     void registerOps();
 
