@@ -29,6 +29,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
 #include <cstring>
@@ -245,7 +246,51 @@ static std::string nodeLabel(const onnx::NodeProto &node) {
   std::string op = node.domain().empty() || node.domain() == "ai.onnx"
                        ? node.op_type()
                        : node.domain() + "." + node.op_type();
-  return "node '" + node.name() + "' (" + op + ")";
+  if (!node.name().empty())
+    return "node '" + node.name() + "' (" + op + ")";
+  // Unnamed nodes are named by their first output.
+  for (const std::string &out : node.output())
+    if (!out.empty())
+      return "unnamed node with output '" + out + "' (" + op + ")";
+  return "unnamed node (" + op + ")";
+}
+
+static StringRef attrTypeName(int type) {
+  if (onnx::AttributeProto_AttributeType_IsValid(type))
+    return onnx::AttributeProto_AttributeType_Name(
+        static_cast<onnx::AttributeProto_AttributeType>(type));
+  return "UNKNOWN";
+}
+
+/// The type of attribute `a`: its `type` field, or (old models leave it
+/// out) the kind of value it holds; UNDEFINED when it cannot tell.
+static onnx::AttributeProto::AttributeType
+attrTypeOf(const onnx::AttributeProto &a) {
+  if (a.type() != onnx::AttributeProto::UNDEFINED)
+    return a.type();
+  if (a.has_f())
+    return onnx::AttributeProto::FLOAT;
+  if (a.has_i())
+    return onnx::AttributeProto::INT;
+  if (a.has_s())
+    return onnx::AttributeProto::STRING;
+  if (a.has_t())
+    return onnx::AttributeProto::TENSOR;
+  if (a.has_g())
+    return onnx::AttributeProto::GRAPH;
+  if (a.has_sparse_tensor())
+    return onnx::AttributeProto::SPARSE_TENSOR;
+  if (a.floats_size())
+    return onnx::AttributeProto::FLOATS;
+  if (a.ints_size())
+    return onnx::AttributeProto::INTS;
+  if (a.strings_size())
+    return onnx::AttributeProto::STRINGS;
+  if (a.tensors_size())
+    return onnx::AttributeProto::TENSORS;
+  if (a.graphs_size())
+    return onnx::AttributeProto::GRAPHS;
+  return onnx::AttributeProto::UNDEFINED;
 }
 
 Location NodeContext::loc() const {
@@ -326,24 +371,47 @@ const onnx::AttributeProto *NodeContext::attr(StringRef name) const {
   return nullptr;
 }
 
+/// Attribute `name` if it is present and of type `type`. An attribute of
+/// another type is reported (the driver then fails the node) and treated as
+/// absent.
+static const onnx::AttributeProto *
+typedAttr(const NodeContext &ctx, StringRef name,
+          onnx::AttributeProto::AttributeType type) {
+  const onnx::AttributeProto *a = ctx.attr(name);
+  if (!a)
+    return nullptr;
+  onnx::AttributeProto::AttributeType actual = attrTypeOf(*a);
+  // An empty INTS/FLOATS attribute without a type field is ambiguous.
+  if (actual == type || actual == onnx::AttributeProto::UNDEFINED)
+    return a;
+  emitError(ctx.loc()) << nodeLabel(ctx.node) << ": attribute '" << name
+                       << "' has type " << attrTypeName(actual)
+                       << ", expected " << attrTypeName(type);
+  return nullptr;
+}
+
 int64_t NodeContext::getInt(StringRef name, int64_t dflt) const {
-  const onnx::AttributeProto *a = attr(name);
+  const onnx::AttributeProto *a =
+      typedAttr(*this, name, onnx::AttributeProto::INT);
   return a ? a->i() : dflt;
 }
 
 float NodeContext::getFloat(StringRef name, float dflt) const {
-  const onnx::AttributeProto *a = attr(name);
+  const onnx::AttributeProto *a =
+      typedAttr(*this, name, onnx::AttributeProto::FLOAT);
   return a ? a->f() : dflt;
 }
 
 std::string NodeContext::getString(StringRef name, StringRef dflt) const {
-  const onnx::AttributeProto *a = attr(name);
+  const onnx::AttributeProto *a =
+      typedAttr(*this, name, onnx::AttributeProto::STRING);
   return a ? a->s() : dflt.str();
 }
 
 std::optional<SmallVector<int64_t>>
 NodeContext::getInts(StringRef name) const {
-  const onnx::AttributeProto *a = attr(name);
+  const onnx::AttributeProto *a =
+      typedAttr(*this, name, onnx::AttributeProto::INTS);
   if (!a)
     return std::nullopt;
   return SmallVector<int64_t>(a->ints().begin(), a->ints().end());
@@ -415,7 +483,109 @@ static StringRef canonicalDomain(StringRef domain) {
   return domain == "ai.onnx" ? StringRef() : domain;
 }
 
+/// A readable dtype for messages: the ONNX name, or the number when it is
+/// not a valid ONNX data type.
+static std::string dtypeLabel(int32_t dtype) {
+  if (onnx::TensorProto_DataType_IsValid(dtype))
+    return dtypeName(dtype).str();
+  return "UNKNOWN (" + std::to_string(dtype) + ")";
+}
+
+/// Bytes per element of the dtypes convertDType accepts; 0 for others.
+static int64_t dtypeWidth(int32_t dtype) {
+  switch (dtype) {
+  case onnx::TensorProto::DOUBLE:
+  case onnx::TensorProto::INT64:
+    return 8;
+  case onnx::TensorProto::FLOAT:
+  case onnx::TensorProto::INT32:
+    return 4;
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+  case onnx::TensorProto::INT16:
+    return 2;
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::BOOL:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/// Number of values an embedded TensorProto holds in its typed field.
+static int64_t typedValueCount(const onnx::TensorProto &proto) {
+  switch (proto.data_type()) {
+  case onnx::TensorProto::FLOAT:
+    return proto.float_data_size();
+  case onnx::TensorProto::DOUBLE:
+    return proto.double_data_size();
+  case onnx::TensorProto::INT64:
+    return proto.int64_data_size();
+  default:
+    return proto.int32_data_size();
+  }
+}
+
+/// Largest element count of one tensor (graph input or initializer).
+constexpr int64_t kMaxElements = int64_t(1) << 50;
+
 namespace {
+/// A diagnostic held back while a node is imported.
+struct CapturedDiag {
+  DiagnosticSeverity severity;
+  Location loc;
+  std::string message;
+  SmallVector<std::pair<Location, std::string>> notes;
+};
+
+bool hasError(ArrayRef<CapturedDiag> diags) {
+  return llvm::any_of(diags, [](const CapturedDiag &d) {
+    return d.severity == DiagnosticSeverity::Error;
+  });
+}
+
+/// Holds back every diagnostic emitted while it lives (handlers, folders
+/// and verifiers report at the node; the driver decides what to show).
+class DiagCapture {
+public:
+  explicit DiagCapture(MLIRContext *ctx)
+      : handler(ctx, [this](Diagnostic &diag) {
+          CapturedDiag captured{diag.getSeverity(), diag.getLocation(),
+                                diag.str(), {}};
+          for (Diagnostic &note : diag.getNotes())
+            captured.notes.push_back({note.getLocation(), note.str()});
+          diags.push_back(std::move(captured));
+          return success();
+        }) {}
+
+  SmallVector<CapturedDiag> diags;
+
+private:
+  ScopedDiagnosticHandler handler;
+};
+
+/// Emits `diags`, each prefixed with `label` ("node 'NAME' (OpType)") unless
+/// it already starts with it, dropping repeats.
+void emitCaptured(ArrayRef<CapturedDiag> diags, StringRef label) {
+  llvm::StringSet<> seen;
+  for (const CapturedDiag &d : diags) {
+    std::string message = StringRef(d.message).starts_with(label)
+                              ? d.message
+                              : label.str() + ": " + d.message;
+    if (!seen.insert(message).second)
+      continue;
+    InFlightDiagnostic diag = d.severity == DiagnosticSeverity::Error
+                                  ? emitError(d.loc)
+                              : d.severity == DiagnosticSeverity::Warning
+                                  ? emitWarning(d.loc)
+                                  : emitRemark(d.loc);
+    diag << message;
+    for (const auto &[loc, note] : d.notes)
+      diag.attachNote(loc) << note;
+  }
+}
+
 class Importer {
 public:
   Importer(MLIRContext &ctx, StringRef path, const ImportOptions &options)
@@ -427,20 +597,38 @@ public:
   OwningOpRef<ModuleOp> run();
 
 private:
-  InFlightDiagnostic fileError() {
-    InFlightDiagnostic diag = emitError(state.fileLoc());
+  InFlightDiagnostic fileError() { return emitError(state.fileLoc()); }
+  Location nodeLoc(const onnx::NodeProto &node) {
+    return NameLoc::get(StringAttr::get(state.ctx, node.name()),
+                        state.fileLoc());
+  }
+  InFlightDiagnostic nodeError(const onnx::NodeProto &node) {
+    InFlightDiagnostic diag = emitError(nodeLoc(node));
+    diag << nodeLabel(node) << ": ";
     return diag;
   }
+  OwningOpRef<ModuleOp> build();
   LogicalResult parse();
   LogicalResult checkOpsets();
+  LogicalResult collectGraphNames();
+  LogicalResult checkNode(const onnx::NodeProto &node);
+  LogicalResult checkSchema(const onnx::NodeProto &node, StringRef domain,
+                            int64_t opset);
   LogicalResult bindDims();
   void inferShapes();
   LogicalResult orderNodes(std::vector<const onnx::NodeProto *> &order);
+  LogicalResult checkExternalData(const onnx::TensorProto &init,
+                                  int64_t elements, StringAttr &file,
+                                  int64_t &offset, int64_t &length,
+                                  stp::DataLocation &location);
   LogicalResult importNode(const onnx::NodeProto &node);
+  LogicalResult checkNodeOutputs(NodeContext &ctx);
 
   ImportState state;
   onnx::ModelProto model;
   llvm::StringSet<> initializerNames;
+  /// Graph inputs and initializers: the values there before any node runs.
+  llvm::StringSet<> graphNames;
 };
 } // namespace
 
@@ -459,16 +647,24 @@ LogicalResult Importer::parse() {
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return fileError() << "not a valid ONNX model: the protobuf does not "
                           "parse (truncated, corrupt or not an ONNX file)";
-  if (!model.has_graph() || model.ir_version() <= 0)
-    return fileError() << "not a valid ONNX model: no graph or no IR version";
+  if (!model.has_graph())
+    return fileError() << "not a valid ONNX model: it has no graph";
+  if (model.ir_version() <= 0)
+    return fileError() << "not a valid ONNX model: no IR version";
   if (model.graph().node_size() == 0)
     return fileError() << "the model's graph is empty (no nodes)";
   return success();
 }
 
 LogicalResult Importer::checkOpsets() {
-  for (const onnx::OperatorSetIdProto &opset : model.opset_import())
-    state.opsets[canonicalDomain(opset.domain())] = opset.version();
+  for (const onnx::OperatorSetIdProto &opset : model.opset_import()) {
+    StringRef domain = canonicalDomain(opset.domain());
+    if (opset.version() < 1)
+      return fileError() << "the model imports an invalid opset version "
+                         << opset.version() << " for domain '"
+                         << (domain.empty() ? "ai.onnx" : domain) << "'";
+    state.opsets[domain] = opset.version();
+  }
   if (!state.opsets.count(""))
     state.opsets[""] = 1;
   int64_t version = state.opsets[""];
@@ -479,43 +675,153 @@ LogicalResult Importer::checkOpsets() {
   return success();
 }
 
+LogicalResult Importer::collectGraphNames() {
+  const onnx::GraphProto &graph = model.graph();
+  for (const onnx::TensorProto &init : graph.initializer()) {
+    if (init.name().empty())
+      return fileError() << "an initializer has no name";
+    if (!initializerNames.insert(init.name()).second)
+      return fileError() << "initializer '" << init.name()
+                         << "' is defined twice";
+  }
+  llvm::StringSet<> inputs;
+  for (const onnx::ValueInfoProto &input : graph.input()) {
+    if (input.name().empty())
+      return fileError() << "a graph input has no name";
+    if (!inputs.insert(input.name()).second)
+      return fileError() << "graph input '" << input.name()
+                         << "' is declared twice";
+  }
+  llvm::StringSet<> outputs;
+  for (const onnx::ValueInfoProto &output : graph.output()) {
+    if (output.name().empty())
+      return fileError() << "a graph output has no name";
+    if (!outputs.insert(output.name()).second)
+      return fileError() << "graph output '" << output.name()
+                         << "' is declared twice";
+  }
+  for (const auto &name : inputs)
+    graphNames.insert(name.getKey());
+  for (const auto &name : initializerNames)
+    graphNames.insert(name.getKey());
+  return success();
+}
+
+LogicalResult Importer::checkNode(const onnx::NodeProto &node) {
+  if (node.op_type().empty())
+    return nodeError(node) << "the node has no op type";
+  StringRef domain = canonicalDomain(node.domain());
+  auto opsetIt = state.opsets.find(domain);
+  if (opsetIt == state.opsets.end())
+    return nodeError(node) << "the model imports no opset for domain '"
+                           << domain << "'";
+  int64_t opset = opsetIt->second;
+  const HandlerRegistry &registry = getRegistry();
+  if (!registry.lookup(domain, node.op_type(), opset)) {
+    if (registry.knows(domain, node.op_type()))
+      return nodeError(node) << "opset " << opset
+                             << " of this op is older than any version "
+                                "stpar imports";
+    if (domain != "" && domain != "com.microsoft")
+      return nodeError(node) << "domain '" << domain << "' is not supported";
+    return nodeError(node) << "op '" << node.op_type()
+                           << "' is not supported";
+  }
+  llvm::StringSet<> attrNames;
+  for (const onnx::AttributeProto &a : node.attribute()) {
+    if (!attrNames.insert(a.name()).second)
+      return nodeError(node) << "attribute '" << a.name()
+                             << "' is given twice";
+    if (a.has_g() || a.graphs_size())
+      return nodeError(node)
+             << "control flow with subgraphs is not supported";
+  }
+  return checkSchema(node, domain, opset);
+}
+
+/// Checks the node's arity and attributes against its ONNX schema, when
+/// ONNX knows the op: handlers may then rely on required inputs and
+/// attributes being present and attributes having their declared types.
+LogicalResult Importer::checkSchema(const onnx::NodeProto &node,
+                                    StringRef domain, int64_t opset) {
+  const onnx::OpSchema *schema = nullptr;
+  try {
+    schema = onnx::OpSchemaRegistry::Schema(node.op_type(),
+                                            static_cast<int>(opset),
+                                            domain.str());
+  } catch (const std::exception &) {
+    return success();
+  }
+  if (!schema)
+    return success();
+  // Newer opsets than this ONNX knows reuse its newest schema: only the
+  // lower bounds and attribute types are checked then (later versions may
+  // take more inputs).
+  const auto &ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance()
+                           .Map();
+  auto range = ranges.find(domain.str());
+  bool knownVersion = range != ranges.end() && opset <= range->second.second;
+
+  int numInputs = node.input_size();
+  if (numInputs < schema->min_input())
+    return nodeError(node) << "expects at least " << schema->min_input()
+                           << " input" << (schema->min_input() == 1 ? "" : "s")
+                           << ", got " << numInputs;
+  if (knownVersion && numInputs > schema->max_input())
+    return nodeError(node) << "expects at most " << schema->max_input()
+                           << " input" << (schema->max_input() == 1 ? "" : "s")
+                           << ", got " << numInputs;
+  const auto &formals = schema->inputs();
+  for (int i = 0; i < numInputs && !formals.empty(); ++i) {
+    const auto &formal = formals[std::min<size_t>(i, formals.size() - 1)];
+    if (formal.GetOption() != onnx::OpSchema::Single || !node.input(i).empty())
+      continue;
+    return nodeError(node) << "required input " << i << " ('"
+                           << formal.GetName() << "') is empty";
+  }
+  int numOutputs = node.output_size();
+  if (numOutputs < schema->min_output())
+    return nodeError(node) << "expects at least " << schema->min_output()
+                           << " output"
+                           << (schema->min_output() == 1 ? "" : "s")
+                           << ", got " << numOutputs;
+  if (knownVersion && numOutputs > schema->max_output())
+    return nodeError(node) << "expects at most " << schema->max_output()
+                           << " output"
+                           << (schema->max_output() == 1 ? "" : "s")
+                           << ", got " << numOutputs;
+  const auto &attrs = schema->attributes();
+  for (const auto &[name, formal] : attrs) {
+    if (!formal.required)
+      continue;
+    bool present = llvm::any_of(node.attribute(),
+                                [&, &name = name](const onnx::AttributeProto &a) {
+                                  return a.name() == name;
+                                });
+    if (!present)
+      return nodeError(node) << "missing required attribute '" << name << "'";
+  }
+  for (const onnx::AttributeProto &a : node.attribute()) {
+    auto it = attrs.find(a.name());
+    if (it == attrs.end() || it->second.type == onnx::AttributeProto::UNDEFINED)
+      continue;
+    onnx::AttributeProto::AttributeType actual = attrTypeOf(a);
+    if (actual == onnx::AttributeProto::UNDEFINED)
+      return nodeError(node) << "attribute '" << a.name()
+                             << "' has no value (expected "
+                             << attrTypeName(it->second.type) << ")";
+    if (actual != it->second.type)
+      return nodeError(node) << "attribute '" << a.name() << "' has type "
+                             << attrTypeName(actual) << ", expected "
+                             << attrTypeName(it->second.type);
+  }
+  return success();
+}
+
 LogicalResult Importer::bindDims() {
   const ImportOptions &options = *state.options;
   std::vector<std::string> unbound;
   onnx::GraphProto *graph = model.mutable_graph();
-  auto bind = [&](onnx::ValueInfoProto &info, bool required) -> LogicalResult {
-    if (!info.type().has_tensor_type())
-      return required ? fileError() << "graph input '" << info.name()
-                                    << "' is not a tensor"
-                      : success();
-    auto *shape = info.mutable_type()->mutable_tensor_type()->mutable_shape();
-    if (!info.type().tensor_type().has_shape())
-      return required ? fileError() << "graph input '" << info.name()
-                                    << "' has no shape"
-                      : success();
-    for (onnx::TensorShapeProto_Dimension &dim : *shape->mutable_dim()) {
-      if (dim.has_dim_value()) {
-        if (dim.dim_value() < 0)
-          return fileError() << "graph input '" << info.name()
-                             << "' has a negative dim " << dim.dim_value();
-        continue;
-      }
-      std::string name = dim.has_dim_param() ? dim.dim_param() : "";
-      auto it = options.dims.find(name);
-      if (name.empty() || it == options.dims.end()) {
-        if (required) {
-          std::string label = name.empty() ? "<unnamed dim of '" +
-                                                 info.name() + "'>"
-                                           : name;
-          if (!llvm::is_contained(unbound, label))
-            unbound.push_back(label);
-        }
-        continue;
-      }
-      dim.set_dim_value(it->second);
-    }
-    return success();
-  };
   for (auto &[name, value] : options.dims) {
     if (value < 0)
       return fileError() << "dim '" << name.str() << "' = " << value
@@ -525,6 +831,51 @@ LogicalResult Importer::bindDims() {
                          << " overflows (largest accepted: " << kMaxDimValue
                          << ")";
   }
+  auto bind = [&](onnx::ValueInfoProto &info, bool required) -> LogicalResult {
+    if (!info.has_type())
+      return required ? fileError() << "graph input '" << info.name()
+                                    << "' has no type"
+                      : success();
+    if (!info.type().has_tensor_type())
+      return required ? fileError() << "graph input '" << info.name()
+                                    << "' is not a tensor"
+                      : success();
+    if (!info.type().tensor_type().has_shape())
+      return required ? fileError() << "graph input '" << info.name()
+                                    << "' has no shape"
+                      : success();
+    auto *shape = info.mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (auto [index, dim] : llvm::enumerate(*shape->mutable_dim())) {
+      if (dim.has_dim_value()) {
+        if (!required)
+          continue;
+        if (dim.dim_value() < 0)
+          return fileError() << "graph input '" << info.name()
+                             << "' has a negative dim " << dim.dim_value();
+        if (dim.dim_value() > kMaxDimValue)
+          return fileError() << "graph input '" << info.name() << "' dim "
+                             << index << " = " << dim.dim_value()
+                             << " overflows (largest accepted: "
+                             << kMaxDimValue << ")";
+        continue;
+      }
+      std::string name = dim.has_dim_param() ? dim.dim_param() : "";
+      auto it = options.dims.find(name);
+      if (name.empty() || it == options.dims.end()) {
+        if (required) {
+          std::string label =
+              name.empty() ? "<unnamed dim " + std::to_string(index) +
+                                 " of '" + info.name() + "'>"
+                           : name;
+          if (!llvm::is_contained(unbound, label))
+            unbound.push_back(label);
+        }
+        continue;
+      }
+      dim.set_dim_value(it->second);
+    }
+    return success();
+  };
   for (onnx::ValueInfoProto &input : *graph->mutable_input())
     if (!initializerNames.contains(input.name()) &&
         failed(bind(input, /*required=*/true)))
@@ -535,6 +886,23 @@ LogicalResult Importer::bindDims() {
     llvm::interleaveComma(unbound, diag);
     diag << " (bind each with --dim NAME=VALUE)";
     return failure();
+  }
+  // Element counts (each dim is at most 2^40; their product may overflow).
+  for (const onnx::ValueInfoProto &input : graph->input()) {
+    if (initializerNames.contains(input.name()))
+      continue;
+    int64_t elements = 1;
+    for (const auto &dim : input.type().tensor_type().shape().dim()) {
+      if (dim.dim_value() == 0) {
+        elements = 0;
+        break;
+      }
+      if (elements > kMaxElements / dim.dim_value())
+        return fileError() << "graph input '" << input.name()
+                           << "' has more than " << kMaxElements
+                           << " elements";
+      elements *= dim.dim_value();
+    }
   }
   for (onnx::ValueInfoProto &info : *graph->mutable_output())
     (void)bind(info, /*required=*/false);
@@ -582,38 +950,26 @@ Importer::orderNodes(std::vector<const onnx::NodeProto *> &order) {
     for (const std::string &out : node.output()) {
       if (out.empty())
         continue;
-      if (!producer.try_emplace(out, index).second ||
-          state.values.count(out)) {
-        return emitError(NameLoc::get(StringAttr::get(state.ctx, node.name()),
-                                      state.fileLoc()))
-               << nodeLabel(node) << ": output '" << out
+      if (!producer.try_emplace(out, index).second || graphNames.contains(out))
+        return nodeError(node)
+               << "output '" << out
                << "' is also produced elsewhere (graph inputs, initializers "
                   "and node outputs must have unique names)";
-      }
     }
   std::vector<int> pending(graph.node_size(), 0);
   std::vector<std::vector<int>> users(graph.node_size());
   for (auto [index, node] : llvm::enumerate(graph.node())) {
     for (const std::string &in : node.input()) {
-      if (in.empty() || state.values.count(in))
+      if (in.empty() || graphNames.contains(in))
         continue;
       auto it = producer.find(in);
       if (it == producer.end())
-        return emitError(NameLoc::get(StringAttr::get(state.ctx, node.name()),
-                                      state.fileLoc()))
-               << nodeLabel(node) << ": input '" << in
-               << "' is produced by no node and is neither a graph input nor "
-                  "an initializer";
+        return nodeError(node) << "input '" << in
+                               << "' is produced by no node and is neither "
+                                  "a graph input nor an initializer";
       ++pending[index];
       users[it->second].push_back(index);
     }
-    if (node.attribute_size())
-      for (const onnx::AttributeProto &a : node.attribute())
-        if (a.has_g() || a.graphs_size())
-          return emitError(NameLoc::get(
-                     StringAttr::get(state.ctx, node.name()), state.fileLoc()))
-                 << nodeLabel(node)
-                 << ": control flow with subgraphs is not supported";
   }
   std::deque<int> ready;
   for (int i = 0; i < graph.node_size(); ++i)
@@ -630,56 +986,83 @@ Importer::orderNodes(std::vector<const onnx::NodeProto *> &order) {
   if (order.size() != static_cast<size_t>(graph.node_size())) {
     for (int i = 0; i < graph.node_size(); ++i)
       if (pending[i] > 0)
-        return emitError(NameLoc::get(
-                   StringAttr::get(state.ctx, graph.node(i).name()),
-                   state.fileLoc()))
+        return emitError(nodeLoc(graph.node(i)))
                << "the graph has a cycle through " << nodeLabel(graph.node(i));
   }
   return success();
 }
 
-LogicalResult Importer::importNode(const onnx::NodeProto &node) {
-  StringRef domain = canonicalDomain(node.domain());
-  auto opsetIt = state.opsets.find(domain);
-  NodeContext ctx(state, node,
-                  opsetIt == state.opsets.end() ? 0 : opsetIt->second);
-  const HandlerRegistry &registry = getRegistry();
-  if (opsetIt == state.opsets.end())
-    return ctx.error() << "the model imports no opset for domain '"
-                       << domain << "'";
-  const OpHandler *handler = registry.lookup(domain, node.op_type(), ctx.opset);
-  if (!handler) {
-    if (registry.knows(domain, node.op_type()))
-      return ctx.error() << "opset " << ctx.opset << " of this op is older "
-                            "than any version stpar imports";
-    if (domain != "" && domain != "com.microsoft")
-      return ctx.error() << "domain '" << domain << "' is not supported";
-    return ctx.error() << "op '" << node.op_type() << "' is not supported";
-  }
-  // Host folding: every given input constant, or an op that reads types.
-  bool allConst = true;
-  for (size_t i = 0; i < ctx.numInputs(); ++i)
-    if (ctx.hasInput(i) && !ctx.constInput(i))
-      allConst = false;
-  if (handler->fold && (allConst || handler->foldsFromTypes)) {
-    if (std::optional<std::vector<ConstTensor>> folded = handler->fold(ctx)) {
-      bool small = llvm::all_of(*folded, [&](const ConstTensor &t) {
-        return t.numElements() <= state.options->maxFoldElements;
-      });
-      if (small) {
-        for (auto [i, value] : llvm::enumerate(*folded))
-          ctx.setOutputConst(i, std::move(value));
-        return success();
-      }
+/// Checks an external initializer's location, offset and length (its data
+/// is never read) and finds whether its file exists.
+LogicalResult Importer::checkExternalData(const onnx::TensorProto &init,
+                                          int64_t elements, StringAttr &file,
+                                          int64_t &offset, int64_t &length,
+                                          stp::DataLocation &location) {
+  MLIRContext *ctx = state.ctx;
+  for (const onnx::StringStringEntryProto &entry : init.external_data()) {
+    if (entry.key() == "location") {
+      file = StringAttr::get(ctx, entry.value());
+    } else if (entry.key() == "offset" || entry.key() == "length") {
+      int64_t v = 0;
+      if (StringRef(entry.value()).getAsInteger(10, v) || v < 0)
+        return fileError() << "initializer '" << init.name()
+                           << "' has an invalid external-data " << entry.key()
+                           << " '" << entry.value() << "'";
+      (entry.key() == "offset" ? offset : length) = v;
     }
   }
-  if (failed(handler->handler(ctx)))
-    return failure();
+  if (!file || file.getValue().empty())
+    return fileError() << "initializer '" << init.name()
+                       << "' is external but names no file";
+  StringRef rel = file.getValue();
+  bool escapes = llvm::sys::path::is_absolute(rel) ||
+                 llvm::any_of(llvm::make_range(llvm::sys::path::begin(rel),
+                                               llvm::sys::path::end(rel)),
+                              [](StringRef c) { return c == ".."; });
+  if (escapes)
+    return fileError() << "initializer '" << init.name()
+                       << "' has its external data at '" << rel
+                       << "', outside the model's folder (the location must "
+                          "be a relative path without '..')";
+  int64_t bytes = elements * dtypeWidth(init.data_type());
+  if (length >= 0 && length != bytes)
+    return fileError() << "initializer '" << init.name()
+                       << "' has an external-data length of " << length
+                       << " bytes, but its " << dtypeLabel(init.data_type())
+                       << " data of " << elements << " elements takes "
+                       << bytes;
+  SmallString<256> dataPath(state.path);
+  llvm::sys::path::remove_filename(dataPath);
+  llvm::sys::path::append(dataPath, rel);
+  llvm::sys::fs::file_status status;
+  if (llvm::sys::fs::status(dataPath, status) ||
+      !llvm::sys::fs::exists(status)) {
+    location = stp::DataLocation::Absent;
+    return success();
+  }
+  if (!llvm::sys::fs::is_regular_file(status))
+    return fileError() << "initializer '" << init.name()
+                       << "' has its external data in '" << rel
+                       << "', which is not a regular file";
+  uint64_t size = status.getSize();
+  if (static_cast<uint64_t>(offset) > size ||
+      static_cast<uint64_t>(bytes) > size - offset)
+    return fileError() << "initializer '" << init.name()
+                       << "' has its external data at offset " << offset
+                       << " (" << bytes << " bytes) past the end of '" << rel
+                       << "' (" << size << " bytes)";
+  location = stp::DataLocation::External;
+  return success();
+}
+
+LogicalResult Importer::checkNodeOutputs(NodeContext &ctx) {
+  const onnx::NodeProto &node = ctx.node;
   for (size_t i = 0; i < ctx.numOutputs(); ++i) {
     if (!ctx.hasOutput(i))
       continue;
     auto it = state.values.find(node.output(i));
-    if (it == state.values.end())
+    if (it == state.values.end() ||
+        (!it->second.value && !it->second.constant))
       return ctx.error() << "output " << i << " ('" << node.output(i)
                          << "') is not supported by the importer";
     auto inferred = state.inferredShapes.find(node.output(i));
@@ -697,17 +1080,117 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
   return success();
 }
 
+LogicalResult Importer::importNode(const onnx::NodeProto &node) {
+  StringRef domain = canonicalDomain(node.domain());
+  int64_t opset = state.opsets.lookup(domain);
+  NodeContext ctx(state, node, opset);
+  // checkNode found the handler.
+  const OpHandler *handler = getRegistry().lookup(domain, node.op_type(), opset);
+  std::string label = nodeLabel(node);
+  // Host folding: every given input constant, or an op that reads types.
+  // The folder's diagnostics are dropped when it gives up (the handler then
+  // reports the same problems or builds IR).
+  bool allConst = ctx.numInputs() > 0;
+  for (size_t i = 0; i < ctx.numInputs(); ++i)
+    if (ctx.hasInput(i) && !ctx.constInput(i))
+      allConst = false;
+  SmallVector<CapturedDiag> foldDiags;
+  if (handler->fold && (allConst || handler->foldsFromTypes)) {
+    std::optional<std::vector<ConstTensor>> folded;
+    {
+      DiagCapture capture(state.ctx);
+      folded = handler->fold(ctx);
+      foldDiags = std::move(capture.diags);
+    }
+    if (folded && hasError(foldDiags)) {
+      emitCaptured(foldDiags, label);
+      return failure();
+    }
+    if (folded && llvm::all_of(*folded, [&](const ConstTensor &t) {
+          return t.numElements() <= state.options->maxFoldElements;
+        })) {
+      for (auto [i, value] : llvm::enumerate(*folded))
+        ctx.setOutputConst(i, std::move(value));
+      SmallVector<CapturedDiag> diags(foldDiags);
+      LogicalResult result = success();
+      {
+        DiagCapture capture(state.ctx);
+        result = checkNodeOutputs(ctx);
+        diags.append(capture.diags.begin(), capture.diags.end());
+      }
+      emitCaptured(diags, label);
+      return result;
+    }
+  }
+  Block *block = state.builder.getInsertionBlock();
+  Operation *last = block->empty() ? nullptr : &block->back();
+  LogicalResult result = failure();
+  SmallVector<CapturedDiag> diags;
+  {
+    DiagCapture capture(state.ctx);
+    result = handler->handler(ctx);
+    if (succeeded(result) && !hasError(capture.diags)) {
+      // Verify what the node built, so that a malformed op is reported at
+      // its node rather than as an internal error of the whole module.
+      auto first = last ? std::next(last->getIterator()) : block->begin();
+      for (Operation &op : llvm::make_range(first, block->end()))
+        if (failed(verify(&op))) {
+          result = failure();
+          break;
+        }
+    }
+    if (succeeded(result) && !hasError(capture.diags))
+      result = checkNodeOutputs(ctx);
+    diags = std::move(capture.diags);
+  }
+  if (hasError(diags))
+    result = failure();
+  if (failed(result) && !hasError(diags)) {
+    if (hasError(foldDiags))
+      diags.append(foldDiags.begin(), foldDiags.end());
+    else
+      diags.push_back({DiagnosticSeverity::Error, ctx.loc(),
+                       "the node could not be imported (internal error: no "
+                       "reason given, please report)",
+                       {}});
+  }
+  emitCaptured(diags, label);
+  return result;
+}
+
 OwningOpRef<ModuleOp> Importer::run() {
+  // The ONNX and protobuf code called here may throw (e.g. std::bad_alloc).
+  try {
+    return build();
+  } catch (const std::exception &e) {
+    fileError() << "internal error while importing: " << e.what();
+    return {};
+  }
+}
+
+OwningOpRef<ModuleOp> Importer::build() {
   MLIRContext *ctx = state.ctx;
   DialectRegistry registry;
   registerImportDialects(registry);
   ctx->appendDialectRegistry(registry);
   ctx->loadAllAvailableDialects();
-  if (failed(parse()) || failed(checkOpsets()))
+  if (failed(parse()) || failed(checkOpsets()) || failed(collectGraphNames()))
     return {};
   onnx::GraphProto *graph = model.mutable_graph();
-  for (const onnx::TensorProto &init : graph->initializer())
-    initializerNames.insert(init.name());
+  for (const onnx::NodeProto &node : graph->node())
+    if (failed(checkNode(node)))
+      return {};
+  std::vector<const onnx::NodeProto *> order;
+  if (failed(orderNodes(order)))
+    return {};
+  for (const onnx::ValueInfoProto &output : graph->output())
+    if (!graphNames.contains(output.name()) &&
+        llvm::none_of(graph->node(), [&](const onnx::NodeProto &node) {
+          return llvm::is_contained(node.output(), output.name());
+        }))
+      return fileError() << "graph output '" << output.name()
+                         << "' is produced by no node",
+             nullptr;
   if (failed(bindDims()))
     return {};
   inferShapes();
@@ -720,7 +1203,7 @@ OwningOpRef<ModuleOp> Importer::run() {
   SmallVector<DictionaryAttr> argAttrs;
   SmallVector<std::string> argNames;
 
-  // Graph inputs.
+  // Graph inputs (bindDims checked their types and shapes).
   for (const onnx::ValueInfoProto &input : graph->input()) {
     if (initializerNames.contains(input.name()))
       continue;
@@ -729,7 +1212,7 @@ OwningOpRef<ModuleOp> Importer::run() {
     if (!elem)
       return emitError(fileLoc)
                  << "graph input '" << input.name() << "' has unsupported dtype "
-                 << dtypeName(tensorType.elem_type()),
+                 << dtypeLabel(tensorType.elem_type()),
              nullptr;
     SmallVector<int64_t> shape;
     for (const auto &dim : tensorType.shape().dim())
@@ -741,15 +1224,13 @@ OwningOpRef<ModuleOp> Importer::run() {
   }
   // Initializers: small integer tensors (shape/index tables) and scalars
   // are host constants; everything else is a parameter argument.
-  SmallString<256> modelDir(state.path);
-  llvm::sys::path::remove_filename(modelDir);
   SmallVector<std::pair<std::string, ConstTensor>> initConstants;
   for (const onnx::TensorProto &init : graph->initializer()) {
     Type elem = convertDType(ctx, init.data_type());
     if (!elem)
       return emitError(fileLoc) << "initializer '" << init.name()
                                 << "' has unsupported dtype "
-                                << dtypeName(init.data_type()),
+                                << dtypeLabel(init.data_type()),
              nullptr;
     SmallVector<int64_t> shape;
     int64_t elements = 1;
@@ -760,7 +1241,7 @@ OwningOpRef<ModuleOp> Importer::run() {
                nullptr;
       shape.push_back(d);
       elements *= d;
-      if (elements > (int64_t(1) << 50))
+      if (elements > kMaxElements)
         return emitError(fileLoc) << "initializer '" << init.name()
                                   << "' has too many elements",
                nullptr;
@@ -781,28 +1262,27 @@ OwningOpRef<ModuleOp> Importer::run() {
     StringAttr file;
     int64_t offset = 0, length = -1;
     if (external) {
-      for (const onnx::StringStringEntryProto &entry : init.external_data()) {
-        if (entry.key() == "location")
-          file = b.getStringAttr(entry.value());
-        else if (entry.key() == "offset" || entry.key() == "length") {
-          int64_t v = 0;
-          if (StringRef(entry.value()).getAsInteger(10, v) || v < 0)
-            return emitError(fileLoc) << "initializer '" << init.name()
-                                      << "' has an invalid external-data "
-                                      << entry.key() << " '" << entry.value()
-                                      << "'",
-                   nullptr;
-          (entry.key() == "offset" ? offset : length) = v;
-        }
-      }
-      if (!file || file.getValue().empty())
-        return emitError(fileLoc) << "initializer '" << init.name()
-                                  << "' is external but names no file",
+      if (failed(checkExternalData(init, elements, file, offset, length,
+                                   location)))
+        return {};
+    } else {
+      // Embedded weights are not read, but their size must match.
+      int64_t width = dtypeWidth(init.data_type());
+      if (init.has_raw_data()) {
+        if (static_cast<int64_t>(init.raw_data().size()) != elements * width)
+          return emitError(fileLoc)
+                     << "initializer '" << init.name() << "' holds "
+                     << init.raw_data().size() << " bytes of raw data, but "
+                     << "its " << dtypeLabel(init.data_type()) << " data of "
+                     << elements << " elements takes " << elements * width,
+                 nullptr;
+      } else if (typedValueCount(init) != elements) {
+        return emitError(fileLoc)
+                   << "initializer '" << init.name() << "' holds "
+                   << typedValueCount(init) << " values, expected "
+                   << elements,
                nullptr;
-      SmallString<256> dataPath(modelDir);
-      llvm::sys::path::append(dataPath, file.getValue());
-      location = llvm::sys::fs::exists(dataPath) ? stp::DataLocation::External
-                                                 : stp::DataLocation::Absent;
+      }
     }
     argTypes.push_back(RankedTensorType::get(shape, elem));
     auto param = stp::ParamAttr::get(ctx, b.getStringAttr(init.name()),
@@ -824,9 +1304,6 @@ OwningOpRef<ModuleOp> Importer::run() {
     state.values[name] = ImportedValue{Value(), std::move(value)};
   b.setInsertionPointToEnd(entry);
 
-  std::vector<const onnx::NodeProto *> order;
-  if (failed(orderNodes(order)))
-    return {};
   for (const onnx::NodeProto *node : order)
     if (failed(importNode(*node)))
       return {};
