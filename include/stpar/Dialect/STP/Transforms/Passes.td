@@ -36,4 +36,83 @@ def PrintMeshPlacementPass : Pass<"stp-print-mesh-placement"> {
   ];
 }
 
+def NormalizePass : Pass<"stp-normalize"> {
+  let summary = "Recognize LayerNorm, RMSNorm, GELU, attention and MoE layers";
+  let description = [{
+    Recognizes, in the IR the ONNX importer produces, the composites that the
+    cost model and the partitioner treat as one unit (DESIGN.md, pipeline
+    stage 2), with greedy rewrite patterns that fire only when every check
+    passes (constants equal the expected values within a relative 1e-4 to
+    1e-5, reduced axes are the trailing normalized dims, shapes and
+    broadcasting maps match, intermediate values have no other users);
+    anything else is left unchanged. No other folding or CSE is done.
+
+    * **LayerNorm** from its decomposition (ReduceMean, Sub, Pow 2 or a
+      self-multiply, ReduceMean, Add eps, Sqrt, Div or Reciprocal + Mul,
+      optional Mul gamma and Add beta; PyTorch's opset 12/13 exports, also
+      with the subtraction duplicated as Megatron's export has it) becomes
+      `stp.layer_norm` (a ones scale when there is no gamma).
+    * **RMSNorm** (Pow 2, ReduceMean, Add eps, Sqrt, Div or Reciprocal + Mul,
+      Mul weight before or after) becomes `stp.rms_norm`.
+    * **GELU** in erf form, x * 0.5 * (1 + erf(x / sqrt 2)), or tanh form,
+      0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in any operand order
+      and association (both sides are compared as polynomials in x and the
+      erf/tanh term), becomes one elementwise `linalg.generic` computing GELU
+      and carrying `stp.composite = "gelu"`. Single generics whose body
+      already computes GELU (the importer's Gelu and FastGelu) get the same
+      attribute.
+    * **Attention**: Q K^T (a rank-4 matmul), an optional scale (Div or Mul
+      by a constant), an optional mask (an additive tensor, or a Where with
+      a fill <= -1e9 that is turned into the additive mask select(c, fill,
+      0)), `linalg.softmax` over the last dim, times V, becomes
+      `stp.attention`. A constant mask (or Where condition) that masks
+      exactly the keys after each query becomes the `causal` flag instead.
+      K and V whose heads are repeated by Expand/Reshape (grouped-query
+      attention) are passed un-repeated.
+    * **MoE**: for a TopK over the softmax of router logits whose indices
+      scatter the gate weights (ScatterElements), every op between the
+      router's token input and the reduction that combines the gated expert
+      outputs gets `stp.composite = "moe"` (unless it is already another
+      composite) and `stp.group = N`, N numbering the layers.
+
+    Input (a decomposed LayerNorm; generics abbreviated):
+
+    ```mlir
+    %sum = linalg.generic {..reduction..} ins(%x) outs(%zero) -> tensor<2x8x1xf32>
+    %mean = linalg.generic {..} ins(%sum) { divf %in, 32.0 }
+    %d = linalg.generic {..} ins(%x, %mean) { subf }
+    %sq = linalg.generic {..} ins(%d, %two) { powf }
+    ... mean of %sq, + 1e-5, sqrt ...
+    %n = linalg.generic {..} ins(%d, %std) { divf }
+    %g = linalg.generic {..} ins(%n, %gamma) { mulf }
+    %y = linalg.generic {..} ins(%g, %beta) { addf }
+    ```
+
+    Output:
+
+    ```mlir
+    %y = stp.layer_norm %x, %gamma, %beta {axis = 2 : i64, epsilon = 9.99999974E-6 : f32}
+        : (tensor<2x8x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+    ```
+  }];
+  let dependentDialects = [
+    "::stpar::stp::STPDialect", "::mlir::arith::ArithDialect",
+    "::mlir::linalg::LinalgDialect", "::mlir::math::MathDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+  let statistics = [
+    Statistic<"numLayerNorm", "num-layer-norm",
+              "Decomposed LayerNorms rewritten to stp.layer_norm">,
+    Statistic<"numRMSNorm", "num-rms-norm",
+              "Decomposed RMSNorms rewritten to stp.rms_norm">,
+    Statistic<"numGeluFused", "num-gelu-fused",
+              "Decomposed GELUs fused into one marked generic">,
+    Statistic<"numGeluMarked", "num-gelu-marked",
+              "Single-generic GELUs marked stp.composite = \"gelu\"">,
+    Statistic<"numAttention", "num-attention",
+              "Attention subgraphs rewritten to stp.attention">,
+    Statistic<"numMoE", "num-moe", "MoE layers marked stp.composite = \"moe\"">
+  ];
+}
+
 #endif // STPAR_DIALECT_STP_TRANSFORMS_PASSES_TD
