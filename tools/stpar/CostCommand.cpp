@@ -4,20 +4,34 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// `stpar cost --model gpt:... --cluster C --strategy megatron:... [--json]`:
-// costs one training step of a GPT described by its dimensions under a
-// Megatron strategy. Costing an imported ONNX model (`stpar cost
-// MODEL.onnx`) is not wired yet: it needs the importer to produce the
-// operator list (stpar/Cost/Operator.h).
+// Costs one training step under a Megatron strategy, from either
+//
+//   stpar cost MODEL.onnx --dim NAME=VALUE ... [--batch-dim NAME]
+//       --cluster C --strategy megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G]...
+//   stpar cost --model gpt:layers=L,... --cluster C --strategy megatron:...
+//
+// The first imports the model (stpar/Import/ONNX), converts it into an
+// operator graph and partitions that (stpar/Analysis); the bound batch dim
+// is the micro-batch size and `gb=` the global batch (default mb * dp, one
+// micro-batch per step). The second builds a GPT from its dimensions
+// (stpar/Cost/GPTModel.h). Both print the same breakdown (table or
+// `--json`). docs/cost-model.md, "The IR route".
 //
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
+#include "Diagnostics.h"
 
+#include "stpar/Analysis/CostModel.h"
 #include "stpar/Cost/Cluster.h"
 #include "stpar/Cost/GPTModel.h"
 #include "stpar/Cost/TrainingStep.h"
+#include "stpar/Import/ONNX/ONNXImporter.h"
+#include "stpar/InitAll.h"
 
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace llvm;
@@ -25,56 +39,244 @@ using namespace stpar::cost;
 
 static cl::SubCommand costCmd("cost",
                               "Cost one training step under a strategy");
+static cl::opt<std::string> costInput(cl::Positional, cl::Optional,
+                                      cl::desc("[<model.onnx>]"),
+                                      cl::sub(costCmd));
 static cl::opt<std::string>
-    costModel("model", cl::sub(costCmd), cl::Required,
-              cl::desc("gpt:layers=L,hidden=H,heads=A,seq=S,vocab=V,batch=B"
-                       "[,ffn=F]"));
+    costModel("model", cl::sub(costCmd),
+              cl::desc("Instead of an ONNX model: gpt:layers=L,hidden=H,"
+                       "heads=A,seq=S,vocab=V,batch=B[,ffn=F]"));
 static cl::opt<std::string> costCluster("cluster", cl::sub(costCmd),
                                         cl::Required,
                                         cl::desc("Preset name or JSON file"));
+static cl::opt<std::string> costStrategy(
+    "strategy", cl::sub(costCmd), cl::Required,
+    cl::desc("megatron:tp=T,pp=P,dp=D,mb=M[,gb=G][,interleave=V]"
+             "[,zero=Z][,recompute=0|1] (gb: ONNX models only)"));
+static cl::list<std::string>
+    costDims("dim", cl::sub(costCmd), cl::value_desc("NAME=VALUE"),
+             cl::desc("ONNX models: bind a symbolic dim; the batch dim's "
+                      "value is the micro-batch size"));
+static cl::opt<std::string> costBatchDim(
+    "batch-dim", cl::sub(costCmd), cl::value_desc("NAME"),
+    cl::desc("ONNX models: the symbolic batch dim (default: the one --dim "
+             "whose name contains 'batch')"));
 static cl::opt<std::string>
-    costStrategy("strategy", cl::sub(costCmd), cl::Required,
-                 cl::desc("megatron:tp=T,pp=P,dp=D,mb=M[,interleave=V]"
-                          "[,zero=Z][,recompute=0|1]"));
+    costPrecision("precision", cl::sub(costCmd), cl::init("mixed"),
+                  cl::desc("ONNX models: mixed (2-byte activations and "
+                           "weights, bf16 peak; default) or fp32"));
 static cl::opt<bool> costJSON("json", cl::sub(costCmd),
                               cl::desc("Print the breakdown as JSON"));
+static cl::opt<bool> costPrintOperators(
+    "print-operators", cl::sub(costCmd),
+    cl::desc("ONNX models: list the operators with their layer kind, stage "
+             "and partition before the breakdown"));
 
 static int fail(Error e) {
   errs() << "stpar: error: " << toString(std::move(e)) << "\n";
   return 1;
 }
 
-static int runCost() {
-  if (!StringRef(costModel).starts_with("gpt:"))
-    return fail(createStringError(
+static int fail(const Twine &msg) {
+  return fail(createStringError(inconvertibleErrorCode(), msg));
+}
+
+static Expected<StepBreakdown> evaluate(const CostProblem &problem,
+                                        const Cluster &cluster,
+                                        const EfficiencyModel &eff) {
+  if (problem.mesh.getNumDevices() > cluster.getNumDevices())
+    return createStringError(
         inconvertibleErrorCode(),
-        "--model: only 'gpt:...' is supported; costing an ONNX model needs "
-        "the importer and is not wired yet"));
+        "the mesh has " + Twine(problem.mesh.getNumDevices()) +
+            " devices but the cluster only " +
+            Twine(cluster.getNumDevices()));
+  return evaluateTrainingStep(problem.ops, problem.mesh, cluster,
+                              problem.config, eff);
+}
+
+static StringRef getKindName(OpKind kind) {
+  switch (kind) {
+  case OpKind::MatMul:
+    return "matmul";
+  case OpKind::Elementwise:
+    return "elementwise";
+  case OpKind::Softmax:
+    return "softmax";
+  case OpKind::Norm:
+    return "norm";
+  case OpKind::Embedding:
+    return "embedding";
+  }
+  return "?";
+}
+
+/// One line per operator: kind, layer kind, stage, loops as
+/// `EXTENT[r]{AXES}` (r: reduction).
+static void printOperators(raw_ostream &os, const CostProblem &problem) {
+  for (const Operator &op : problem.ops) {
+    os << "  op " << op.name << ": " << getKindName(op.kind) << ", "
+       << op.layerKind << ", stage " << op.stage << ", loops [";
+    for (auto [i, loop] : llvm::enumerate(op.loops)) {
+      os << (i ? " " : "") << loop.extent
+         << (loop.kind == LoopKind::Reduction ? "r" : "");
+      if (!loop.axes.empty()) {
+        os << "{";
+        for (auto [k, axis] : llvm::enumerate(loop.axes))
+          os << (k ? "," : "") << problem.mesh.axes[axis].name;
+        os << "}";
+      }
+    }
+    os << "]\n";
+  }
+}
+
+static int runGPT(const Cluster &cluster) {
   Expected<GPTConfig> model = parseGPTSpec(costModel);
   if (!model)
     return fail(model.takeError());
   Expected<MegatronStrategy> strategy = parseMegatronSpec(costStrategy);
   if (!strategy)
     return fail(strategy.takeError());
-  Expected<Cluster> cluster = loadCluster(costCluster);
-  if (!cluster)
-    return fail(cluster.takeError());
   Expected<CostProblem> problem = buildMegatronGPT(*model, *strategy);
   if (!problem)
     return fail(problem.takeError());
   Expected<StepBreakdown> b =
-      evaluateTrainingStep(problem->ops, problem->mesh, *cluster,
-                           problem->config, getDefaultEfficiency());
+      evaluate(*problem, cluster, getDefaultEfficiency());
   if (!b)
     return fail(b.takeError());
   if (costJSON) {
-    outs() << formatv("{0:2}", toJSON(*b)) << "\n";
+    json::Value v = toJSON(*b);
+    (*v.getAsObject())["parameters"] = getGPTParameterCount(*model);
+    outs() << formatv("{0:2}", v) << "\n";
     return 0;
   }
-  outs() << "model " << costModel << "\ncluster " << cluster->name
+  outs() << "model " << costModel << "\ncluster " << cluster.name
          << "\nstrategy " << costStrategy << "\n";
   printBreakdown(outs(), *b);
   return 0;
+}
+
+/// The symbolic dim holding the batch: --batch-dim, else the only bound
+/// dim whose name contains "batch".
+static std::optional<std::string>
+findBatchDim(const StringMap<int64_t> &dims) {
+  if (!costBatchDim.empty()) {
+    if (!dims.count(costBatchDim)) {
+      fail("--batch-dim " + costBatchDim + ": not bound with --dim " +
+           costBatchDim + "=VALUE");
+      return std::nullopt;
+    }
+    return costBatchDim.getValue();
+  }
+  std::vector<std::string> found;
+  for (const auto &entry : dims)
+    if (entry.getKey().lower().find("batch") != std::string::npos)
+      found.push_back(entry.getKey().str());
+  if (found.size() != 1) {
+    fail(Twine(found.empty() ? "no" : "more than one") +
+         " bound --dim name contains 'batch'; name the batch dim with "
+         "--batch-dim NAME");
+    return std::nullopt;
+  }
+  return found.front();
+}
+
+static int runONNX(const Cluster &cluster) {
+  if (costPrecision != "mixed" && costPrecision != "fp32")
+    return fail("--precision: expected 'mixed' or 'fp32', got '" +
+                costPrecision + "'");
+  Expected<stpar::analysis::IRStrategy> strategy =
+      stpar::analysis::parseIRStrategy(costStrategy);
+  if (!strategy)
+    return fail(strategy.takeError());
+  stpar::onnximport::ImportOptions importOptions;
+  if (!stpar::tools::parseDimBindings(costDims, importOptions.dims))
+    return 1;
+  std::optional<std::string> batchDim = findBatchDim(importOptions.dims);
+  if (!batchDim)
+    return 1;
+  int64_t microBatch = importOptions.dims.lookup(*batchDim);
+  if (microBatch < 1)
+    return fail("--dim " + *batchDim + ": the micro-batch size must be >= 1");
+
+  mlir::DialectRegistry registry;
+  stpar::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  stpar::tools::DiagnosticPrinter printer(context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      stpar::onnximport::importONNXFile(costInput, context, importOptions);
+  if (!module)
+    return 1;
+  mlir::func::FuncOp func;
+  for (auto f : module->getOps<mlir::func::FuncOp>())
+    if (!f.isExternal())
+      func = f;
+  if (!func)
+    return fail(costInput + ": no function to cost");
+
+  stpar::analysis::ConversionOptions convOptions;
+  convOptions.fp32 = costPrecision == "fp32";
+  convOptions.batchSize = microBatch;
+  mlir::FailureOr<stpar::analysis::OperatorGraph> graph =
+      stpar::analysis::convertToOperatorGraph(func, convOptions);
+  if (mlir::failed(graph))
+    return 1;
+  Expected<stpar::analysis::MegatronPlan> plan =
+      stpar::analysis::assignMegatron(*graph, *strategy, microBatch);
+  if (!plan)
+    return fail(plan.takeError());
+  for (const std::string &note : graph->notes)
+    errs() << costInput << ": note: " << note << "\n";
+  for (const std::string &warning : plan->warnings)
+    errs() << costInput << ": warning: " << warning << "\n";
+
+  EfficiencyModel eff = getDefaultEfficiency();
+  if (convOptions.fp32)
+    eff.dtype = DType::FP32;
+  Expected<StepBreakdown> b = evaluate(plan->problem, cluster, eff);
+  if (!b)
+    return fail(b.takeError());
+  int64_t globalBatch = microBatch * strategy->megatron.dp *
+                        plan->problem.config.microBatches;
+  if (costJSON) {
+    json::Value v = toJSON(*b);
+    json::Object &o = *v.getAsObject();
+    o["parameters"] = graph->getParameterCount();
+    o["operators"] = int64_t(graph->ops.size());
+    o["layers"] = int64_t(graph->layers.size());
+    o["micro_batch_size"] = microBatch;
+    o["global_batch"] = globalBatch;
+    json::Array warnings;
+    for (const std::string &w : plan->warnings)
+      warnings.push_back(w);
+    o["warnings"] = std::move(warnings);
+    outs() << formatv("{0:2}", v) << "\n";
+    return 0;
+  }
+  outs() << "model " << costInput << " (" << graph->ops.size()
+         << " operators, " << graph->layers.size() << " layers, "
+         << formatv("{0:e3}", graph->getParameterCount())
+         << " parameters)\ncluster " << cluster.name << "\nstrategy "
+         << costStrategy << "\nmicro-batch " << microBatch
+         << " sequences, global batch " << globalBatch << " sequences\n";
+  if (costPrintOperators)
+    printOperators(outs(), plan->problem);
+  printBreakdown(outs(), *b);
+  return 0;
+}
+
+static int runCost() {
+  if (costInput.empty() == costModel.empty())
+    return fail("give either MODEL.onnx or --model gpt:...");
+  if (!costModel.empty() && !StringRef(costModel).starts_with("gpt:"))
+    return fail("--model: only 'gpt:...' is supported; pass an ONNX model "
+                "as the positional argument");
+  if (!costModel.empty() && !costDims.empty())
+    return fail("--dim applies to ONNX models only");
+  Expected<Cluster> cluster = loadCluster(costCluster);
+  if (!cluster)
+    return fail(cluster.takeError());
+  return costModel.empty() ? runONNX(*cluster) : runGPT(*cluster);
 }
 
 static stpar::tools::CommandRegistration reg(costCmd, runCost);
