@@ -1,0 +1,182 @@
+//===- search-benchmark.cpp - partition search over model zoo shapes ------===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// `stpar-bench-search [--quick] [--only NAME] [--exact]`: runs the partition
+// search on PrimePar's models (OPT, Llama-2, BLOOM shapes through the
+// transformer builder) on v100-sxm2-32g-4x8 at 4, 8, 16 and 32 devices,
+// plus GPT-3 175B on 1024 and 1T on 3072 A100s, and prints one table:
+// search time, predicted step time of the chosen plan, of the best Megatron
+// grid (with and without sequence parallelism) and of spatial-only search,
+// the speedups and peak-memory ratios. All numbers come from the search
+// objective (docs/search.md). Not a test.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Search/GPTProblem.h"
+#include "stpar/Search/Solver.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+using namespace llvm;
+using namespace stpar::cost;
+using namespace stpar::search;
+
+namespace {
+struct Model {
+  const char *name;
+  int64_t layers, hidden, heads, kvHeads, ffn, vocab;
+  bool gated;
+};
+
+const Model kModels[] = {
+    {"OPT-6.7B", 32, 4096, 32, 0, 16384, 50272, false},
+    {"OPT-175B", 96, 12288, 96, 0, 49152, 50272, false},
+    {"Llama-2-7B", 32, 4096, 32, 0, 11008, 32000, true},
+    {"Llama-2-70B", 80, 8192, 64, 8, 28672, 32000, true},
+    {"BLOOM-7B1", 30, 4096, 32, 0, 16384, 250880, false},
+    {"BLOOM-176B", 70, 14336, 112, 0, 57344, 250880, false},
+};
+
+double seconds(std::chrono::steady_clock::time_point a) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a)
+      .count();
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  bool quick = false, exact = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--exact"))
+      exact = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+  }
+  EfficiencyModel eff = getDefaultEfficiency();
+  struct Run {
+    const Model *model;
+    std::string cluster;
+    int64_t devices, seq, batch;
+  };
+  std::vector<Run> runs;
+  for (const Model &m : kModels)
+    for (int64_t n : {4, 8, 16, 32})
+      runs.push_back({&m, "v100-sxm2-32g-4x8", n, 2048, 2 * n});
+  static const Model gpt3{"GPT-3-175B", 96, 12288, 96, 0, 49152, 51200, false};
+  static const Model gpt1t{"GPT-1T", 128, 25600, 160, 0, 102400, 51200, false};
+  runs.push_back({&gpt3, "dgx-a100-80g-128", 1024, 2048, 1536});
+  runs.push_back({&gpt1t, "dgx-a100-80g-384", 3072, 2048, 3072});
+
+  SearchOptions opts;
+  opts.maxMeshAxes = 3;
+  if (!exact) {
+    opts.solver.maxCandidates = 24;
+    opts.solver.maxStates = 256;
+    opts.solver.maxFront = 3;
+  }
+  if (quick)
+    opts.maxMeshAxes = 2;
+  outs() << "caps: candidates/op " << opts.solver.maxCandidates
+         << ", states " << opts.solver.maxStates << ", front "
+         << opts.solver.maxFront << " (0 = exact), mesh axes <= "
+         << opts.maxMeshAxes << "\n";
+  outs() << format("%-12s %5s %9s %11s %11s %11s %11s %7s %7s %7s %7s  %s\n",
+                   "model", "devs", "search s", "plan ms", "megatron",
+                   "mega+sp", "spatial", "x mega", "x spat", "mem/mg",
+                   "configs", "plan");
+  std::vector<double> speedups32;
+  for (const Run &r : runs) {
+    if (!only.empty() && !StringRef(r.model->name).contains(only))
+      continue;
+    Expected<Cluster> cluster = getPreset(r.cluster);
+    if (!cluster) {
+      errs() << toString(cluster.takeError()) << "\n";
+      return 1;
+    }
+    // V100 has no bf16: compute in fp16 there.
+    eff.dtype = cluster->device.bf16 > 0 ? DType::BF16 : DType::FP16;
+    TransformerShape shape;
+    shape.model = {r.model->layers, r.model->hidden, r.model->heads,
+                   r.model->ffn,    r.model->vocab,  r.seq,
+                   r.batch};
+    shape.kvHeads = r.model->kvHeads;
+    shape.gatedFFN = r.model->gated;
+    Problem p = buildTransformerProblem(shape, r.cluster, r.devices);
+    auto t0 = std::chrono::steady_clock::now();
+    Expected<SearchResult> best = search(p, *cluster, eff, opts);
+    double searchTime = seconds(t0);
+    SearchOptions spatialOpts = opts;
+    spatialOpts.solver.space.temporal = false;
+    Expected<SearchResult> spatial = search(p, *cluster, eff, spatialOpts);
+    Expected<SearchResult> mega = searchMegatron(p, *cluster, eff, false, opts);
+    Expected<SearchResult> megaSP = searchMegatron(p, *cluster, eff, true, opts);
+    if (!best || !spatial || !mega || !megaSP) {
+      errs() << "error\n";
+      consumeError(best.takeError());
+      consumeError(spatial.takeError());
+      consumeError(mega.takeError());
+      consumeError(megaSP.takeError());
+      return 1;
+    }
+    auto ms = [](const SearchResult &s) {
+      return s.best ? s.best->cost.stepTime * 1e3 : NAN;
+    };
+    double megaBest = std::fmin(ms(*mega), ms(*megaSP));
+    const Plan *megaPlan =
+        !mega->best ? (megaSP->best ? &*megaSP->best : nullptr)
+        : !megaSP->best ? &*mega->best
+        : (mega->best->cost.stepTime <= megaSP->best->cost.stepTime
+               ? &*mega->best
+               : &*megaSP->best);
+    double speedup = megaBest / ms(*best);
+    double memRatio = best->best && megaPlan
+                          ? best->best->cost.getMemory() /
+                                megaPlan->cost.getMemory()
+                          : NAN;
+    std::string desc = "no plan fits";
+    if (best->best) {
+      desc = "";
+      for (const auto &a : best->best->config.mesh.axes)
+        desc += (desc.empty() ? "" : "x") + std::to_string(a.size);
+      desc += " m=" + std::to_string(best->best->config.microBatches) +
+              " z=" + std::to_string(best->best->config.zeroStage);
+    } else {
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), " (smallest %.1f GiB > %.1f GiB)",
+                    best->smallestMemory / double(1 << 30),
+                    best->memoryLimit / double(1 << 30));
+      desc += buf;
+    }
+    if (r.devices == 32 && std::isfinite(speedup))
+      speedups32.push_back(speedup);
+    outs() << format("%-12s %5lld %9.3f %11.2f %11.2f %11.2f %11.2f %7.3f "
+                     "%7.3f %7.3f %7zu  %s\n",
+                     r.model->name, (long long)r.devices, searchTime,
+                     ms(*best), ms(*mega), ms(*megaSP), ms(*spatial), speedup,
+                     ms(*spatial) / ms(*best), memRatio, best->configurations,
+                     desc.c_str());
+    outs().flush();
+  }
+  if (!speedups32.empty()) {
+    double logSum = 0;
+    for (double s : speedups32)
+      logSum += std::log(s);
+    outs() << format("geo-mean speedup over the best Megatron grid at 32 "
+                     "devices: %.3f (%zu models)\n",
+                     std::exp(logSum / double(speedups32.size())),
+                     speedups32.size());
+  }
+  return 0;
+}

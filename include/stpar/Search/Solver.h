@@ -1,0 +1,195 @@
+//===- Solver.h - objective, brute force, segmented DP, search --*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// The search objective (decomposable: a sum of per-operator terms and
+// per-edge re-layout terms plus a memory check; docs/search.md), a
+// brute-force enumerator, PrimePar's segmented dynamic program generalized
+// to a frontier DP with repeated doubling of identical layers (PrimePar
+// ASPLOS'24 Sec. 5.1, Eqs. 11-14), the outer search over meshes, pipeline
+// stages, micro-batches and ZeRO stages, and the baselines (Megatron grid
+// with and without sequence parallelism, ZeRO data parallelism, spatial-only
+// search) in the same objective.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_SEARCH_SOLVER_H
+#define STPAR_SEARCH_SOLVER_H
+
+#include "stpar/Cost/Cluster.h"
+#include "stpar/Cost/Mesh.h"
+#include "stpar/Cost/OperatorCost.h"
+#include "stpar/Search/Problem.h"
+#include "stpar/Search/Space.h"
+
+#include "llvm/Support/Error.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace stpar::search {
+
+/// One point of the outer choice.
+struct Config {
+  /// Axis 0 "pp" (size = pipeline stages), then the logical mesh.
+  cost::Mesh mesh;
+  int64_t microBatches = 1;
+  int zeroStage = 0;
+  /// Full activation recomputation of the layer operators: each re-runs its
+  /// forward (and forward collectives) before backward; a layer stashes only
+  /// the carry it reads, plus one layer's stash while it is recomputed
+  /// (charged as stash / layers per operator).
+  bool recompute = false;
+  int64_t getStages() const { return mesh.axes.front().size; }
+};
+
+/// What a plan costs under the search objective (seconds, bytes per device).
+struct PlanCost {
+  /// The objective: pipeline + exposed gradient sync + optimizer.
+  double stepTime = 0;
+  /// (m + p - 1) x the weighted per-micro-batch time (compute + operator
+  /// collectives + re-layouts + stage sends).
+  double pipeline = 0;
+  /// The bubble share of `pipeline`: (p - 1) / (m + p - 1) of it.
+  double bubble = 0;
+  /// Re-layout share of `pipeline`.
+  double relayout = 0;
+  double exposedSync = 0, optimizer = 0;
+  /// Model states + in-flight stashes (additive part) and the largest
+  /// transient buffer; memory = their sum.
+  double stateBytes = 0, activationBytes = 0, transientBytes = 0;
+  double getMemory() const {
+    return stateBytes + activationBytes + transientBytes;
+  }
+  bool feasible = false;
+  /// Per flattened operator: seconds per micro-batch (F + B + G + its
+  /// collectives + re-layouts of its inputs) and bytes (model states +
+  /// stashes, unweighted).
+  std::vector<double> opSeconds, opBytes;
+};
+
+/// A plan: the configuration and one partition per operator of the
+/// flattened problem (flatten(problem).ops order).
+struct Plan {
+  Config config;
+  std::vector<Partition> partitions;
+  PlanCost cost;
+  std::string label;
+};
+
+struct SolverOptions {
+  SpaceOptions space;
+  /// Caps for large problems (0 = unlimited = exact): candidates kept per
+  /// operator (the fastest after exact dominance pruning), frontier states
+  /// kept per DP step (lowest time), points per Pareto front.
+  unsigned maxCandidates = 0, maxStates = 0, maxFront = 0;
+};
+
+/// Statistics of one DP run.
+struct DPStats {
+  uint64_t candidates = 0, prunedCandidates = 0, statesVisited = 0;
+  uint64_t droppedStates = 0, droppedPoints = 0;
+  bool isExact() const { return droppedStates == 0 && droppedPoints == 0; }
+};
+
+/// The objective for one problem under one configuration. Holds the
+/// operators with the micro-batch extent, candidate tables and a re-layout
+/// cache.
+class Instance {
+public:
+  static llvm::Expected<std::unique_ptr<Instance>>
+  create(const Problem &problem, const cost::Cluster &cluster,
+         const Config &config, const cost::EfficiencyModel &eff,
+         const SolverOptions &options);
+  ~Instance();
+
+  /// Costs a full plan (partitions per flattened operator).
+  llvm::Expected<PlanCost> evaluate(llvm::ArrayRef<Partition> partitions);
+
+  /// Exhaustive search over every combination of the (unpruned) candidates
+  /// of the flattened operators. Fails above `maxCombinations`.
+  llvm::Expected<Plan> bruteForce(double maxCombinations = 5e7);
+
+  /// The segmented frontier DP with doubling over identical layers.
+  llvm::Expected<Plan> solveDP(DPStats *stats = nullptr);
+
+  /// Smallest memory of any plan seen by the last solve (for "no plan fits"
+  /// diagnostics), bytes.
+  double getSmallestMemory() const;
+  double getMemoryLimit() const;
+  const FlatGraph &getFlatGraph() const;
+  /// Number of candidates of problem operator `op`.
+  size_t getNumCandidates(unsigned op) const;
+
+  struct Impl;
+
+private:
+  Instance();
+  std::unique_ptr<Impl> impl;
+};
+
+struct SearchOptions {
+  SolverOptions solver;
+  unsigned maxMeshAxes = 3;
+  /// ZeRO stages searched. In this objective stage 1 dominates 0 and 2
+  /// dominates 1 (same traffic, fewer bytes, less optimizer time), so 2 and
+  /// 3 suffice for the optimum; 0 and 1 may be listed to see them.
+  std::vector<int> zeroStages = {2, 3};
+  bool pipeline = true;
+  /// Recomputation settings tried.
+  std::vector<bool> recompute = {false, true};
+  /// Micro-batch counts tried per pipeline depth p > 1: p * 2^i (i <
+  /// this), when they divide the batch.
+  unsigned microBatchChoices = 2;
+  /// Called after each configuration (done, total) for progress output.
+  std::function<void(size_t, size_t)> progress;
+};
+
+struct SearchResult {
+  /// Best feasible plan, if any.
+  std::optional<Plan> best;
+  /// Smallest memory over all configurations (bytes) when nothing fits.
+  double smallestMemory = 0;
+  double memoryLimit = 0;
+  size_t configurations = 0;
+  DPStats stats;
+};
+
+/// The outer search: pipeline depth p (dividing the devices and the layers),
+/// logical mesh of devices/p, micro-batches, ZeRO stage; the DP inside.
+llvm::Expected<SearchResult> search(const Problem &problem,
+                                    const cost::Cluster &cluster,
+                                    const cost::EfficiencyModel &eff,
+                                    const SearchOptions &options);
+
+/// Baselines in the same objective. Megatron: mesh [pp, dp, tp], batch on
+/// dp, tensor parallelism by Megatron's rules read off the iteration spaces
+/// (column-parallel linear unless the input arrives split on its reduction
+/// loop, then row-parallel; attention by the loop all operands share; vocab
+/// for embeddings; other operators follow their input or, with sequence
+/// parallelism, split the sequence loop). Best over the tp x pp x dp grid
+/// and micro-batch counts; ZeRO 0.
+llvm::Expected<SearchResult> searchMegatron(const Problem &problem,
+                                            const cost::Cluster &cluster,
+                                            const cost::EfficiencyModel &eff,
+                                            bool sequenceParallel,
+                                            const SearchOptions &options);
+
+/// Pure data parallelism over all devices with ZeRO stage `zeroStage`.
+llvm::Expected<SearchResult> searchZeRO(const Problem &problem,
+                                        const cost::Cluster &cluster,
+                                        const cost::EfficiencyModel &eff,
+                                        int zeroStage);
+
+/// One row per operator of a plan (flattened order; layers folded when
+/// `foldLayers` and every copy has the same partition).
+void printPlan(llvm::raw_ostream &os, const Problem &problem, const Plan &plan,
+               bool foldLayers = true);
+
+} // namespace stpar::search
+
+#endif // STPAR_SEARCH_SOLVER_H

@@ -1,0 +1,90 @@
+//===- Space.h - meshes and per-operator partition spaces -------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// The search space, derived from iteration spaces only (no per-model code):
+// the logical meshes N devices can form (ordered factorizations; the order
+// decides which axes are intra- and which inter-node), and for one operator
+// on one mesh every assignment of mesh axes to its loops (spatial,
+// replication included) plus PrimePar's temporal primitive on two equal-size
+// free axes for linear layers. Non-divisible splits are excluded, not
+// padded. docs/search.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_SEARCH_SPACE_H
+#define STPAR_SEARCH_SPACE_H
+
+#include "stpar/Cost/Mesh.h"
+#include "stpar/Cost/Operator.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stpar::search {
+
+/// Ordered factorizations of `devices` into factors >= 2 with at most
+/// `maxAxes` factors, major axis first (devices == 1: one empty shape). Each
+/// order is a distinct mesh because it places the axes differently over the
+/// nodes. E.g. 12 -> [12] [2,6] [6,2] [3,4] [4,3] [2,2,3] [2,3,2] [3,2,2].
+std::vector<std::vector<int64_t>> enumerateMeshShapes(int64_t devices,
+                                                      unsigned maxAxes);
+
+/// The mesh the search uses for one logical shape: axis 0 is "pp" (the
+/// pipeline stages, outermost, splits no loop), then the shape's axes named
+/// "x0", "x1", ...
+cost::Mesh makeSearchMesh(int64_t stages, llvm::ArrayRef<int64_t> shape);
+
+/// One operator's partition: mesh axes per loop (major first) and optionally
+/// the temporal primitive.
+struct Partition {
+  std::vector<std::vector<unsigned>> loopAxes;
+  std::optional<cost::TemporalPrimitive> temporal;
+  bool operator==(const Partition &o) const;
+};
+
+/// Writes `part` into `op` (LoopDim::axes, Operator::temporal).
+void applyPartition(cost::Operator &op, const Partition &part);
+
+/// "b{x0} k{x1}", "replicated", "b{x0} temporal(x1,x2: m=s n=n k=k)".
+std::string describePartition(const cost::Operator &op, const Partition &part,
+                              const cost::Mesh &mesh);
+
+struct SpaceOptions {
+  /// Include PrimePar's temporal primitive.
+  bool temporal = true;
+  /// Axes below this index are never assigned (axis 0 = "pp").
+  unsigned firstAxis = 1;
+};
+
+/// Every partition of `op` on `mesh`: each axis >= firstAxis is either
+/// unused (the operator is replicated along it) or splits one loop, the
+/// product of the sizes on a loop dividing its extent; plus, for MatMul
+/// operators with an Input (M, N), a Parameter (N, K) and an Output (M, K),
+/// the temporal primitive on every ordered pair of unused axes of equal size
+/// q >= 2 and every (M, N, K) loop triple whose local extents q divides.
+std::vector<Partition> enumeratePartitions(const cost::Operator &op,
+                                           const cost::Mesh &mesh,
+                                           const SpaceOptions &options);
+
+/// A tensor layout over the mesh, one entry per mesh axis: kReplicated, kPartial
+/// (pending partial sums) or the tensor dimension the axis splits.
+using LayoutCode = std::vector<int8_t>;
+constexpr int8_t kReplicated = -1;
+constexpr int8_t kPartial = -2;
+
+/// Layout of operand `operand` of `op` under `part` (the operand as the op
+/// produces or consumes it). Outputs of MatMul/Embedding split on a
+/// reduction loop the output does not index are partial; inputs of the
+/// temporal primitive are in its home layout (M on the row axis, N on the
+/// column axis; the skew is charged to the operator).
+LayoutCode getOperandLayout(const cost::Operator &op, unsigned operand,
+                            const Partition &part, unsigned numAxes);
+
+} // namespace stpar::search
+
+#endif // STPAR_SEARCH_SPACE_H

@@ -1,0 +1,178 @@
+//===- GPTProblem.cpp - transformer search problems -------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Search/GPTProblem.h"
+
+using namespace llvm;
+using namespace stpar::cost;
+
+namespace stpar::search {
+
+namespace {
+struct Builder {
+  Problem &p;
+  unsigned add(StringRef name, OpKind kind, Section section, StringRef group,
+               double flops,
+               std::vector<std::tuple<const char *, int64_t, bool>> loops) {
+    Operator op;
+    op.name = name.str();
+    op.kind = kind;
+    op.layerKind = group.str();
+    op.flopsPerPoint = flops;
+    for (auto [n, e, red] : loops)
+      op.loops.push_back(
+          {n, e, red ? LoopKind::Reduction : LoopKind::Parallel, {}});
+    p.ops.push_back(std::move(op));
+    p.sections.push_back(section);
+    return unsigned(p.ops.size() - 1);
+  }
+  unsigned operand(unsigned op, StringRef name, OperandRole role,
+                   std::vector<const char *> dims, int64_t bytes = 2) {
+    Operator &o = p.ops[op];
+    Operand x;
+    x.name = name.str();
+    x.role = role;
+    x.elementBytes = bytes;
+    for (const char *d : dims)
+      for (unsigned i = 0; i < o.loops.size(); ++i)
+        if (o.loops[i].name == d)
+          x.dims.push_back(i);
+    o.operands.push_back(std::move(x));
+    return unsigned(o.operands.size() - 1);
+  }
+  void edge(unsigned from, unsigned fromOperand, unsigned to,
+            unsigned toOperand, bool next = false) {
+    p.edges.push_back({from, fromOperand, to, toOperand, next});
+  }
+};
+} // namespace
+
+Problem buildTransformerProblem(const TransformerShape &shape,
+                                StringRef cluster, int64_t devices) {
+  const GPTConfig &m = shape.model;
+  Problem p;
+  p.name = "transformer";
+  p.cluster = cluster.str();
+  p.devices = devices;
+  p.batchLoop = "b";
+  p.sequenceLoop = "s";
+  p.layers = m.layers;
+  Builder b{p};
+  int64_t B = m.batch, S = m.seq, H = m.hidden, A = m.heads, D = H / A,
+          F = m.ffn, V = m.vocab;
+  int64_t kv = shape.kvHeads ? shape.kvHeads : A;
+  // Per-head width of the fused QKV output: D for Q plus the K and V share.
+  int64_t E = D + 2 * D * kv / A;
+  const auto In = OperandRole::Input, W = OperandRole::Parameter,
+             Out = OperandRole::Output;
+  const Section pre = Section::Pre, L = Section::Layer, post = Section::Post;
+
+  unsigned emb = b.add("embedding", OpKind::Embedding, pre, "embedding", 0,
+                       {{"b", B, false}, {"s", S, false}, {"h", H, false},
+                        {"v", V, true}});
+  b.operand(emb, "ids", In, {"b", "s"}, 8);
+  p.ops[emb].operands.back().needsGrad = false;
+  b.operand(emb, "wte", W, {"v", "h"});
+  b.operand(emb, "y", Out, {"b", "s", "h"});
+
+  auto norm = [&](StringRef name, Section sec, StringRef group) {
+    unsigned o = b.add(name, OpKind::Norm, sec, group, 8,
+                       {{"b", B, false}, {"s", S, false}, {"h", H, true}});
+    b.operand(o, "x", In, {"b", "s", "h"});
+    b.operand(o, "w", W, {"h"});
+    b.operand(o, "y", Out, {"b", "s", "h"});
+    return o;
+  };
+  auto linear = [&](StringRef name, Section sec, StringRef group, int64_t n,
+                    int64_t k) {
+    unsigned o = b.add(name, OpKind::MatMul, sec, group, 2,
+                       {{"b", B, false}, {"s", S, false}, {"k", k, false},
+                        {"n", n, true}});
+    b.operand(o, "x", In, {"b", "s", "n"});
+    b.operand(o, "w", W, {"n", "k"});
+    b.operand(o, "y", Out, {"b", "s", "k"});
+    return o;
+  };
+  auto elementwise = [&](StringRef name, StringRef group, int64_t n,
+                         int inputs, double flops) {
+    unsigned o = b.add(name, OpKind::Elementwise, L, group, flops,
+                       {{"b", B, false}, {"s", S, false}, {"h", n, false}});
+    for (int i = 0; i < inputs; ++i)
+      b.operand(o, "x" + std::to_string(i), In, {"b", "s", "h"});
+    b.operand(o, "y", Out, {"b", "s", "h"});
+    return o;
+  };
+
+  unsigned ln1 = norm("ln1", L, "attention");
+  unsigned qkv = b.add("qkv", OpKind::MatMul, L, "attention", 2,
+                       {{"b", B, false}, {"s", S, false}, {"a", A, false},
+                        {"e", E, false}, {"n", H, true}});
+  b.operand(qkv, "x", In, {"b", "s", "n"});
+  b.operand(qkv, "w", W, {"n", "a", "e"});
+  b.operand(qkv, "y", Out, {"b", "s", "a", "e"});
+  unsigned scores = b.add("scores", OpKind::MatMul, L, "attention", 2,
+                          {{"b", B, false}, {"a", A, false}, {"q", S, false},
+                           {"k", S, false}, {"d", D, true}});
+  b.operand(scores, "q", In, {"b", "q", "a", "d"});
+  b.operand(scores, "k", In, {"b", "k", "a", "d"});
+  b.operand(scores, "s", Out, {"b", "a", "q", "k"});
+  unsigned softmax = b.add("softmax", OpKind::Softmax, L, "attention", 8,
+                           {{"b", B, false}, {"a", A, false}, {"q", S, false},
+                            {"k", S, true}});
+  b.operand(softmax, "s", In, {"b", "a", "q", "k"});
+  b.operand(softmax, "p", Out, {"b", "a", "q", "k"});
+  unsigned context = b.add("context", OpKind::MatMul, L, "attention", 2,
+                           {{"b", B, false}, {"a", A, false}, {"q", S, false},
+                            {"d", D, false}, {"k", S, true}});
+  b.operand(context, "p", In, {"b", "a", "q", "k"});
+  b.operand(context, "v", In, {"b", "k", "a", "d"});
+  b.operand(context, "c", Out, {"b", "q", "a", "d"});
+  unsigned proj = b.add("proj", OpKind::MatMul, L, "attention", 2,
+                        {{"b", B, false}, {"s", S, false}, {"k", H, false},
+                         {"a", A, true}, {"d", D, true}});
+  b.operand(proj, "x", In, {"b", "s", "a", "d"});
+  b.operand(proj, "w", W, {"a", "d", "k"});
+  b.operand(proj, "y", Out, {"b", "s", "k"});
+  unsigned res1 = elementwise("residual1", "attention", H, 2, 3);
+  unsigned ln2 = norm("ln2", L, "mlp");
+  int64_t F1 = shape.gatedFFN ? 2 * F : F;
+  unsigned fc1 = linear("fc1", L, "mlp", H, F1);
+  unsigned act = elementwise("act", "mlp", F, 1, 8);
+  unsigned fc2 = linear("fc2", L, "mlp", F, H);
+  unsigned res2 = elementwise("residual2", "mlp", H, 2, 3);
+  unsigned lnf = norm("ln_f", post, "head");
+  unsigned head = linear("lm_head", post, "head", H, V);
+  unsigned loss = b.add("loss", OpKind::Softmax, post, "head", 8,
+                        {{"b", B, false}, {"s", S, false}, {"v", V, true}});
+  b.operand(loss, "logits", In, {"b", "s", "v"});
+  b.operand(loss, "probs", Out, {"b", "s", "v"}, 4);
+
+  // Operand indices: norm x0 w1 y2; linear x0 w1 y2; qkv x0 w1 y2;
+  // scores q0 k1 s2; softmax s0 p1; context p0 v1 c2; proj x0 w1 y2;
+  // elementwise x0 [x1] y.
+  b.edge(res2, 2, ln1, 0, true);
+  b.edge(res2, 2, res1, 0, true);
+  b.edge(ln1, 2, qkv, 0);
+  b.edge(qkv, 2, scores, 0);
+  b.edge(qkv, 2, scores, 1);
+  b.edge(scores, 2, softmax, 0);
+  b.edge(softmax, 1, context, 0);
+  b.edge(qkv, 2, context, 1);
+  b.edge(context, 2, proj, 0);
+  b.edge(proj, 2, res1, 1);
+  b.edge(res1, 2, ln2, 0);
+  b.edge(res1, 2, res2, 0);
+  b.edge(ln2, 2, fc1, 0);
+  b.edge(fc1, 2, act, 0);
+  b.edge(act, 1, fc2, 0);
+  b.edge(fc2, 2, res2, 1);
+  b.edge(res2, 2, lnf, 0);
+  b.edge(lnf, 2, head, 0);
+  b.edge(head, 2, loss, 0);
+  return p;
+}
+
+} // namespace stpar::search

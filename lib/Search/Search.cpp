@@ -1,0 +1,389 @@
+//===- Search.cpp - outer search, baselines, plan printing ------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// The outer choice (pipeline depth, logical mesh, micro-batches, ZeRO
+// stage) around the DP, and the baselines costed by the same objective.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Search/Solver.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/Format.h"
+
+#include <limits>
+
+using namespace llvm;
+using namespace stpar::cost;
+
+namespace stpar::search {
+
+static Error err(const Twine &message) {
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+static int64_t getBatchExtent(const Problem &p) {
+  if (p.batchLoop.empty())
+    return 0;
+  for (const LoopDim &l : p.ops.front().loops)
+    if (l.name == p.batchLoop)
+      return l.extent;
+  return 0;
+}
+
+static bool hasLayers(const Problem &p) {
+  return is_contained(p.sections, Section::Layer);
+}
+
+/// Pipeline depths and micro-batch counts to try.
+static std::vector<std::pair<int64_t, int64_t>>
+getPipelineChoices(const Problem &p, int64_t devices, bool pipeline,
+                   unsigned microBatchChoices) {
+  std::vector<std::pair<int64_t, int64_t>> out{{1, 1}};
+  int64_t batch = getBatchExtent(p);
+  if (!pipeline || !hasLayers(p) || batch == 0)
+    return out;
+  for (int64_t s = 2; s <= devices; ++s) {
+    if (devices % s || p.layers % s)
+      continue;
+    for (unsigned i = 0; i < microBatchChoices; ++i) {
+      int64_t m = s << i;
+      if (m <= batch && batch % m == 0)
+        out.push_back({s, m});
+    }
+  }
+  return out;
+}
+
+static void keepBest(SearchResult &r, Plan plan) {
+  if (!r.best || plan.cost.stepTime < r.best->cost.stepTime)
+    r.best = std::move(plan);
+}
+
+Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
+                              const EfficiencyModel &eff,
+                              const SearchOptions &options) {
+  if (problem.devices > cluster.getNumDevices())
+    return err("the cluster '" + cluster.name + "' has " +
+               Twine(cluster.getNumDevices()) + " devices; it cannot host " +
+               Twine(problem.devices));
+  SearchResult result;
+  result.smallestMemory = std::numeric_limits<double>::infinity();
+  std::vector<Config> configs;
+  for (auto [stages, m] : getPipelineChoices(problem, problem.devices,
+                                              options.pipeline,
+                                              options.microBatchChoices))
+    for (const std::vector<int64_t> &shape :
+         enumerateMeshShapes(problem.devices / stages, options.maxMeshAxes))
+      for (int z : options.zeroStages)
+        for (bool rc : options.recompute) {
+          if (rc && !hasLayers(problem))
+            continue;
+          Config c;
+          c.mesh = makeSearchMesh(stages, shape);
+          c.microBatches = m;
+          c.zeroStage = z;
+          c.recompute = rc;
+          configs.push_back(std::move(c));
+        }
+  result.configurations = configs.size();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    Expected<std::unique_ptr<Instance>> inst =
+        Instance::create(problem, cluster, configs[i], eff, options.solver);
+    if (!inst)
+      return inst.takeError();
+    DPStats stats;
+    Expected<Plan> plan = (*inst)->solveDP(&stats);
+    result.stats.candidates += stats.candidates;
+    result.stats.prunedCandidates += stats.prunedCandidates;
+    result.stats.statesVisited += stats.statesVisited;
+    result.stats.droppedStates += stats.droppedStates;
+    result.stats.droppedPoints += stats.droppedPoints;
+    result.memoryLimit = (*inst)->getMemoryLimit();
+    result.smallestMemory =
+        std::min(result.smallestMemory, (*inst)->getSmallestMemory());
+    if (plan)
+      keepBest(result, std::move(*plan));
+    else
+      consumeError(plan.takeError());
+    if (options.progress)
+      options.progress(i + 1, configs.size());
+  }
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Baselines
+//===----------------------------------------------------------------------===//
+
+static bool indexes(const Operand &o, unsigned d) {
+  return is_contained(o.dims, d);
+}
+
+/// Megatron's partition of flat op `i` given the partitions chosen before it.
+static Partition megatronPartition(const Problem &problem, const FlatGraph &g,
+                                   const std::vector<Partition> &chosen,
+                                   unsigned i, const Mesh &mesh, bool sp) {
+  const unsigned kDP = 1, kTP = 2;
+  const Operator &op = g.ops[i];
+  Partition part;
+  part.loopAxes.assign(op.loops.size(), {});
+  auto divisible = [&](unsigned d, unsigned axis) {
+    int64_t split = mesh.axes[axis].size;
+    for (unsigned a : part.loopAxes[d])
+      split *= mesh.axes[a].size;
+    return op.loops[d].extent % split == 0;
+  };
+  for (unsigned d = 0; d < op.loops.size(); ++d)
+    if (op.loops[d].name == problem.batchLoop && divisible(d, kDP))
+      part.loopAxes[d].push_back(kDP);
+  if (mesh.axes[kTP].size == 1)
+    return part;
+  // The loop the first input arrives split on along tp.
+  std::optional<unsigned> inLoop;
+  const Operand *x = nullptr;
+  for (const Edge &e : g.edges) {
+    if (e.consumer != i)
+      continue;
+    const Operator &prod = g.ops[e.producer];
+    LayoutCode code = getOperandLayout(prod, e.producerOperand,
+                                       chosen[e.producer],
+                                       unsigned(mesh.axes.size()));
+    if (code[kTP] >= 0) {
+      inLoop = op.operands[e.consumerOperand].dims[code[kTP]];
+      x = &op.operands[e.consumerOperand];
+    }
+    if (!x)
+      x = &op.operands[e.consumerOperand];
+    break;
+  }
+  if (!x)
+    for (const Operand &o : op.operands)
+      if (o.role == OperandRole::Input) {
+        x = &o;
+        break;
+      }
+  const Operand *w = nullptr;
+  for (const Operand &o : op.operands)
+    if (o.role == OperandRole::Parameter)
+      w = &o;
+  std::optional<unsigned> tp;
+  auto firstLoop = [&](auto pred) -> std::optional<unsigned> {
+    for (unsigned d = 0; d < op.loops.size(); ++d)
+      if (op.loops[d].name != problem.batchLoop && pred(d) && divisible(d, kTP))
+        return d;
+    return std::nullopt;
+  };
+  auto allIndex = [&](unsigned d) {
+    return all_of(op.operands, [&](const Operand &o) { return indexes(o, d); });
+  };
+  switch (op.kind) {
+  case OpKind::MatMul:
+    if (w) {
+      if (inLoop && op.loops[*inLoop].kind == LoopKind::Reduction)
+        tp = inLoop; // row-parallel
+      else
+        tp = firstLoop([&](unsigned d) { // column-parallel
+          return op.loops[d].kind == LoopKind::Parallel && indexes(*w, d) &&
+                 (!x || !indexes(*x, d));
+        });
+    } else {
+      if (inLoop && op.loops[*inLoop].kind == LoopKind::Parallel &&
+          allIndex(*inLoop))
+        tp = inLoop;
+      else
+        tp = firstLoop([&](unsigned d) {
+          return op.loops[d].kind == LoopKind::Parallel && allIndex(d);
+        });
+    }
+    break;
+  case OpKind::Embedding:
+    tp = firstLoop([&](unsigned d) {
+      return op.loops[d].kind == LoopKind::Reduction && w && indexes(*w, d);
+    });
+    break;
+  default:
+    if (inLoop)
+      tp = inLoop;
+    else if (sp && !problem.sequenceLoop.empty())
+      tp = firstLoop(
+          [&](unsigned d) { return op.loops[d].name == problem.sequenceLoop; });
+    break;
+  }
+  if (tp && divisible(*tp, kTP))
+    part.loopAxes[*tp].push_back(kTP);
+  return part;
+}
+
+Expected<SearchResult> searchMegatron(const Problem &problem,
+                                      const Cluster &cluster,
+                                      const EfficiencyModel &eff,
+                                      bool sequenceParallel,
+                                      const SearchOptions &options) {
+  SearchResult result;
+  result.smallestMemory = std::numeric_limits<double>::infinity();
+  int64_t n = problem.devices;
+  SolverOptions solver;
+  solver.space.temporal = false;
+  for (auto [pp, m] :
+       getPipelineChoices(problem, n, options.pipeline,
+                          options.microBatchChoices)) {
+    for (int64_t tp = 1; tp <= n / pp; ++tp)
+    for (bool rc : options.recompute) {
+      if ((n / pp) % tp)
+        continue;
+      int64_t dp = n / pp / tp;
+      Config c;
+      c.mesh.axes = {{"pp", pp}, {"dp", dp}, {"tp", tp}};
+      c.microBatches = m;
+      c.zeroStage = 0;
+      c.recompute = rc;
+      // Enumerating candidates is not needed: the rule fixes the plan.
+      Problem tiny = problem;
+      Expected<std::unique_ptr<Instance>> inst =
+          Instance::create(tiny, cluster, c, eff, solver);
+      if (!inst)
+        return inst.takeError();
+      const FlatGraph &g = (*inst)->getFlatGraph();
+      std::vector<Partition> parts;
+      for (unsigned i = 0; i < g.ops.size(); ++i)
+        parts.push_back(megatronPartition(problem, g, parts, i, c.mesh,
+                                          sequenceParallel));
+      // dp must split the batch everywhere.
+      bool ok = dp == 1 || all_of(parts, [](const Partition &p) {
+                  return any_of(p.loopAxes, [](const auto &axes) {
+                    return is_contained(axes, 1u);
+                  });
+                });
+      if (!ok)
+        continue;
+      ++result.configurations;
+      Expected<PlanCost> pc = (*inst)->evaluate(parts);
+      if (!pc)
+        return pc.takeError();
+      result.memoryLimit = (*inst)->getMemoryLimit();
+      result.smallestMemory =
+          std::min(result.smallestMemory, pc->getMemory());
+      if (!pc->feasible)
+        continue;
+      Plan plan;
+      plan.config = c;
+      plan.partitions = std::move(parts);
+      plan.cost = std::move(*pc);
+      plan.label = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
+                   " dp=" + std::to_string(dp) + " m=" + std::to_string(m) +
+                   (rc ? " recompute" : "");
+      keepBest(result, std::move(plan));
+    }
+  }
+  return result;
+}
+
+Expected<SearchResult> searchZeRO(const Problem &problem,
+                                  const Cluster &cluster,
+                                  const EfficiencyModel &eff, int zeroStage) {
+  SearchResult result;
+  result.smallestMemory = std::numeric_limits<double>::infinity();
+  Config c;
+  c.mesh.axes = {{"pp", 1}, {"dp", problem.devices}};
+  c.zeroStage = zeroStage;
+  SolverOptions solver;
+  solver.space.temporal = false;
+  Expected<std::unique_ptr<Instance>> inst =
+      Instance::create(problem, cluster, c, eff, solver);
+  if (!inst)
+    return inst.takeError();
+  const FlatGraph &g = (*inst)->getFlatGraph();
+  std::vector<Partition> parts;
+  for (const Operator &op : g.ops) {
+    Partition p;
+    p.loopAxes.assign(op.loops.size(), {});
+    bool split = false;
+    for (unsigned d = 0; d < op.loops.size(); ++d)
+      if (op.loops[d].name == problem.batchLoop &&
+          op.loops[d].extent % problem.devices == 0) {
+        p.loopAxes[d].push_back(1);
+        split = true;
+      }
+    if (!split && problem.devices > 1)
+      return result; // the batch does not divide: no ZeRO plan
+    parts.push_back(std::move(p));
+  }
+  result.configurations = 1;
+  Expected<PlanCost> pc = (*inst)->evaluate(parts);
+  if (!pc)
+    return pc.takeError();
+  result.memoryLimit = (*inst)->getMemoryLimit();
+  result.smallestMemory = pc->getMemory();
+  if (pc->feasible) {
+    Plan plan;
+    plan.config = c;
+    plan.partitions = std::move(parts);
+    plan.cost = std::move(*pc);
+    plan.label = "zero-" + std::to_string(zeroStage) + " dp=" +
+                 std::to_string(problem.devices);
+    result.best = std::move(plan);
+  }
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Printing
+//===----------------------------------------------------------------------===//
+
+void printPlan(raw_ostream &os, const Problem &problem, const Plan &plan,
+               bool foldLayers) {
+  FlatGraph g = flatten(problem);
+  const Mesh &mesh = plan.config.mesh;
+  os << "mesh";
+  for (const MeshAxis &a : mesh.axes)
+    os << " " << a.name << "=" << a.size;
+  os << ", micro-batches " << plan.config.microBatches << ", ZeRO stage "
+     << plan.config.zeroStage
+     << (plan.config.recompute ? ", recomputation" : "") << "\n";
+  os << format("  %-22s %-48s %12s %12s\n", "operator", "partition",
+               "ms/micro-b", "GiB");
+  const double gib = double(int64_t(1) << 30);
+  // Fold identical layer copies.
+  std::vector<unsigned> layerOps;
+  for (unsigned i = 0; i < problem.ops.size(); ++i)
+    if (problem.sections[i] == Section::Layer)
+      layerOps.push_back(i);
+  bool identical = foldLayers && !layerOps.empty();
+  if (identical)
+    for (unsigned i = 0; i < g.ops.size(); ++i)
+      if (g.layerOf[i] > 0) {
+        unsigned base = unsigned(i - g.layerOf[i] * layerOps.size());
+        if (!(plan.partitions[i] == plan.partitions[base]))
+          identical = false;
+      }
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    if (identical && g.layerOf[i] > 0)
+      continue;
+    std::string name = g.ops[i].name;
+    if (identical && g.layerOf[i] == 0)
+      name = problem.ops[g.original[i]].name + " x" +
+             std::to_string(problem.layers);
+    double s = i < plan.cost.opSeconds.size() ? plan.cost.opSeconds[i] : 0;
+    double b = i < plan.cost.opBytes.size() ? plan.cost.opBytes[i] : 0;
+    os << format("  %-22s %-48s %12.3f %12.3f\n", name.c_str(),
+                 describePartition(g.ops[i], plan.partitions[i], mesh).c_str(),
+                 s * 1e3, b / gib);
+  }
+  const PlanCost &c = plan.cost;
+  os << format("step time            %12.3f ms\n", c.stepTime * 1e3);
+  os << format("  pipeline           %12.3f ms (bubble %.3f ms, re-layout "
+               "%.3f ms)\n",
+               c.pipeline * 1e3, c.bubble * 1e3, c.relayout * 1e3);
+  os << format("  exposed grad sync  %12.3f ms\n", c.exposedSync * 1e3);
+  os << format("  optimizer          %12.3f ms\n", c.optimizer * 1e3);
+  os << format("memory per device    %12.3f GiB (states %.3f, activations "
+               "%.3f, transient %.3f)\n",
+               c.getMemory() / gib, c.stateBytes / gib,
+               c.activationBytes / gib, c.transientBytes / gib);
+}
+
+} // namespace stpar::search

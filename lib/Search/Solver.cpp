@@ -1,0 +1,942 @@
+//===- Solver.cpp - objective, brute force, segmented DP --------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// The objective (docs/search.md, "Objective"): per operator o with partition
+// P, from costOperator (stpar/Cost/OperatorCost.h),
+//   t_o   = F + B + G + forward/backward collectives   (per micro-batch)
+//   sync  = all-reduce (+ all-gather for ZeRO-3) of its gradients over the
+//           axes of the loops its parameters do not index
+//   exp_o = max(0, sync - (B + G))      (bucketed overlap with its backward)
+//   opt_o = 28 bytes x locally updated parameters / HBM bandwidth
+//   time  = w (m + p - 1) t_o + w (exp_o + opt_o)
+//   mem   = w (ZeRO model states + min(m, p) x stash), peak = transient
+// with w = 1/p for layer operators (a stage holds layers/p of them) and 1
+// for pre/post operators (charged to the critical stage in full); per edge
+// w_consumer (m + p - 1) x (forward + backward re-layout seconds). A
+// matmul/embedding output with partial sums that feeds an edge leaves the
+// reduction to the edge (all-reduce or reduce-scatter, as the consumer
+// needs), so costOperator's forward all-reduce is not charged twice.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Search/Solver.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/Format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+using namespace llvm;
+using namespace stpar::cost;
+
+namespace stpar::search {
+
+static Error err(const Twine &message) {
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+static constexpr double kAdamBytesPerParam = 28;
+static constexpr int kExternal = -1;
+
+namespace {
+/// One candidate of one problem operator under the configuration.
+struct Cand {
+  Partition part;
+  /// Objective contributions (weighted).
+  double time = 0, pipe = 0, sync = 0, opt = 0;
+  double stateBytes = 0, actBytes = 0, peak = 0;
+  /// Unweighted, for printing.
+  double seconds = 0, bytes = 0;
+  /// Global layout id per operand (-1 where not an Input/Output).
+  std::vector<int> layouts;
+};
+
+struct Point {
+  double time = 0, mem = 0, peak = 0;
+  int32_t node = -1;
+};
+using Front = SmallVector<Point, 2>;
+
+struct Node {
+  int32_t a = -1, b = -1;
+  /// >= 0: a choice (problem op, candidate); -1 root; -2 concat.
+  int32_t op = -1, cand = -1;
+};
+} // namespace
+
+struct Instance::Impl {
+  Problem problem;
+  Cluster cluster;
+  Config config;
+  EfficiencyModel eff;
+  SolverOptions options;
+  FlatGraph flat;
+  double limit = 0;
+  double slots = 1;
+  double constantTime = 0;
+  std::vector<std::vector<Cand>> cands;
+  std::vector<bool> outputHasEdges;
+  /// Layer operators reading the carry (first one only): the checkpoint.
+  std::vector<bool> isCheckpoint;
+  std::map<LayoutCode, int> layoutIds;
+  std::vector<LayoutCode> layouts;
+  DenseMap<uint64_t, double> edgeCache;
+  std::vector<Node> nodes;
+  double smallestMemory = std::numeric_limits<double>::infinity();
+  DPStats stats;
+  bool ignoreLimit = false;
+
+  Error init();
+  int intern(const LayoutCode &code) {
+    auto [it, inserted] = layoutIds.try_emplace(code, int(layouts.size()));
+    if (inserted)
+      layouts.push_back(code);
+    return it->second;
+  }
+  double weight(unsigned op) const {
+    return problem.sections[op] == Section::Layer
+               ? 1.0 / double(config.getStages())
+               : 1.0;
+  }
+  Expected<Cand> costCandidate(unsigned op, const Partition &part);
+  double edgeSeconds(unsigned consumer, unsigned operand, int from, int to);
+  double edgeCost(unsigned consumer, unsigned operand, int from, int to) {
+    return weight(consumer) * slots * edgeSeconds(consumer, operand, from, to);
+  }
+  bool insert(Front &front, Point p);
+  Expected<Plan> solve();
+  void walk(int32_t node, std::vector<std::pair<int, int>> &out) const;
+};
+
+Instance::Instance() : impl(std::make_unique<Impl>()) {}
+Instance::~Instance() = default;
+
+Expected<std::unique_ptr<Instance>>
+Instance::create(const Problem &problem, const Cluster &cluster,
+                 const Config &config, const EfficiencyModel &eff,
+                 const SolverOptions &options) {
+  std::unique_ptr<Instance> inst(new Instance());
+  Impl &I = *inst->impl;
+  I.problem = problem;
+  I.cluster = cluster;
+  I.config = config;
+  I.eff = eff;
+  I.options = options;
+  if (Error e = I.init())
+    return std::move(e);
+  return std::move(inst);
+}
+
+Error Instance::Impl::init() {
+  if (Error e = verifyProblem(problem))
+    return e;
+  int64_t m = config.microBatches, p = config.getStages();
+  if (config.mesh.getNumDevices() > cluster.getNumDevices())
+    return err("the mesh has " + Twine(config.mesh.getNumDevices()) +
+               " devices but the cluster '" + cluster.name + "' only " +
+               Twine(cluster.getNumDevices()));
+  // One micro-batch: divide the batch loop.
+  for (Operator &op : problem.ops)
+    for (LoopDim &l : op.loops)
+      if (!problem.batchLoop.empty() && l.name == problem.batchLoop) {
+        if (l.extent % m)
+          return err("micro-batches " + Twine(m) + " do not divide the batch " +
+                     Twine(l.extent));
+        l.extent /= m;
+      }
+  flat = flatten(problem);
+  slots = double(m + p - 1);
+  limit = problem.memoryLimit ? *problem.memoryLimit
+                              : double(cluster.device.hbmCapacity);
+  // Which outputs feed edges (their partial sums are reduced by the edge).
+  outputHasEdges.assign(problem.ops.size(), false);
+  for (const Edge &e : problem.edges)
+    outputHasEdges[e.producer] = true;
+  std::optional<unsigned> lastPre;
+  for (unsigned i = 0; i < problem.ops.size(); ++i)
+    if (problem.sections[i] == Section::Pre)
+      lastPre = i;
+  if (lastPre && getCarryOp(problem))
+    outputHasEdges[*lastPre] = true;
+  // Stage-boundary sends: the carry tensor, evenly split over a stage, sent
+  // forward and its gradient backward, over the link between stages.
+  if (p > 1) {
+    if (std::optional<unsigned> carry = getCarryOp(problem)) {
+      const Operator &op = problem.ops[*carry];
+      for (const Edge &e : problem.edges)
+        if (e.nextLayer) {
+          const Operand &o = op.operands[e.producerOperand];
+          double bytes = double(o.elementBytes);
+          for (unsigned d : o.dims)
+            bytes *= double(op.loops[d].extent);
+          bytes /= double(config.mesh.getNumDevices() / p);
+          AxisPlacement pl = config.mesh.getPlacement(0, cluster.devicesPerNode);
+          double one =
+              getCollectiveTime(Collective::PointToPoint, bytes, pl, cluster);
+          constantTime = slots * 2 * one;
+          break;
+        }
+    }
+  }
+  isCheckpoint.assign(problem.ops.size(), false);
+  {
+    std::optional<unsigned> first;
+    for (const Edge &e : problem.edges)
+      if (e.nextLayer && (!first || e.consumer < *first))
+        first = e.consumer;
+    if (first)
+      isCheckpoint[*first] = true;
+  }
+  cands.resize(problem.ops.size());
+  for (unsigned i = 0; i < problem.ops.size(); ++i) {
+    for (const Partition &part :
+         enumeratePartitions(problem.ops[i], config.mesh, options.space)) {
+      Expected<Cand> c = costCandidate(i, part);
+      if (!c)
+        return c.takeError();
+      cands[i].push_back(std::move(*c));
+    }
+    if (cands[i].empty())
+      return err("operator '" + problem.ops[i].name + "' has no partition");
+  }
+  nodes.push_back({}); // node 0: root
+  return Error::success();
+}
+
+Expected<Cand> Instance::Impl::costCandidate(unsigned i, const Partition &part) {
+  Operator op = problem.ops[i];
+  applyPartition(op, part);
+  Expected<OperatorCost> c = costOperator(op, config.mesh, cluster, eff);
+  if (!c)
+    return c.takeError();
+  Cand cand;
+  cand.part = part;
+  double fwdComm = c->forwardComm;
+  if ((op.kind == OpKind::MatMul || op.kind == OpKind::Embedding) &&
+      outputHasEdges[i])
+    fwdComm = 0; // the consuming edge reduces the partial sums
+  double t = c->forward + c->backwardInput + c->backwardWeight + fwdComm +
+             c->backwardComm;
+  bool recompute =
+      config.recompute && problem.sections[i] == Section::Layer;
+  if (recompute)
+    t += c->forward + fwdComm;
+  if (op.temporal) {
+    // Skew of the input into the primitive's home layout: one shift.
+    for (const Operand &o : op.operands)
+      if (o.role == OperandRole::Input) {
+        AxisPlacement pl = config.mesh.getPlacement(op.temporal->colAxis,
+                                                    cluster.devicesPerNode);
+        t += getCollectiveTime(Collective::RingShift,
+                               getLocalElements(op, o, config.mesh) *
+                                   double(o.elementBytes),
+                               pl, cluster);
+        break;
+      }
+  }
+  double sync = 0, opt = 0, states = 0;
+  for (const GradientSync &g : getGradientSyncs(op, config.mesh, 0u)) {
+    int64_t nd = 1;
+    for (unsigned axis : g.axes)
+      nd *= config.mesh.axes[axis].size;
+    double psi = g.bytes / 2;
+    if (op.temporal)
+      psi *= double(config.mesh.axes[op.temporal->rowAxis].size);
+    double bytes = psi * 2;
+    states += getModelStateBytes(psi, nd, config.zeroStage).getTotal();
+    double s = getMultiAxisCollectiveTime(Collective::AllReduce, bytes, g.axes,
+                                          config.mesh, cluster);
+    if (config.zeroStage == 3)
+      s += getMultiAxisCollectiveTime(Collective::AllGather, bytes, g.axes,
+                                      config.mesh, cluster);
+    sync += s;
+    double updated = config.zeroStage >= 1 ? psi / double(nd) : psi;
+    opt += updated * kAdamBytesPerParam /
+           (cluster.device.hbmBandwidth * eff.hbmEfficiency);
+  }
+  double exposed = std::max(0.0, sync - (c->backwardInput + c->backwardWeight));
+  double w = weight(i);
+  double inFlight = double(std::min<int64_t>(config.microBatches,
+                                             config.getStages()));
+  cand.pipe = w * slots * t;
+  cand.sync = w * exposed;
+  cand.opt = w * opt;
+  cand.time = cand.pipe + cand.sync + cand.opt;
+  cand.stateBytes = w * states;
+  cand.actBytes = w * inFlight * c->stashBytes;
+  if (recompute) {
+    double checkpoint = 0;
+    if (isCheckpoint[i])
+      for (const Operand &o : op.operands)
+        if (o.role == OperandRole::Input) {
+          checkpoint =
+              getLocalElements(op, o, config.mesh) * double(o.elementBytes);
+          break;
+        }
+    cand.actBytes = w * inFlight * checkpoint +
+                    c->stashBytes / double(std::max<int64_t>(1, problem.layers));
+  }
+  cand.peak = c->transientBytes;
+  cand.seconds = t;
+  cand.bytes = states + c->stashBytes;
+  unsigned numAxes = unsigned(config.mesh.axes.size());
+  cand.layouts.assign(op.operands.size(), -1);
+  for (unsigned j = 0; j < op.operands.size(); ++j)
+    if (op.operands[j].role != OperandRole::Parameter)
+      cand.layouts[j] = intern(getOperandLayout(op, j, part, numAxes));
+  return cand;
+}
+
+static TensorLayout makeLayout(const LayoutCode &code,
+                               const std::vector<int64_t> &shape,
+                               int64_t elementBytes, bool dropPartial) {
+  TensorLayout l;
+  l.shape = shape;
+  l.dimAxes.assign(shape.size(), {});
+  l.elementBytes = elementBytes;
+  for (unsigned a = 0; a < code.size(); ++a) {
+    if (code[a] >= 0 && unsigned(code[a]) < shape.size())
+      l.dimAxes[code[a]].push_back(a);
+    else if (code[a] == kPartial && !dropPartial)
+      l.partialAxes.push_back(a);
+  }
+  return l;
+}
+
+double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
+                                   int from, int to) {
+  if (from == kExternal)
+    return 0;
+  uint64_t key = (uint64_t(consumer * 64 + operand) << 42) |
+                 (uint64_t(from) << 21) | uint64_t(to);
+  auto it = edgeCache.find(key);
+  if (it != edgeCache.end())
+    return it->second;
+  const Operator &op = problem.ops[consumer];
+  const Operand &o = op.operands[operand];
+  std::vector<int64_t> shape;
+  for (unsigned d : o.dims)
+    shape.push_back(op.loops[d].extent);
+  TensorLayout src = makeLayout(layouts[from], shape, o.elementBytes, false);
+  TensorLayout dst = makeLayout(layouts[to], shape, o.elementBytes, true);
+  double seconds = 0;
+  if (Expected<RelayoutCost> f =
+          getRelayoutCost(src, dst, config.mesh, cluster))
+    seconds += f->seconds;
+  else
+    consumeError(f.takeError());
+  // Backward: the input gradient (consumer layout, reduced by the consumer's
+  // own collectives) back to the producer's output layout.
+  if (o.needsGrad) {
+    TensorLayout back = makeLayout(layouts[from], shape, o.elementBytes, true);
+    if (Expected<RelayoutCost> b =
+            getRelayoutCost(dst, back, config.mesh, cluster))
+      seconds += b->seconds;
+    else
+      consumeError(b.takeError());
+  }
+  edgeCache[key] = seconds;
+  return seconds;
+}
+
+Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
+  Impl &I = *impl;
+  const FlatGraph &g = I.flat;
+  if (partitions.size() != g.ops.size())
+    return err("the plan has " + Twine(partitions.size()) +
+               " partitions for " + Twine(g.ops.size()) + " operators");
+  PlanCost pc;
+  std::vector<Cand> chosen;
+  pc.opSeconds.assign(g.ops.size(), 0);
+  pc.opBytes.assign(g.ops.size(), 0);
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    Expected<Cand> c = I.costCandidate(g.original[i], partitions[i]);
+    if (!c)
+      return c.takeError();
+    pc.pipeline += c->pipe;
+    pc.exposedSync += c->sync;
+    pc.optimizer += c->opt;
+    pc.stateBytes += c->stateBytes;
+    pc.activationBytes += c->actBytes;
+    pc.transientBytes = std::max(pc.transientBytes, c->peak);
+    pc.opSeconds[i] = c->seconds;
+    pc.opBytes[i] = c->bytes;
+    chosen.push_back(std::move(*c));
+  }
+  for (const Edge &e : g.edges) {
+    unsigned cons = g.original[e.consumer];
+    int from = chosen[e.producer].layouts[e.producerOperand];
+    int to = chosen[e.consumer].layouts[e.consumerOperand];
+    double t = I.edgeCost(cons, e.consumerOperand, from, to);
+    pc.pipeline += t;
+    pc.relayout += t;
+    pc.opSeconds[e.consumer] += I.edgeSeconds(cons, e.consumerOperand, from, to);
+  }
+  pc.pipeline += I.constantTime;
+  int64_t p = I.config.getStages(), m = I.config.microBatches;
+  pc.bubble = pc.pipeline * double(p - 1) / double(m + p - 1);
+  pc.stepTime = pc.pipeline + pc.exposedSync + pc.optimizer;
+  pc.feasible = pc.getMemory() <= I.limit;
+  return pc;
+}
+
+bool Instance::Impl::insert(Front &front, Point p) {
+  if (!ignoreLimit && p.mem + p.peak > limit)
+    return false;
+  for (const Point &q : front)
+    if (q.time <= p.time && q.mem <= p.mem && q.peak <= p.peak)
+      return false;
+  erase_if(front, [&](const Point &q) {
+    return p.time <= q.time && p.mem <= q.mem && p.peak <= q.peak;
+  });
+  front.push_back(p);
+  if (options.maxFront && front.size() > options.maxFront) {
+    // Keep the fastest and the smallest; drop the point in between whose
+    // time is highest.
+    llvm::sort(front, [](const Point &a, const Point &b) {
+      return a.time < b.time;
+    });
+    front.erase(front.end() - 2);
+    ++stats.droppedPoints;
+  }
+  return true;
+}
+
+Expected<Plan> Instance::bruteForce(double maxCombinations) {
+  Impl &I = *impl;
+  const FlatGraph &g = I.flat;
+  double combos = 1;
+  for (unsigned i = 0; i < g.ops.size(); ++i)
+    combos *= double(I.cands[g.original[i]].size());
+  if (combos > maxCombinations)
+    return err("brute force: " + std::to_string(combos) +
+               " combinations exceed " + std::to_string(maxCombinations));
+  // Incoming edges per flat op.
+  std::vector<std::vector<const Edge *>> in(g.ops.size());
+  for (const Edge &e : g.edges)
+    in[e.consumer].push_back(&e);
+  std::vector<int> choice(g.ops.size(), 0), best;
+  double bestTime = std::numeric_limits<double>::infinity();
+  std::function<void(unsigned, double, double, double)> rec =
+      [&](unsigned i, double t, double mem, double peak) {
+        if (i == g.ops.size()) {
+          I.smallestMemory = std::min(I.smallestMemory, mem + peak);
+          double total = t + I.constantTime;
+          if (mem + peak <= I.limit && total < bestTime) {
+            bestTime = total;
+            best = choice;
+          }
+          return;
+        }
+        unsigned op = g.original[i];
+        for (unsigned c = 0; c < I.cands[op].size(); ++c) {
+          const Cand &cand = I.cands[op][c];
+          double add = cand.time;
+          for (const Edge *e : in[i]) {
+            const Cand &prod = I.cands[g.original[e->producer]]
+                                      [choice[e->producer]];
+            add += I.edgeCost(op, e->consumerOperand,
+                              prod.layouts[e->producerOperand],
+                              cand.layouts[e->consumerOperand]);
+          }
+          choice[i] = int(c);
+          rec(i + 1, t + add, mem + cand.stateBytes + cand.actBytes,
+              std::max(peak, cand.peak));
+        }
+      };
+  rec(0, 0, 0, 0);
+  if (best.empty())
+    return err("no plan fits in " + std::to_string(I.limit) +
+               " bytes per device");
+  Plan plan;
+  plan.config = I.config;
+  for (unsigned i = 0; i < g.ops.size(); ++i)
+    plan.partitions.push_back(I.cands[g.original[i]][best[i]].part);
+  Expected<PlanCost> pc = evaluate(plan.partitions);
+  if (!pc)
+    return pc.takeError();
+  plan.cost = std::move(*pc);
+  return plan;
+}
+
+//===----------------------------------------------------------------------===//
+// Segmented frontier DP
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// One position of a segment: a problem operator, or an anchor (a tensor
+/// entering the segment from outside, in one of `anchorLayouts`).
+struct SegItem {
+  int op = -1;
+  std::vector<int> anchorLayouts;
+};
+struct SegEdge {
+  unsigned from, fromOperand, to, toOperand;
+};
+using Key = std::vector<int>;
+using StateMap = std::map<Key, Front>;
+/// Fronts keyed by layout ids.
+using Matrix = std::map<std::pair<int, int>, Front>;
+} // namespace
+
+void Instance::Impl::walk(int32_t node,
+                          std::vector<std::pair<int, int>> &out) const {
+  if (node <= 0)
+    return;
+  const Node &n = nodes[node];
+  if (n.op == -2) {
+    walk(n.a, out);
+    walk(n.b, out);
+    return;
+  }
+  walk(n.a, out);
+  if (n.op >= 0)
+    out.push_back({n.op, n.cand});
+}
+
+Expected<Plan> Instance::Impl::solve() {
+  const Problem &P = problem;
+  std::vector<unsigned> pre, layer, post;
+  for (unsigned i = 0; i < P.ops.size(); ++i)
+    (P.sections[i] == Section::Pre     ? pre
+     : P.sections[i] == Section::Layer ? layer
+                                       : post)
+        .push_back(i);
+  std::optional<unsigned> carry = getCarryOp(P);
+  unsigned carryOperand = 0;
+  for (const Edge &e : P.edges)
+    if (e.nextLayer)
+      carryOperand = e.producerOperand;
+  bool hasLayers = !layer.empty();
+  unsigned preOutOperand = 0;
+  if (!pre.empty())
+    for (unsigned j = 0; j < P.ops[pre.back()].operands.size(); ++j)
+      if (P.ops[pre.back()].operands[j].role == OperandRole::Output) {
+        preOutOperand = j;
+        break;
+      }
+
+  // Runs the frontier DP over `items`; returns fronts keyed by the layouts of
+  // the sticky (item, operand) pairs.
+  auto runSegment = [&](const std::vector<SegItem> &items,
+                        const std::vector<SegEdge> &edges,
+                        const std::vector<std::pair<unsigned, unsigned>> &sticky)
+      -> StateMap {
+    unsigned n = unsigned(items.size());
+    std::vector<int> lastUse(n, -1);
+    std::vector<std::vector<unsigned>> relevant(n);
+    std::vector<std::vector<const SegEdge *>> inEdges(n);
+    for (const SegEdge &e : edges) {
+      lastUse[e.from] = std::max(lastUse[e.from], int(e.to));
+      relevant[e.from].push_back(e.fromOperand);
+      inEdges[e.to].push_back(&e);
+    }
+    std::vector<bool> isSticky(n, false);
+    for (auto [item, operand] : sticky) {
+      isSticky[item] = true;
+      relevant[item].push_back(operand);
+    }
+    for (auto &r : relevant) {
+      llvm::sort(r);
+      r.erase(std::unique(r.begin(), r.end()), r.end());
+    }
+    // Signature tables: item -> tuple of layouts of its relevant operands.
+    std::vector<std::map<std::vector<int>, int>> sigIds(n);
+    std::vector<std::vector<std::vector<int>>> sigLayouts(n);
+    auto sigOf = [&](unsigned item, std::vector<int> tuple) {
+      auto [it, ins] = sigIds[item].try_emplace(tuple,
+                                                int(sigLayouts[item].size()));
+      if (ins)
+        sigLayouts[item].push_back(tuple);
+      return it->second;
+    };
+    auto layoutOf = [&](unsigned item, int sig, unsigned operand) {
+      const std::vector<unsigned> &r = relevant[item];
+      unsigned slot = unsigned(find(r, operand) - r.begin());
+      return sigLayouts[item][sig][slot];
+    };
+    std::vector<unsigned> live; // items in the key, in order
+    StateMap states;
+    states[{}].push_back(Point{0, 0, 0, 0});
+    for (unsigned v = 0; v < n; ++v) {
+      // Candidates of v: (cost, sig, in-layouts, candidate index).
+      struct SC {
+        double time, mem, peak;
+        int sig;
+        std::vector<int> in;
+        int cand;
+      };
+      std::vector<SC> scs;
+      if (items[v].op < 0) {
+        for (int l : items[v].anchorLayouts)
+          scs.push_back({0, 0, 0, sigOf(v, {l}), {}, -1});
+      } else {
+        unsigned op = unsigned(items[v].op);
+        std::map<std::pair<int, std::vector<int>>, std::vector<SC>> groups;
+        for (unsigned c = 0; c < cands[op].size(); ++c) {
+          const Cand &cand = cands[op][c];
+          std::vector<int> tuple;
+          for (unsigned operand : relevant[v])
+            tuple.push_back(cand.layouts[operand]);
+          std::vector<int> inL;
+          for (const SegEdge *e : inEdges[v])
+            inL.push_back(cand.layouts[e->toOperand]);
+          int sig = sigOf(v, tuple);
+          SC sc{cand.time, cand.stateBytes + cand.actBytes, cand.peak, sig,
+                inL, int(c)};
+          auto &grp = groups[{sig, inL}];
+          // Exact dominance pruning within a signature group.
+          bool dominated = false;
+          for (const SC &o : grp)
+            if (o.time <= sc.time && o.mem <= sc.mem && o.peak <= sc.peak)
+              dominated = true;
+          ++stats.candidates;
+          if (dominated) {
+            ++stats.prunedCandidates;
+            continue;
+          }
+          size_t before = grp.size();
+          erase_if(grp, [&](const SC &o) {
+            return sc.time <= o.time && sc.mem <= o.mem && sc.peak <= o.peak;
+          });
+          stats.prunedCandidates += before - grp.size();
+          grp.push_back(std::move(sc));
+        }
+        for (auto &[k, grp] : groups)
+          for (SC &sc : grp)
+            scs.push_back(std::move(sc));
+        if (options.maxCandidates && scs.size() > options.maxCandidates) {
+          // Keep the fastest half and the smallest half.
+          unsigned half = options.maxCandidates / 2;
+          std::vector<SC> byTime = scs, byMem = scs;
+          llvm::sort(byTime, [](const SC &a, const SC &b) { return a.time < b.time; });
+          llvm::sort(byMem, [](const SC &a, const SC &b) {
+            return a.mem + a.peak < b.mem + b.peak;
+          });
+          std::vector<SC> kept;
+          std::set<int> seen;
+          for (unsigned i = 0; i < byTime.size() && kept.size() < half; ++i)
+            if (seen.insert(byTime[i].cand).second)
+              kept.push_back(byTime[i]);
+          for (unsigned i = 0; i < byMem.size() &&
+                               kept.size() < options.maxCandidates; ++i)
+            if (seen.insert(byMem[i].cand).second)
+              kept.push_back(byMem[i]);
+          stats.droppedStates += scs.size() - kept.size();
+          scs = std::move(kept);
+        }
+      }
+      // Live set after v.
+      std::vector<unsigned> nextLive;
+      for (unsigned u : live)
+        if (isSticky[u] || lastUse[u] > int(v))
+          nextLive.push_back(u);
+      bool vLive = isSticky[v] || lastUse[v] > int(v);
+      if (vLive)
+        nextLive.push_back(v);
+      std::vector<int> livePos(n, -1);
+      for (unsigned i = 0; i < live.size(); ++i)
+        livePos[live[i]] = int(i);
+      StateMap next;
+      for (auto &[key, front] : states) {
+        ++stats.statesVisited;
+        std::vector<int> fromL;
+        for (const SegEdge *e : inEdges[v])
+          fromL.push_back(layoutOf(e->from, key[livePos[e->from]],
+                                   e->fromOperand));
+        Key base;
+        for (unsigned u : nextLive)
+          if (u != v)
+            base.push_back(key[livePos[u]]);
+        for (const SC &sc : scs) {
+          double add = sc.time;
+          for (unsigned k = 0; k < inEdges[v].size(); ++k)
+            add += edgeCost(unsigned(items[v].op), inEdges[v][k]->toOperand,
+                            fromL[k], sc.in[k]);
+          Key nk = base;
+          if (vLive)
+            nk.push_back(sc.sig);
+          Front &dst = next[nk];
+          for (const Point &pt : front) {
+            Point np{pt.time + add, pt.mem + sc.mem,
+                     std::max(pt.peak, sc.peak), -1};
+            // Speculative node; reused when rejected.
+            nodes.push_back({pt.node, -1, sc.cand >= 0 ? items[v].op : -1,
+                             sc.cand});
+            np.node = int32_t(nodes.size() - 1);
+            if (!insert(dst, np))
+              nodes.pop_back();
+          }
+        }
+      }
+      for (auto it = next.begin(); it != next.end();)
+        it = it->second.empty() ? next.erase(it) : std::next(it);
+      if (options.maxStates && next.size() > options.maxStates) {
+        std::vector<std::pair<double, Key>> order;
+        for (auto &[k, f] : next) {
+          double best = std::numeric_limits<double>::infinity();
+          for (const Point &pt : f)
+            best = std::min(best, pt.time);
+          order.push_back({best, k});
+        }
+        llvm::sort(order, [](const auto &a, const auto &b) {
+          return a.first < b.first;
+        });
+        for (size_t i = options.maxStates; i < order.size(); ++i)
+          next.erase(order[i].second);
+        stats.droppedStates += order.size() - options.maxStates;
+      }
+      states = std::move(next);
+      live = std::move(nextLive);
+    }
+    // Re-key by the sticky operands' layouts.
+    StateMap out;
+    for (auto &[key, front] : states) {
+      Key k;
+      for (auto [item, operand] : sticky) {
+        unsigned pos = unsigned(find(live, item) - live.begin());
+        k.push_back(layoutOf(item, key[pos], operand));
+      }
+      Front &dst = out[k];
+      for (const Point &pt : front)
+        insert(dst, pt);
+    }
+    return out;
+  };
+
+  auto concat = [&](const Point &a, const Point &b) {
+    nodes.push_back({a.node, b.node, -2, -1});
+    return Point{a.time + b.time, a.mem + b.mem, std::max(a.peak, b.peak),
+                 int32_t(nodes.size() - 1)};
+  };
+
+  // Pre section.
+  std::map<int, Front> preFront; // carry layout -> front
+  Front noLayerFront;
+  {
+    std::vector<SegItem> items;
+    std::vector<SegEdge> edges;
+    std::map<unsigned, unsigned> pos;
+    for (unsigned op : pre) {
+      pos[op] = unsigned(items.size());
+      items.push_back({int(op), {}});
+    }
+    for (const Edge &e : P.edges)
+      if (P.sections[e.producer] == Section::Pre &&
+          P.sections[e.consumer] == Section::Pre)
+        edges.push_back({pos[e.producer], e.producerOperand, pos[e.consumer],
+                         e.consumerOperand});
+    if (!pre.empty()) {
+      std::vector<std::pair<unsigned, unsigned>> sticky;
+      if (hasLayers)
+        sticky.push_back({pos[pre.back()], preOutOperand});
+      StateMap res = runSegment(items, edges, sticky);
+      for (auto &[k, f] : res) {
+        if (hasLayers)
+          preFront[k[0]] = f;
+        else
+          noLayerFront = f;
+      }
+    } else if (hasLayers) {
+      preFront[kExternal].push_back(Point{0, 0, 0, 0});
+    }
+  }
+
+  std::vector<std::pair<int, int>> choices;
+  Point bestPoint;
+  bool found = false;
+  double bestTime = std::numeric_limits<double>::infinity();
+  auto consider = [&](const Point &pt) {
+    double total = pt.time + constantTime;
+    smallestMemory = std::min(smallestMemory, pt.mem + pt.peak);
+    if (pt.mem + pt.peak <= limit && total < bestTime) {
+      bestTime = total;
+      bestPoint = pt;
+      found = true;
+    }
+  };
+
+  if (!hasLayers) {
+    for (const Point &pt : noLayerFront)
+      consider(pt);
+  } else {
+    // Anchors: every layout the carry can arrive in.
+    std::set<int> anchorSet;
+    for (auto &[l, f] : preFront)
+      anchorSet.insert(l);
+    for (const Cand &c : cands[*carry])
+      anchorSet.insert(c.layouts[carryOperand]);
+    std::vector<int> anchors(anchorSet.begin(), anchorSet.end());
+    // Block.
+    Matrix block;
+    {
+      std::vector<SegItem> items{{-1, anchors}};
+      std::vector<SegEdge> edges;
+      std::map<unsigned, unsigned> pos;
+      for (unsigned op : layer) {
+        pos[op] = unsigned(items.size());
+        items.push_back({int(op), {}});
+      }
+      for (const Edge &e : P.edges) {
+        if (e.nextLayer)
+          edges.push_back({0, 0, pos[e.consumer], e.consumerOperand});
+        else if (P.sections[e.producer] == Section::Layer &&
+                 P.sections[e.consumer] == Section::Layer)
+          edges.push_back({pos[e.producer], e.producerOperand, pos[e.consumer],
+                           e.consumerOperand});
+      }
+      StateMap res = runSegment(items, edges, {{0, 0}, {pos[*carry], carryOperand}});
+      for (auto &[k, f] : res)
+        block[{k[0], k[1]}] = f;
+    }
+    // Post.
+    std::map<int, Front> postFront;
+    {
+      std::set<int> outs;
+      for (auto &[ab, f] : block)
+        outs.insert(ab.second);
+      if (post.empty()) {
+        for (int l : outs)
+          postFront[l].push_back(Point{0, 0, 0, 0});
+      } else {
+        std::vector<SegItem> items{{-1, std::vector<int>(outs.begin(), outs.end())}};
+        std::vector<SegEdge> edges;
+        std::map<unsigned, unsigned> pos;
+        for (unsigned op : post) {
+          pos[op] = unsigned(items.size());
+          items.push_back({int(op), {}});
+        }
+        for (const Edge &e : P.edges) {
+          if (P.sections[e.consumer] != Section::Post)
+            continue;
+          if (P.sections[e.producer] == Section::Layer)
+            edges.push_back({0, 0, pos[e.consumer], e.consumerOperand});
+          else
+            edges.push_back({pos[e.producer], e.producerOperand,
+                             pos[e.consumer], e.consumerOperand});
+        }
+        StateMap res = runSegment(items, edges, {{0, 0}});
+        for (auto &[k, f] : res)
+          postFront[k[0]] = f;
+      }
+    }
+    // Min-plus product of Pareto matrices (PrimePar Eq. 14).
+    auto product = [&](const Matrix &A, const Matrix &B) {
+      std::map<int, std::vector<std::pair<int, const Front *>>> rows;
+      for (auto &[bc, f] : B)
+        rows[bc.first].push_back({bc.second, &f});
+      Matrix C;
+      for (auto &[ab, fa] : A) {
+        auto it = rows.find(ab.second);
+        if (it == rows.end())
+          continue;
+        for (auto &[c, fb] : it->second) {
+          Front &dst = C[{ab.first, c}];
+          for (const Point &pa : fa)
+            for (const Point &pb : *fb) {
+              Point np = concat(pa, pb);
+              if (!insert(dst, np))
+                nodes.pop_back();
+            }
+        }
+      }
+      for (auto it = C.begin(); it != C.end();)
+        it = it->second.empty() ? C.erase(it) : std::next(it);
+      return C;
+    };
+    // Repeated doubling: block^layers in O(log layers) products.
+    std::optional<Matrix> power;
+    Matrix base = block;
+    for (int64_t r = P.layers; r > 0; r >>= 1) {
+      if (r & 1)
+        power = power ? product(*power, base) : base;
+      if (r > 1)
+        base = product(base, base);
+    }
+    for (auto &[ab, f] : *power) {
+      auto pre = preFront.find(ab.first);
+      auto post = postFront.find(ab.second);
+      if (pre == preFront.end() || post == postFront.end())
+        continue;
+      for (const Point &a : pre->second)
+        for (const Point &b : f)
+          for (const Point &c : post->second) {
+            Point sum{a.time + b.time + c.time, a.mem + b.mem + c.mem,
+                      std::max({a.peak, b.peak, c.peak}), -1};
+            double total = sum.time + constantTime;
+            smallestMemory = std::min(smallestMemory, sum.mem + sum.peak);
+            if (sum.mem + sum.peak <= limit && total < bestTime) {
+              Point ab2 = concat(a, b);
+              bestPoint = concat(ab2, c);
+              bestTime = total;
+              found = true;
+            }
+          }
+    }
+  }
+  if (!found)
+    return err("no plan fits in the memory limit");
+  walk(bestPoint.node, choices);
+  const FlatGraph &g = flat;
+  if (choices.size() != g.ops.size())
+    return err("internal error: the DP chose " + Twine(choices.size()) +
+               " partitions for " + Twine(g.ops.size()) + " operators");
+  Plan plan;
+  plan.config = config;
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    if (unsigned(choices[i].first) != g.original[i])
+      return err("internal error: DP choice order");
+    plan.partitions.push_back(cands[choices[i].first][choices[i].second].part);
+  }
+  plan.cost.stepTime = bestTime;
+  return plan;
+}
+
+Expected<Plan> Instance::solveDP(DPStats *stats) {
+  Impl &I = *impl;
+  I.stats = {};
+  I.nodes.resize(1);
+  Expected<Plan> plan = I.solve();
+  if (!plan) {
+    // Nothing fits: find the smallest memory (fronts keep it) for the
+    // diagnostic.
+    consumeError(plan.takeError());
+    I.ignoreLimit = true;
+    I.nodes.resize(1);
+    Expected<Plan> any = I.solve();
+    I.ignoreLimit = false;
+    if (!any)
+      consumeError(any.takeError());
+    if (stats)
+      *stats = I.stats;
+    return err("no plan fits in " + std::to_string(I.limit) +
+               " bytes per device");
+  }
+  if (stats)
+    *stats = I.stats;
+  double dpTime = plan->cost.stepTime;
+  Expected<PlanCost> pc = evaluate(plan->partitions);
+  if (!pc)
+    return pc.takeError();
+  plan->cost = std::move(*pc);
+  (void)dpTime;
+  return plan;
+}
+
+double Instance::getSmallestMemory() const { return impl->smallestMemory; }
+double Instance::getMemoryLimit() const { return impl->limit; }
+const FlatGraph &Instance::getFlatGraph() const { return impl->flat; }
+size_t Instance::getNumCandidates(unsigned op) const {
+  return impl->cands[op].size();
+}
+
+} // namespace stpar::search

@@ -1,0 +1,127 @@
+//===- ProblemTest.cpp - the problem text format --------------------------===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Search/GPTProblem.h"
+#include "stpar/Search/Problem.h"
+
+#include "gtest/gtest.h"
+
+using namespace llvm;
+using namespace stpar::cost;
+using namespace stpar::search;
+
+namespace {
+
+std::string print(const Problem &p) {
+  std::string s;
+  raw_string_ostream os(s);
+  printProblem(os, p);
+  return s;
+}
+
+const char *kSmall = R"(
+# two linear layers with a residual, repeated
+problem small
+cluster v100-sxm2-32g-4x8
+devices 4
+memory-limit 1e9
+batch-loop b
+layers 3
+op emb embedding section=pre group=embedding flops=0
+  loop b 8
+  loop h 16
+  loop v 32 reduction
+  input ids b bytes=8 nograd
+  param wte v,h
+  output y b,h
+op fc matmul section=layer group=mlp flops=2
+  loop b 8
+  loop k 16
+  loop n 16 reduction
+  input x b,n
+  param w n,k
+  output y b,k
+op add elementwise section=layer flops=1
+  loop b 8
+  loop h 16
+  input x0 b,h
+  input x1 b,h
+  output y b,h
+edge fc.y -> add.x1
+edge add.y -> fc.x next
+edge add.y -> add.x0 next
+)";
+
+TEST(ProblemFormat, ParsesAndRoundTrips) {
+  Expected<Problem> p = parseProblem(kSmall, "small.txt");
+  ASSERT_TRUE(bool(p)) << toString(p.takeError());
+  EXPECT_EQ(p->name, "small");
+  EXPECT_EQ(p->devices, 4);
+  ASSERT_TRUE(p->memoryLimit.has_value());
+  EXPECT_EQ(*p->memoryLimit, 1e9);
+  EXPECT_EQ(p->layers, 3);
+  ASSERT_EQ(p->ops.size(), 3u);
+  EXPECT_EQ(p->ops[0].kind, OpKind::Embedding);
+  EXPECT_FALSE(p->ops[0].operands[0].needsGrad);
+  EXPECT_EQ(p->ops[0].operands[0].elementBytes, 8);
+  EXPECT_EQ(p->ops[1].loops[2].kind, LoopKind::Reduction);
+  EXPECT_EQ(p->sections[2], Section::Layer);
+  ASSERT_EQ(p->edges.size(), 3u);
+  EXPECT_TRUE(p->edges[1].nextLayer);
+  std::string once = print(*p);
+  Expected<Problem> q = parseProblem(once, "printed");
+  ASSERT_TRUE(bool(q)) << toString(q.takeError());
+  EXPECT_EQ(print(*q), once);
+  // Flattened: emb, 3 x (fc, add); next edges resolved.
+  FlatGraph g = flatten(*p);
+  ASSERT_EQ(g.ops.size(), 7u);
+  EXPECT_EQ(g.ops[3].name, "fc#1");
+  // fc.y->add.x1 per copy (3) + 2 next edges per copy (6).
+  EXPECT_EQ(g.edges.size(), 9u);
+}
+
+TEST(ProblemFormat, GPTProblemRoundTrips) {
+  TransformerShape s;
+  s.model = {2, 64, 4, 256, 128, 32, 8};
+  s.kvHeads = 2;
+  s.gatedFFN = true;
+  Problem p = buildTransformerProblem(s, "v100-sxm2-32g-4x8", 8);
+  ASSERT_FALSE(bool(verifyProblem(p)));
+  std::string once = print(p);
+  Expected<Problem> q = parseProblem(once, "gpt");
+  ASSERT_TRUE(bool(q)) << toString(q.takeError());
+  EXPECT_EQ(print(*q), once);
+  EXPECT_EQ(q->ops.size(), p.ops.size());
+  EXPECT_EQ(q->edges.size(), p.edges.size());
+}
+
+std::string errorOf(StringRef text) {
+  Expected<Problem> p = parseProblem(text, "bad.txt");
+  if (p)
+    return "";
+  return toString(p.takeError());
+}
+
+TEST(ProblemFormat, Errors) {
+  EXPECT_EQ(errorOf("devices 2\nop a frobnicate\n"),
+            "bad.txt:2: unknown operator kind 'frobnicate'");
+  EXPECT_EQ(errorOf("loop b 2\n"), "bad.txt:1: 'loop' before any 'op'");
+  EXPECT_EQ(errorOf("op a matmul\n loop b 2\n input x b,z\n"),
+            "bad.txt:3: operand 'x' indexes unknown loop 'z'");
+  EXPECT_EQ(errorOf("op a elementwise\n loop b 2\n input x b\n output y b\n"
+                    "edge a.y -> b.x\n"),
+            "bad.txt:5: unknown operator 'b'");
+  // Structural errors come from verifyProblem, without a line.
+  std::string e = errorOf("op a elementwise\n loop b 4\n output y b\n"
+                          "op c elementwise\n loop b 8\n input x b\n"
+                          "edge a.y -> c.x\n");
+  EXPECT_NE(e.find("exceeds the producer's"), std::string::npos) << e;
+  e = errorOf("op a elementwise\n loop b 4\n input x b\n output y b\n"
+              "edge a.x -> a.y\n");
+  EXPECT_NE(e.find("not an output"), std::string::npos) << e;
+}
+
+} // namespace

@@ -1,0 +1,304 @@
+//===- SolverTest.cpp - brute force vs segmented DP, search, baselines ----===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Search/GPTProblem.h"
+#include "stpar/Search/Solver.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <random>
+
+using namespace llvm;
+using namespace stpar::cost;
+using namespace stpar::search;
+
+namespace {
+
+const Cluster &cluster() {
+  static Cluster c = cantFail(getPreset("v100-sxm2-32g-4x8"));
+  return c;
+}
+
+/// A random problem of at most 6 flattened operators whose tensors are all
+/// [B, M, H]: chains inside each section, random residual (skip) edges,
+/// optionally a repeated layer block between pre and post operators.
+Problem randomProblem(std::mt19937 &rng) {
+  auto pick = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const int64_t extents[] = {2, 4, 6, 8, 12};
+  int64_t B = extents[pick(0, 4)], M = extents[pick(0, 4)],
+          H = extents[pick(0, 4)];
+  Problem p;
+  p.name = "random";
+  p.cluster = "v100-sxm2-32g-4x8";
+  const int64_t devices[] = {1, 2, 3, 4, 6, 8};
+  p.devices = devices[pick(0, 5)];
+  p.batchLoop = "b";
+  int nLayer = pick(0, 3);
+  int layers = nLayer ? pick(1, 3) : 1;
+  while (nLayer * layers > 5)
+    --layers;
+  int nPre = nLayer ? pick(0, 2) : pick(1, 6);
+  int nPost = nLayer ? pick(0, 2) : 0;
+  while (nPre + nLayer * layers + nPost > 6)
+    nPre > 0 ? --nPre : --nPost;
+  p.layers = layers;
+
+  auto addOp = [&](Section section, int index) {
+    Operator op;
+    op.name = std::string(getSectionName(section)) + std::to_string(index);
+    op.layerKind = "g";
+    int kind = pick(0, 4);
+    op.loops = {{"b", B, LoopKind::Parallel, {}},
+                {"m", M, LoopKind::Parallel, {}},
+                {"h", H, LoopKind::Parallel, {}}};
+    if (kind == 0) {
+      op.kind = OpKind::MatMul;
+      op.loops.push_back({"n", H, LoopKind::Reduction, {}});
+      op.operands = {{"x", OperandRole::Input, {0, 1, 3}, 2, true},
+                     {"w", OperandRole::Parameter, {3, 2}, 2, true},
+                     {"y", OperandRole::Output, {0, 1, 2}, 2, true}};
+      op.flopsPerPoint = 2;
+    } else if (kind == 1 || kind == 2) {
+      op.kind = kind == 1 ? OpKind::Softmax : OpKind::Norm;
+      op.loops[2].kind = LoopKind::Reduction;
+      op.operands = {{"x", OperandRole::Input, {0, 1, 2}, 2, true}};
+      if (kind == 2)
+        op.operands.push_back({"w", OperandRole::Parameter, {2}, 2, true});
+      op.operands.push_back({"y", OperandRole::Output, {0, 1, 2}, 2, true});
+      op.flopsPerPoint = 8;
+    } else {
+      op.kind = OpKind::Elementwise;
+      op.operands = {{"x0", OperandRole::Input, {0, 1, 2}, 2, true}};
+      if (kind == 4)
+        op.operands.push_back({"x1", OperandRole::Input, {0, 1, 2}, 2, true});
+      op.operands.push_back({"y", OperandRole::Output, {0, 1, 2}, 2, true});
+      op.flopsPerPoint = 3;
+    }
+    p.ops.push_back(std::move(op));
+    p.sections.push_back(section);
+    return unsigned(p.ops.size() - 1);
+  };
+  auto out = [&](unsigned op) {
+    return unsigned(p.ops[op].operands.size() - 1);
+  };
+  std::vector<unsigned> pre, layer, post;
+  for (int i = 0; i < nPre; ++i)
+    pre.push_back(addOp(Section::Pre, i));
+  for (int i = 0; i < nLayer; ++i)
+    layer.push_back(addOp(Section::Layer, i));
+  for (int i = 0; i < nPost; ++i)
+    post.push_back(addOp(Section::Post, i));
+  unsigned carry = layer.empty() ? 0 : layer.back();
+  auto wire = [&](const std::vector<unsigned> &ops, Section section) {
+    for (unsigned i = 0; i < ops.size(); ++i) {
+      unsigned op = ops[i];
+      bool hasInput = p.ops[op].operands[0].role == OperandRole::Input;
+      if (!hasInput)
+        continue;
+      // First input: the previous op, or the carry.
+      if (i > 0)
+        p.edges.push_back({ops[i - 1], out(ops[i - 1]), op, 0, false});
+      else if (section == Section::Layer)
+        p.edges.push_back({carry, out(carry), op, 0, true});
+      else if (section == Section::Post)
+        p.edges.push_back({carry, out(carry), op, 0, false});
+      // Second input (residual): any earlier op of the section or the carry.
+      if (p.ops[op].operands.size() > 2 &&
+          p.ops[op].operands[1].role == OperandRole::Input) {
+        int from = pick(-1, int(i) - 1);
+        if (from >= 0)
+          p.edges.push_back({ops[from], out(ops[from]), op, 1, false});
+        else if (section == Section::Layer)
+          p.edges.push_back({carry, out(carry), op, 1, true});
+      }
+    }
+  };
+  wire(pre, Section::Pre);
+  wire(layer, Section::Layer);
+  wire(post, Section::Post);
+  return p;
+}
+
+Config randomConfig(std::mt19937 &rng, const Problem &p) {
+  std::vector<std::vector<int64_t>> shapes = enumerateMeshShapes(p.devices, 2);
+  Config c;
+  c.mesh = makeSearchMesh(1, shapes[rng() % shapes.size()]);
+  c.zeroStage = int(rng() % 4);
+  return c;
+}
+
+TEST(Exactness, DPMatchesBruteForceOnRandomProblems) {
+  std::mt19937 rng(20240427);
+  EfficiencyModel eff = getDefaultEfficiency();
+  int compared = 0, constrained = 0, infeasibleAgreed = 0, withLayers = 0;
+  for (int attempt = 0; attempt < 5000 && compared < 300; ++attempt) {
+    Problem p = randomProblem(rng);
+    ASSERT_FALSE(bool(verifyProblem(p))) << toString(verifyProblem(p));
+    Config c = randomConfig(rng, p);
+    SolverOptions opts;
+    opts.space.temporal = rng() % 4 != 0;
+    auto inst = Instance::create(p, cluster(), c, eff, opts);
+    ASSERT_TRUE(bool(inst)) << toString(inst.takeError());
+    Expected<Plan> bf = (*inst)->bruteForce(3e5);
+    if (!bf) {
+      consumeError(bf.takeError()); // too many combinations; skip
+      continue;
+    }
+    DPStats stats;
+    Expected<Plan> dp = (*inst)->solveDP(&stats);
+    ASSERT_TRUE(bool(dp)) << toString(dp.takeError());
+    EXPECT_TRUE(stats.isExact());
+    double a = bf->cost.stepTime, b = dp->cost.stepTime;
+    ASSERT_NEAR(a, b, 1e-9 * std::max(a, b)) << "problem " << compared;
+    EXPECT_TRUE(dp->cost.feasible);
+    ++compared;
+    if (is_contained(p.sections, Section::Layer) && p.layers > 1)
+      ++withLayers;
+    // Tighten the memory limit below the unconstrained optimum's memory so
+    // the constraint binds; both solvers must agree again (or both fail).
+    p.memoryLimit = bf->cost.getMemory() * 0.97;
+    auto inst2 = Instance::create(p, cluster(), c, eff, opts);
+    ASSERT_TRUE(bool(inst2));
+    Expected<Plan> bf2 = (*inst2)->bruteForce(3e5);
+    Expected<Plan> dp2 = (*inst2)->solveDP();
+    ASSERT_EQ(bool(bf2), bool(dp2));
+    if (bf2) {
+      double a2 = bf2->cost.stepTime, b2 = dp2->cost.stepTime;
+      ASSERT_NEAR(a2, b2, 1e-9 * std::max(a2, b2));
+      EXPECT_LE(dp2->cost.getMemory(), *p.memoryLimit * (1 + 1e-12));
+      EXPECT_GE(a2, a * (1 - 1e-12));
+      ++constrained;
+    } else {
+      consumeError(bf2.takeError());
+      consumeError(dp2.takeError());
+      ++infeasibleAgreed;
+    }
+  }
+  EXPECT_EQ(compared, 300);
+  EXPECT_GT(withLayers, 20);
+  EXPECT_GT(constrained, 20);
+  std::printf("compared %d problems (%d with repeated layers), %d with a "
+              "binding memory limit, %d agreed infeasible\n",
+              compared, withLayers, constrained, infeasibleAgreed);
+}
+
+Problem tinyGPT(int64_t devices) {
+  TransformerShape s;
+  s.model = {4, 64, 4, 256, 128, 32, 16};
+  return buildTransformerProblem(s, "v100-sxm2-32g-4x8", devices);
+}
+
+TEST(Search, BeatsOrMatchesBaselinesInTheSameObjective) {
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = tinyGPT(2);
+  p.layers = 2;
+  SearchOptions opts;
+  opts.maxMeshAxes = 2;
+  Expected<SearchResult> full = search(p, cluster(), eff, opts);
+  ASSERT_TRUE(bool(full)) << toString(full.takeError());
+  ASSERT_TRUE(full->best.has_value());
+  EXPECT_TRUE(full->stats.isExact());
+  SearchOptions spatialOpts = opts;
+  spatialOpts.solver.space.temporal = false;
+  Expected<SearchResult> spatial = search(p, cluster(), eff, spatialOpts);
+  ASSERT_TRUE(bool(spatial) && spatial->best);
+  Expected<SearchResult> mega = searchMegatron(p, cluster(), eff, false, opts);
+  ASSERT_TRUE(bool(mega) && mega->best);
+  Expected<SearchResult> megaSP = searchMegatron(p, cluster(), eff, true, opts);
+  ASSERT_TRUE(bool(megaSP) && megaSP->best);
+  double t = full->best->cost.stepTime;
+  // The search space contains the spatial-only and Megatron plans.
+  EXPECT_LE(t, spatial->best->cost.stepTime * (1 + 1e-12));
+  EXPECT_LE(t, mega->best->cost.stepTime * (1 + 1e-12));
+  EXPECT_LE(t, megaSP->best->cost.stepTime * (1 + 1e-12));
+  // The reported cost is the evaluator's.
+  auto inst = Instance::create(p, cluster(), full->best->config, eff, {});
+  ASSERT_TRUE(bool(inst));
+  Expected<PlanCost> again = (*inst)->evaluate(full->best->partitions);
+  ASSERT_TRUE(bool(again));
+  EXPECT_DOUBLE_EQ(again->stepTime, t);
+}
+
+TEST(Search, DoublingMatchesUnrolledLayers) {
+  // The DP over 5 layers (doubling: 5 = 4 + 1) equals brute force when the
+  // candidate space is tiny (1 x 2 mesh, spatial only).
+  EfficiencyModel eff = getDefaultEfficiency();
+  const char *text = R"(
+problem chain
+devices 2
+batch-loop b
+layers 5
+op fc matmul section=layer
+  loop b 4
+  loop k 8
+  loop n 8 reduction
+  input x b,n
+  param w n,k
+  output y b,k
+op act elementwise section=layer
+  loop b 4
+  loop h 8
+  input x b,h
+  output y b,h
+edge fc.y -> act.x
+edge act.y -> fc.x next
+)";
+  Expected<Problem> p = parseProblem(text, "chain");
+  ASSERT_TRUE(bool(p)) << toString(p.takeError());
+  Config c;
+  c.mesh = makeSearchMesh(1, {2});
+  SolverOptions opts;
+  opts.space.temporal = false;
+  auto inst = Instance::create(*p, cluster(), c, eff, opts);
+  ASSERT_TRUE(bool(inst));
+  Expected<Plan> bf = (*inst)->bruteForce(1e7);
+  Expected<Plan> dp = (*inst)->solveDP();
+  ASSERT_TRUE(bf && dp);
+  EXPECT_NEAR(bf->cost.stepTime, dp->cost.stepTime,
+              1e-9 * bf->cost.stepTime);
+  EXPECT_EQ(dp->partitions.size(), 10u);
+}
+
+TEST(Search, ErrorsNameTheProblem) {
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = tinyGPT(64);
+  Expected<SearchResult> r = search(p, cluster(), eff, {});
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(toString(r.takeError()).find("cannot host 64"), std::string::npos);
+  Problem q = tinyGPT(2);
+  q.memoryLimit = 1e3; // 1 kB: nothing fits
+  SearchOptions opts;
+  opts.maxMeshAxes = 1;
+  opts.zeroStages = {3};
+  Expected<SearchResult> s = search(q, cluster(), eff, opts);
+  ASSERT_TRUE(bool(s));
+  EXPECT_FALSE(s->best.has_value());
+  EXPECT_GT(s->smallestMemory, 1e3);
+  EXPECT_LT(s->smallestMemory, 1e12);
+}
+
+TEST(Baselines, ZeROStagesTradeMemoryForTraffic) {
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = tinyGPT(8);
+  double prevMem = 1e300, t2 = 0, t3 = 0;
+  for (int z = 0; z <= 3; ++z) {
+    Expected<SearchResult> r = searchZeRO(p, cluster(), eff, z);
+    ASSERT_TRUE(bool(r) && r->best);
+    double mem = r->best->cost.stateBytes;
+    EXPECT_LT(mem, prevMem) << "stage " << z;
+    prevMem = mem;
+    if (z == 2)
+      t2 = r->best->cost.stepTime;
+    if (z == 3)
+      t3 = r->best->cost.stepTime;
+  }
+  EXPECT_GT(t3, t2); // ZeRO-3 gathers the parameters once more
+}
+
+} // namespace
