@@ -358,8 +358,32 @@ LogicalResult importSlice(NodeContext &node) {
   auto spec = sliceSpec(node, shapeOf(x));
   if (!spec)
     return failure();
-  if (llvm::any_of(spec->strides, [](int64_t s) { return s < 0; }))
-    return node.error() << "slices with negative steps are not supported";
+  if (llvm::any_of(spec->strides, [](int64_t s) { return s < 0; }) &&
+      !llvm::is_contained(spec->sizes, 0)) {
+    // tensor.extract_slice has no negative strides: read element
+    // offset + i * step of each dim in a generic.
+    OpBuilder &b = node.b();
+    auto type = cast<RankedTensorType>(x.getType());
+    SliceSpec sp = *spec;
+    node.setOutput(
+        0, buildElementwise(
+               b, node.loc(), ValueRange{}, type.getElementType(),
+               [&](OpBuilder &nb, Location loc, ValueRange) -> Value {
+                 SmallVector<Value> coords;
+                 for (size_t d = 0; d < sp.sizes.size(); ++d) {
+                   Value i = linalg::IndexOp::create(nb, loc, d);
+                   Value step =
+                       arith::ConstantIndexOp::create(nb, loc, sp.strides[d]);
+                   Value offset =
+                       arith::ConstantIndexOp::create(nb, loc, sp.offsets[d]);
+                   coords.push_back(arith::AddIOp::create(
+                       nb, loc, offset, arith::MulIOp::create(nb, loc, i, step)));
+                 }
+                 return tensor::ExtractOp::create(nb, loc, x, coords);
+               },
+               ArrayRef<int64_t>(sp.sizes)));
+    return success();
+  }
   node.setOutput(0, buildSlice(node.b(), node.loc(), x, spec->offsets,
                                spec->sizes, spec->strides));
   return success();

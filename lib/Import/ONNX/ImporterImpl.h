@@ -193,6 +193,7 @@ void registerReductionHandlers(HandlerRegistry &registry);
 void registerNormalizationHandlers(HandlerRegistry &registry);
 void registerSourceHandlers(HandlerRegistry &registry);
 void registerContribHandlers(HandlerRegistry &registry);
+void registerRotaryHandlers(HandlerRegistry &registry);
 
 //===----------------------------------------------------------------------===//
 // IR-building helpers (Builders.cpp)

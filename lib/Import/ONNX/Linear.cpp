@@ -17,6 +17,9 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <cctype>
+#include <map>
+
 using namespace mlir;
 using namespace stpar::onnximport;
 
@@ -82,27 +85,73 @@ LogicalResult importGemm(NodeContext &node) {
   return success();
 }
 
-/// Einsum with explicit output (`ij,jk->ik`); implicit-output and ellipsis
-/// forms are rejected with a diagnostic.
+/// Einsum (ONNX Einsum-12): explicit (`ij,jk->ik`) or implicit (`ij,jk`:
+/// the output is the letters used once, in alphabetical order) outputs,
+/// `...` for broadcast dims, repeated letters in one term for diagonals.
 LogicalResult importEinsum(NodeContext &node) {
   std::string equation = node.getString("equation", "");
   equation.erase(std::remove(equation.begin(), equation.end(), ' '),
                  equation.end());
   size_t arrow = equation.find("->");
-  if (arrow == std::string::npos)
-    return node.error() << "Einsum without an explicit output ('->') is not "
-                           "supported: '"
-                        << equation << "'";
-  if (equation.find("...") != std::string::npos)
-    return node.error() << "Einsum with '...' is not supported: '" << equation
-                        << "'";
-  SmallVector<StringRef> terms;
-  StringRef(equation).take_front(arrow).split(terms, ',');
-  StringRef outTerm = StringRef(equation).drop_front(arrow + 2);
-  if (terms.size() != node.numInputs())
-    return node.error() << "equation '" << equation << "' has " << terms.size()
-                        << " operands but the node has " << node.numInputs()
-                        << " inputs";
+  SmallVector<StringRef> rawTerms;
+  StringRef(equation).take_front(arrow).split(rawTerms, ',');
+  if (rawTerms.size() != node.numInputs())
+    return node.error() << "equation '" << equation << "' has "
+                        << rawTerms.size() << " operands but the node has "
+                        << node.numInputs() << " inputs";
+  // Expand `...` into fresh upper-case letters, right-aligned as numpy
+  // broadcasting aligns the dims it stands for.
+  std::string ellipsisLetters;
+  SmallVector<std::string> terms;
+  for (auto [i, raw] : llvm::enumerate(rawTerms)) {
+    Value v = node.input(i);
+    if (!v)
+      return failure();
+    int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
+    size_t dots = raw.find("...");
+    if (dots == StringRef::npos) {
+      terms.push_back(raw.str());
+      continue;
+    }
+    int64_t explicitDims = raw.size() - 3;
+    int64_t broadcastDims = rank - explicitDims;
+    if (broadcastDims < 0)
+      return node.error() << "term '" << raw << "' has more letters than "
+                          << "operand " << i << " has dims";
+    while (static_cast<int64_t>(ellipsisLetters.size()) < broadcastDims)
+      ellipsisLetters.insert(ellipsisLetters.begin(),
+                             static_cast<char>('Z' - ellipsisLetters.size()));
+    std::string mine = ellipsisLetters.substr(ellipsisLetters.size() -
+                                              broadcastDims);
+    terms.push_back(raw.substr(0, dots).str() + mine +
+                    raw.substr(dots + 3).str());
+  }
+  std::string outTermStr;
+  if (arrow != std::string::npos) {
+    StringRef out = StringRef(equation).drop_front(arrow + 2);
+    size_t dots = out.find("...");
+    outTermStr = dots == StringRef::npos
+                     ? out.str()
+                     : out.substr(0, dots).str() + ellipsisLetters +
+                           out.substr(dots + 3).str();
+  } else {
+    // Implicit output: broadcast dims first, then letters used once, sorted.
+    std::map<char, int> uses;
+    for (const std::string &term : terms)
+      for (char c : term)
+        ++uses[c];
+    outTermStr = ellipsisLetters;
+    for (auto [c, count] : uses)
+      if (count == 1 && ellipsisLetters.find(c) == std::string::npos &&
+          std::islower(static_cast<unsigned char>(c)))
+        outTermStr.push_back(c);
+  }
+  StringRef outTerm = outTermStr;
+  for (auto [i, term] : llvm::enumerate(terms))
+    if (static_cast<int64_t>(term.size()) !=
+        cast<RankedTensorType>(node.input(i).getType()).getRank())
+      return node.error() << "operand " << i << " term '" << rawTerms[i]
+                          << "' does not match its rank";
   // Loop dims: output letters first (parallel), then the others (reduction).
   std::string letters(outTerm);
   for (StringRef term : terms)
@@ -111,14 +160,12 @@ LogicalResult importEinsum(NodeContext &node) {
         letters.push_back(c);
   SmallVector<int64_t> extents(letters.size(), -1);
   SmallVector<Value> inputs;
-  for (auto [i, term] : llvm::enumerate(terms)) {
+  for (auto [i, termStr] : llvm::enumerate(terms)) {
+    StringRef term = termStr;
     Value v = node.input(i);
     if (!v)
       return failure();
     auto type = cast<RankedTensorType>(v.getType());
-    if (static_cast<int64_t>(term.size()) != type.getRank())
-      return node.error() << "operand " << i << " term '" << term
-                          << "' does not match its rank " << type.getRank();
     for (auto [d, c] : llvm::enumerate(term)) {
       int64_t &extent = extents[letters.find(c)];
       int64_t size = type.getDimSize(d);
@@ -131,7 +178,8 @@ LogicalResult importEinsum(NodeContext &node) {
   }
   MLIRContext *ctx = node.ctx();
   SmallVector<AffineMap> maps;
-  for (auto [i, term] : llvm::enumerate(terms)) {
+  for (auto [i, termStr] : llvm::enumerate(terms)) {
+    StringRef term = termStr;
     auto type = cast<RankedTensorType>(inputs[i].getType());
     SmallVector<AffineExpr> exprs;
     for (auto [d, c] : llvm::enumerate(term)) {

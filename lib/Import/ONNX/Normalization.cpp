@@ -5,9 +5,9 @@
 //===----------------------------------------------------------------------===//
 //
 // The fused normalization ops become `stp.layer_norm` / `stp.rms_norm`, the
-// units the cost model and partitioner reason about. Their optional
-// statistics outputs (mean, inverse std-dev) are training-time extras that
-// no exported inference graph reads; a graph that reads them is rejected.
+// units the cost model and partitioner reason about. LayerNormalization's
+// optional statistics outputs (mean, inverse std-dev) are built beside it
+// from reductions when a graph reads them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +15,8 @@
 
 #include "stpar/Dialect/STP/IR/STPOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Verifier.h"
 
 using namespace mlir;
@@ -22,14 +24,61 @@ using namespace stpar::onnximport;
 
 namespace {
 
+/// LayerNormalization's optional outputs: Mean and InvStdDev over the
+/// normalized dims `axis..rank-1`, shaped [d0, .., d(axis-1), 1, .., 1]
+/// (ONNX LayerNormalization-17). They are computed separately from
+/// stp.layer_norm (only when a graph reads them).
+void buildNormStatistics(NodeContext &node, Value x, int64_t axis,
+                         float epsilon) {
+  OpBuilder &b = node.b();
+  Location loc = node.loc();
+  auto type = cast<RankedTensorType>(x.getType());
+  Type elem = type.getElementType();
+  SmallVector<int64_t> axes;
+  double count = 1;
+  for (int64_t d = axis; d < type.getRank(); ++d) {
+    axes.push_back(d);
+    count *= type.getDimSize(d);
+  }
+  auto divide = [&](Value v) {
+    return buildElementwise(b, loc, v, elem,
+                            [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                              return arith::DivFOp::create(
+                                  nb, l, a[0], scalarConstant(nb, l, elem, count));
+                            });
+  };
+  Value mean = divide(buildReduce(b, loc, x, axes, /*keepDims=*/true,
+                                  /*isMax=*/false));
+  node.setOutput(1, mean);
+  if (!node.hasOutput(2))
+    return;
+  Value squared = buildElementwise(
+      b, loc, {x, mean}, elem,
+      [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value d = arith::SubFOp::create(nb, l, a[0], a[1]);
+        return arith::MulFOp::create(nb, l, d, d);
+      });
+  Value variance =
+      divide(buildReduce(b, loc, squared, axes, /*keepDims=*/true, false));
+  node.setOutput(2, buildElementwise(
+                        b, loc, variance, elem,
+                        [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                          Value e = scalarConstant(nb, l, elem, epsilon);
+                          Value s = math::SqrtOp::create(
+                              nb, l, arith::AddFOp::create(nb, l, a[0], e));
+                          return arith::DivFOp::create(
+                              nb, l, scalarConstant(nb, l, elem, 1.0), s);
+                        }));
+}
+
 LogicalResult importNorm(NodeContext &node, bool rms) {
   Value x = node.input(0), scale = node.input(1);
   if (!x || !scale)
     return failure();
-  for (size_t i = 1; i < node.numOutputs(); ++i)
-    if (node.hasOutput(i))
-      return node.error() << "output " << i
-                          << " (normalization statistics) is not supported";
+  if (rms)
+    for (size_t i = 1; i < node.numOutputs(); ++i)
+      if (node.hasOutput(i))
+        return node.error() << "RMSNormalization has no output " << i;
   auto type = cast<RankedTensorType>(x.getType());
   auto axis = node.normalizeAxis(node.getInt("axis", -1), type.getRank());
   if (!axis)
@@ -55,6 +104,8 @@ LogicalResult importNorm(NodeContext &node, bool rms) {
   if (failed(verify(result.getDefiningOp())))
     return failure();
   node.setOutput(0, result);
+  if (!rms && (node.hasOutput(1) || node.hasOutput(2)))
+    buildNormStatistics(node, x, *axis, epsilon);
   return success();
 }
 

@@ -342,9 +342,8 @@ LogicalResult importScatterElements(NodeContext &node) {
   if (!data || !indices || !updates)
     return failure();
   std::string reduction = node.getString("reduction", "none");
-  if (reduction != "none")
-    return node.error() << "reduction '" << reduction
-                        << "' is not supported (only 'none')";
+  if (!llvm::is_contained({"none", "add", "mul", "max", "min"}, reduction))
+    return node.error() << "unknown reduction '" << reduction << "'";
   auto type = cast<RankedTensorType>(data.getType());
   auto axis = node.normalizeAxis(node.getInt("axis", 0), type.getRank());
   if (!axis)
@@ -352,7 +351,8 @@ LogicalResult importScatterElements(NodeContext &node) {
   OpBuilder &b = node.b();
   indices = convertElement(b, node.loc(), indices, b.getI64Type());
   auto op = stpar::stp::ScatterElementsOp::create(
-      b, node.loc(), type, data, indices, updates, b.getI64IntegerAttr(*axis));
+      b, node.loc(), type, data, indices, updates, b.getI64IntegerAttr(*axis),
+      b.getStringAttr(reduction));
   if (failed(verify(op)))
     return failure();
   node.setOutput(0, op.getResult());

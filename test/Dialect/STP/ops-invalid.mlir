@@ -44,3 +44,11 @@ func.func private @f(tensor<4xf32> {stp.param = "w"})
 
 // expected-error @+1 {{'func.func' op unknown stp result attribute 'stp.param'}}
 func.func private @f() -> (tensor<4xf32> {stp.param = #stp.param<name = "w", data = embedded>})
+
+// -----
+
+func.func @f(%d: tensor<4x8xf32>, %i: tensor<4x2xi64>, %u: tensor<4x2xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'stp.scatter_elements' op unknown reduction 'avg' (expected none, add, mul, max or min)}}
+  %0 = stp.scatter_elements %d, %i, %u {axis = 1 : i64, reduction = "avg"} : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}

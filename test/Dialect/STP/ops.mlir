@@ -38,7 +38,10 @@ func.func @moe_pieces(%logits: tensor<16x8xf32>, %zeros: tensor<16x8xf32>) -> te
   // CHECK: stp.scatter_elements %{{.*}}, %[[I]], %[[V]] {axis = 1 : i64}
   %r = stp.scatter_elements %zeros, %i, %v {axis = 1 : i64}
       : (tensor<16x8xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x8xf32>
-  return %r : tensor<16x8xf32>
+  // CHECK: stp.scatter_elements %{{.*}} {axis = 1 : i64, reduction = "add"}
+  %s = stp.scatter_elements %r, %i, %v {axis = 1 : i64, reduction = "add"}
+      : (tensor<16x8xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x8xf32>
+  return %s : tensor<16x8xf32>
 }
 
 // CHECK-LABEL: func.func private @params

@@ -121,5 +121,9 @@ LogicalResult ScatterElementsOp::verify() {
     return emitOpError("indices and updates must have the same shape");
   if (getAxis() < 0 || getAxis() >= data.getRank())
     return emitOpError() << "axis " << getAxis() << " out of range";
+  if (!llvm::is_contained({"none", "add", "mul", "max", "min"},
+                          getReduction()))
+    return emitOpError() << "unknown reduction '" << getReduction()
+                         << "' (expected none, add, mul, max or min)";
   return success();
 }

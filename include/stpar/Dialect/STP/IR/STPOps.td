@@ -121,10 +121,12 @@ def STP_TopKOp : STP_Op<"topk", [Pure]> {
 def STP_ScatterElementsOp : STP_Op<"scatter_elements", [Pure]> {
   let summary = "ONNX ScatterElements: write updates at per-element indices along an axis";
   let description = [{
-    ONNX ScatterElements-16/18 semantics without reduction: the result is
-    `data` with, for every position `p` of `indices`, element
-    `p with p[axis] := indices[p]` replaced by `updates[p]`. `indices` and
-    `updates` have the same shape; negative indices count from the end.
+    ONNX ScatterElements-18 semantics: the result is `data` with, for every
+    position `p` of `indices`, element `p with p[axis] := indices[p]`
+    replaced by `updates[p]` (`reduction = "none"`, the default) or combined
+    with it by `add`, `mul`, `max` or `min` (duplicate indices then
+    accumulate). `indices` and `updates` have the same shape; negative
+    indices count from the end.
 
     ```mlir
     %r = stp.scatter_elements %zeros, %idx, %vals {axis = 1 : i64}
@@ -132,7 +134,8 @@ def STP_ScatterElementsOp : STP_Op<"scatter_elements", [Pure]> {
     ```
   }];
   let arguments = (ins AnyRankedTensor:$data, AnyRankedTensor:$indices,
-                       AnyRankedTensor:$updates, I64Attr:$axis);
+                       AnyRankedTensor:$updates, I64Attr:$axis,
+                       DefaultValuedStrAttr<StrAttr, "none">:$reduction);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
     $data `,` $indices `,` $updates attr-dict `:` functional-type(operands, results)
