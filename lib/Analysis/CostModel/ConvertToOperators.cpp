@@ -642,9 +642,22 @@ void Converter::findLayers() {
         return false;
     return true;
   };
+  // Delimiters: norms, and the statistics of decomposed norms (a reduction
+  // that is not a contraction, e.g. RMSNorm's ReduceMean before the
+  // normalize pass fuses it).
+  auto isDelimiter = [&](const GraphOperator &g) {
+    if (g.op.kind == OpKind::Norm)
+      return true;
+    if (g.op.kind != OpKind::Elementwise)
+      return false;
+    for (const LoopDim &l : g.op.loops)
+      if (l.kind == LoopKind::Reduction)
+        return true;
+    return false;
+  };
   std::vector<unsigned> norms;
   for (unsigned i = 0; i < n; ++i)
-    if (ops[i].op.kind == OpKind::Norm)
+    if (isDelimiter(ops[i]))
       norms.push_back(i);
   auto segmentOf = [&](unsigned i) {
     // Index of the last norm before op i (-1 if none).
