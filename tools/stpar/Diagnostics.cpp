@@ -68,7 +68,12 @@ bool stpar::tools::parseDimBindings(const std::vector<std::string> &bindings,
                    << binding << "'\n";
       return false;
     }
-    dims[name] = v;
+    auto [it, inserted] = dims.try_emplace(name, v);
+    if (!inserted && it->second != v) {
+      llvm::errs() << "stpar: error: --dim binds '" << name << "' twice ("
+                   << it->second << " and " << v << ")\n";
+      return false;
+    }
   }
   return true;
 }

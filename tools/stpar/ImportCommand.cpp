@@ -60,6 +60,14 @@ static int runImport() {
   }
   module->print(output->os());
   output->os() << "\n";
+  output->os().flush();
+  if (std::error_code ec = output->os().error()) {
+    // Not kept: the partial file is removed.
+    errs() << "stpar: error: cannot write '" << importOutput
+           << "': " << ec.message() << "\n";
+    output->os().clear_error();
+    return 1;
+  }
   output->keep();
   return 0;
 }

@@ -566,15 +566,20 @@ private:
 };
 
 /// Emits `diags`, each prefixed with `label` ("node 'NAME' (OpType)") unless
-/// it already starts with it, dropping repeats.
+/// it already starts with it. Only the first error is shown: later ones
+/// are usually its consequences (a handler reading an attribute of the
+/// wrong type as absent, a folder and a handler reporting the same problem).
 void emitCaptured(ArrayRef<CapturedDiag> diags, StringRef label) {
-  llvm::StringSet<> seen;
+  bool errorShown = false;
   for (const CapturedDiag &d : diags) {
+    if (d.severity == DiagnosticSeverity::Error) {
+      if (errorShown)
+        continue;
+      errorShown = true;
+    }
     std::string message = StringRef(d.message).starts_with(label)
                               ? d.message
                               : label.str() + ": " + d.message;
-    if (!seen.insert(message).second)
-      continue;
     InFlightDiagnostic diag = d.severity == DiagnosticSeverity::Error
                                   ? emitError(d.loc)
                               : d.severity == DiagnosticSeverity::Warning
