@@ -144,8 +144,8 @@ void Converter::addView(Operation *op, Value source, Value result,
   GraphTensor copy = graph.tensors[src];
   // A view of a parameter is still that parameter (tied weights, transposed
   // head weights); of anything else an activation.
-  TensorKind kind = copy.kind == TensorKind::Activation ? TensorKind::Activation
-                                                        : copy.kind;
+  TensorKind kind =
+      copy.kind == TensorKind::Activation ? TensorKind::Activation : copy.kind;
   if (copy.kind == TensorKind::GraphInput)
     kind = TensorKind::Buffer;
   unsigned id = addTensor(result, kind, getName(op));
@@ -174,9 +174,9 @@ void Converter::addOperator(GraphOperator gop, ArrayRef<Value> outputs) {
       continue;
     GraphTensor &t = graph.tensors[gop.tensors[i]];
     t.producerOp = int(index);
-    t.requiresGrad = grad && t.elementBytes != 1 && t.kind ==
-                                                         TensorKind::Activation;
+    t.requiresGrad = grad && t.kind == TensorKind::Activation;
   }
+  // Integer and boolean results (masks, indices) carry no gradient.
   for (Value v : outputs)
     graph.tensors[tensorOf[v]].requiresGrad &= isFloat(v.getType());
   graph.ops.push_back(std::move(gop));
@@ -216,7 +216,8 @@ static std::vector<unsigned> toDims(ArrayRef<int> loops) {
 }
 
 static LoopDim makeLoop(unsigned i, int64_t extent, bool reduction) {
-  return {"d" + std::to_string(i), extent,
+  return {"d" + std::to_string(i),
+          extent,
           reduction ? LoopKind::Reduction : LoopKind::Parallel,
           {}};
 }
@@ -230,17 +231,15 @@ LogicalResult Converter::convertGeneric(linalg::GenericOp op) {
   for (auto [i, extent] : llvm::enumerate(ranges)) {
     if (ShapedType::isDynamic(extent))
       return op.emitError("cost model: dynamic loop range");
-    o.loops.push_back(
-        makeLoop(unsigned(i), extent, iters[i] == utils::IteratorType::reduction));
+    o.loops.push_back(makeLoop(unsigned(i), extent,
+                               iters[i] == utils::IteratorType::reduction));
   }
   bool inexact = false;
-  bool hasParameter = false;
   auto addOperand = [&](Value v, std::vector<int> loops, OperandRole role) {
     unsigned t = getTensor(v);
     if (role == OperandRole::Input &&
         graph.tensors[t].kind == TensorKind::Parameter) {
       role = OperandRole::Parameter;
-      hasParameter = true;
     }
     Operand operand;
     operand.name = role == OperandRole::Parameter
@@ -285,8 +284,9 @@ LogicalResult Converter::convertGeneric(linalg::GenericOp op) {
     }
     Dialect *dialect = bodyOp.getDialect();
     if (bodyOp.getNumResults() == 1 && isFloat(bodyOp.getResult(0).getType()) &&
-        dialect && (isa<arith::ArithDialect>(dialect) ||
-                    isa<math::MathDialect>(dialect)) &&
+        dialect &&
+        (isa<arith::ArithDialect>(dialect) ||
+         isa<math::MathDialect>(dialect)) &&
         !isa<arith::ConstantOp>(bodyOp))
       ++arithOps;
   }
@@ -309,7 +309,6 @@ LogicalResult Converter::convertGeneric(linalg::GenericOp op) {
                  cast<linalg::LinalgOp>(op.getOperation()))) {
     o.kind = OpKind::MatMul;
     o.flopsPerPoint = 2;
-    (void)hasParameter;
   } else {
     o.kind = OpKind::Elementwise;
     o.flopsPerPoint = double(arithOps);
@@ -377,8 +376,8 @@ void Converter::convertTranspose(linalg::TransposeOp op) {
   addOperator(std::move(gop), {Value(op.getResult()[0])});
 }
 
-void Converter::convertNorm(Operation *op, Value input, Value scale,
-                            Value bias, int64_t axis, double flopsPerPoint) {
+void Converter::convertNorm(Operation *op, Value input, Value scale, Value bias,
+                            int64_t axis, double flopsPerPoint) {
   GraphOperator gop;
   Operator &o = gop.op;
   o.name = getName(op);
@@ -396,11 +395,10 @@ void Converter::convertNorm(Operation *op, Value input, Value scale,
     if (role == OperandRole::Input &&
         graph.tensors[t].kind == TensorKind::Parameter)
       role = OperandRole::Parameter;
-    o.operands.push_back({role == OperandRole::Parameter
-                              ? graph.tensors[t].parameterName
-                              : graph.tensors[t].name,
-                          role, toDims(loops), graph.tensors[t].elementBytes,
-                          true});
+    o.operands.push_back(
+        {role == OperandRole::Parameter ? graph.tensors[t].parameterName
+                                        : graph.tensors[t].name,
+         role, toDims(loops), graph.tensors[t].elementBytes, true});
     gop.tensors.push_back(t);
     gop.tensorDimLoops.push_back(std::move(loops));
   };
@@ -413,9 +411,8 @@ void Converter::convertNorm(Operation *op, Value input, Value scale,
     std::vector<int> loops;
     for (int64_t d = 0; d < pt.getRank(); ++d) {
       int64_t loop = rank - pt.getRank() + d;
-      loops.push_back(pt.getDimSize(d) == 1 && type.getDimSize(loop) != 1
-                          ? -1
-                          : int(loop));
+      loops.push_back(
+          pt.getDimSize(d) == 1 && type.getDimSize(loop) != 1 ? -1 : int(loop));
     }
     add(p, loops, OperandRole::Input);
   }
@@ -465,8 +462,8 @@ void Converter::convertAttention(stp::AttentionOp op) {
   s.op.name = name + ".scores";
   s.op.kind = OpKind::MatMul;
   s.op.flopsPerPoint = 2;
-  s.op.loops = loopsOf({{b, false}, {h, false}, {sq, false}, {sk, false},
-                        {d, true}});
+  s.op.loops =
+      loopsOf({{b, false}, {h, false}, {sq, false}, {sk, false}, {d, true}});
   s.tensors = {qt, kt, scores};
   s.tensorDimLoops = {{0, 1, 2, 4}, {0, 1, 3, 4}, {0, 1, 2, 3}};
   s.op.operands = {operand(qt, OperandRole::Input, s.tensorDimLoops[0]),
@@ -497,11 +494,9 @@ void Converter::convertAttention(stp::AttentionOp op) {
   p.tensors.push_back(probs);
   p.tensorDimLoops.push_back({0, 1, 2, 3});
   for (auto [i, t] : llvm::enumerate(p.tensors))
-    p.op.operands.push_back(operand(t,
-                                    i + 1 == p.tensors.size()
-                                        ? OperandRole::Output
-                                        : OperandRole::Input,
-                                    p.tensorDimLoops[i]));
+    p.op.operands.push_back(operand(
+        t, i + 1 == p.tensors.size() ? OperandRole::Output : OperandRole::Input,
+        p.tensorDimLoops[i]));
   addOperator(std::move(p), {});
 
   unsigned out = addTensor(op.getResult(), TensorKind::Activation, name);
@@ -510,8 +505,8 @@ void Converter::convertAttention(stp::AttentionOp op) {
   c.op.name = name + ".context";
   c.op.kind = OpKind::MatMul;
   c.op.flopsPerPoint = 2;
-  c.op.loops = loopsOf({{b, false}, {h, false}, {sq, false}, {dv, false},
-                        {sk, true}});
+  c.op.loops =
+      loopsOf({{b, false}, {h, false}, {sq, false}, {dv, false}, {sk, true}});
   c.tensors = {probs, vt, out};
   c.tensorDimLoops = {{0, 1, 2, 4}, {0, 1, 4, 3}, {0, 1, 2, 3}};
   c.op.operands = {operand(probs, OperandRole::Input, c.tensorDimLoops[0]),
@@ -562,8 +557,8 @@ void Converter::convertFallback(Operation *op, double flopsPerPoint,
     add(v, OperandRole::Output);
   if (!why.empty())
     graph.notes.push_back("'" + o.name + "' (" +
-                          op->getName().getStringRef().str() + "): " +
-                          why.str());
+                          op->getName().getStringRef().str() +
+                          "): " + why.str());
   addOperator(std::move(gop), results);
 }
 
@@ -698,8 +693,7 @@ void Converter::findLayers() {
   // loops (b, heads, ...).
   for (unsigned i = 0; i < n; ++i) {
     int seg = segmentOf(i) + 1;
-    if (!ops[i].attentionCore || !isBatchedMatMul(ops[i]) ||
-        segmentHeads[seg])
+    if (!ops[i].attentionCore || !isBatchedMatMul(ops[i]) || segmentHeads[seg])
       continue;
     const Operator &o = ops[i].op;
     std::vector<unsigned> batch;
@@ -794,8 +788,7 @@ FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
       return func.emitError("cost model: argument #")
              << arg.getArgNumber() << " is not a statically shaped tensor";
     unsigned n = arg.getArgNumber();
-    if (auto param =
-            func.getArgAttrOfType<stp::ParamAttr>(n, "stp.param")) {
+    if (auto param = func.getArgAttrOfType<stp::ParamAttr>(n, "stp.param")) {
       bool trainable = param.getTrainable() && isFloat(type);
       addTensor(arg, trainable ? TensorKind::Parameter : TensorKind::Buffer,
                 param.getName().getValue());
@@ -812,8 +805,8 @@ FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
   }
 
   for (Operation &op : func.getBody().front()) {
-    if (isa<func::ReturnOp, tensor::EmptyOp, linalg::FillOp,
-            arith::ConstantOp>(op) ||
+    if (isa<func::ReturnOp, tensor::EmptyOp, linalg::FillOp, arith::ConstantOp>(
+            op) ||
         op.getNumResults() == 0)
       continue;
     for (Value r : op.getResults())
@@ -833,8 +826,8 @@ FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
       convertTranspose(t);
     } else if (auto ln = dyn_cast<stp::LayerNormOp>(op)) {
       // mean, subtract, square, sum, rsqrt-multiply, scale, shift + 1.
-      convertNorm(ln, ln.getInput(), ln.getScale(), ln.getBias(),
-                  ln.getAxis(), 8);
+      convertNorm(ln, ln.getInput(), ln.getScale(), ln.getBias(), ln.getAxis(),
+                  8);
     } else if (auto rms = dyn_cast<stp::RMSNormOp>(op)) {
       // square, sum, rsqrt-multiply, scale + 2.
       convertNorm(rms, rms.getInput(), rms.getScale(), Value(), rms.getAxis(),

@@ -132,7 +132,8 @@ static std::vector<unsigned> cutStages(ArrayRef<double> layerFlops,
     prefix[i + 1] = prefix[i] + layerFlops[i];
   const double inf = std::numeric_limits<double>::infinity();
   // best[s][i]: first i layers in s stages; from[s][i]: start of the last.
-  std::vector<std::vector<double>> best(pp + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<double>> best(pp + 1,
+                                        std::vector<double>(n + 1, inf));
   std::vector<std::vector<unsigned>> from(pp + 1,
                                           std::vector<unsigned>(n + 1, 0));
   best[0][0] = 0;
@@ -172,14 +173,13 @@ Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
   for (auto [l, layer] : enumerate(graph.layers))
     if (layer.heads > 0 && layer.heads % s.tp)
       return fail("megatron: tp=" + Twine(s.tp) + " does not divide the " +
-                  Twine(layer.heads) + " attention heads of layer " +
-                  Twine(l));
+                  Twine(layer.heads) + " attention heads of layer " + Twine(l));
   if (s.pp > 1 && s.pp * s.interleave > int64_t(numLayers))
-    return fail("megatron: pp=" + Twine(s.pp) +
-                (s.interleave > 1 ? " x interleave=" + Twine(s.interleave)
-                                  : Twine()) +
-                " exceeds the " + Twine(numLayers) +
-                " transformer layers found in the model");
+    return fail(
+        "megatron: pp=" + Twine(s.pp) +
+        (s.interleave > 1 ? " x interleave=" + Twine(s.interleave) : Twine()) +
+        " exceeds the " + Twine(numLayers) +
+        " transformer layers found in the model");
 
   MegatronPlan plan;
   CostProblem &problem = plan.problem;
@@ -310,10 +310,9 @@ Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
     }
     // A replicated op whose input was split reads it gathered: its split
     // ends here (the all-gather is not costed; see the warning).
-    tp.setOutputs(gop, tpLoop >= 0 && op.loops[tpLoop].kind ==
-                                           LoopKind::Parallel
-                           ? tpLoop
-                           : -1);
+    tp.setOutputs(
+        gop, tpLoop >= 0 && op.loops[tpLoop].kind == LoopKind::Parallel ? tpLoop
+                                                                        : -1);
     if (tpLoop >= 0)
       op.loops[tpLoop].axes.push_back(kTP);
     if (batchLoop >= 0 && batchLoop != tpLoop) {

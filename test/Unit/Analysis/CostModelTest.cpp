@@ -270,7 +270,8 @@ TEST_F(CostModelTest, TransposeOfParameterIsFree) {
 #w = affine_map<(d0, d1, d2) -> (d2, d1)>
 #y = affine_map<(d0, d1, d2) -> (d0, d1)>
 func.func @main(%x: tensor<8x32xf32> {stp.name = "x"},
-                %w: tensor<100x32xf32> )mlir") + kParam + R"mlir() -> tensor<100x8xf32> {
+                %w: tensor<100x32xf32> )mlir") +
+                            kParam + R"mlir() -> tensor<100x8xf32> {
   %e = tensor.empty() : tensor<32x100xf32>
   %wt = linalg.transpose ins(%w : tensor<100x32xf32>) outs(%e : tensor<32x100xf32>) permutation = [1, 0]
   %e2 = tensor.empty() : tensor<8x100xf32>

@@ -114,7 +114,8 @@ TEST(MegatronPlanTest, ColumnThenRowParallelAndBatchOnDP) {
   EXPECT_EQ(plan->problem.mesh.getNumDevices(), 32);
   EXPECT_EQ(plan->problem.config.microBatches, 1);
 
-  // tp = 3 divides neither 64 nor... : replicated with a warning.
+  // tp = 3 divides none of the dims: the linears stay replicated, with a
+  // warning.
   llvm::Expected<MegatronPlan> odd =
       assignMegatron(*graph, strategy(3, 1, 1), 2);
   ASSERT_TRUE(bool(odd));
@@ -144,8 +145,8 @@ OperatorGraph makeLayers(const std::vector<int64_t> &flops, int64_t heads) {
   };
   add(1, -1);
   for (unsigned l = 0; l < flops.size(); ++l) {
-    g.layers.push_back({unsigned(g.ops.size()), unsigned(g.ops.size() + 1),
-                        heads});
+    g.layers.push_back(
+        {unsigned(g.ops.size()), unsigned(g.ops.size() + 1), heads});
     add(flops[l], int(l));
   }
   add(1, -1);
