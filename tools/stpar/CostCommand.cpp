@@ -49,10 +49,10 @@ static cl::opt<std::string>
 static cl::opt<std::string> costCluster("cluster", cl::sub(costCmd),
                                         cl::Required,
                                         cl::desc("Preset name or JSON file"));
-static cl::opt<std::string> costStrategy(
-    "strategy", cl::sub(costCmd), cl::Required,
-    cl::desc("megatron:tp=T,pp=P,dp=D,mb=M[,gb=G][,interleave=V]"
-             "[,zero=Z][,recompute=0|1] (gb: ONNX models only)"));
+static cl::opt<std::string>
+    costStrategy("strategy", cl::sub(costCmd), cl::Required,
+                 cl::desc("megatron:tp=T,pp=P,dp=D,mb=M[,gb=G][,interleave=V]"
+                          "[,zero=Z][,recompute=0|1] (gb: ONNX models only)"));
 static cl::list<std::string>
     costDims("dim", cl::sub(costCmd), cl::value_desc("NAME=VALUE"),
              cl::desc("ONNX models: bind a symbolic dim; the batch dim's "
@@ -88,8 +88,7 @@ static Expected<StepBreakdown> evaluate(const CostProblem &problem,
     return createStringError(
         inconvertibleErrorCode(),
         "the mesh has " + Twine(problem.mesh.getNumDevices()) +
-            " devices but the cluster only " +
-            Twine(cluster.getNumDevices()));
+            " devices but the cluster only " + Twine(cluster.getNumDevices()));
   return evaluateTrainingStep(problem.ops, problem.mesh, cluster,
                               problem.config, eff);
 }
@@ -158,8 +157,7 @@ static int runGPT(const Cluster &cluster) {
 
 /// The symbolic dim holding the batch: --batch-dim, else the only bound
 /// dim whose name contains "batch".
-static std::optional<std::string>
-findBatchDim(const StringMap<int64_t> &dims) {
+static std::optional<std::string> findBatchDim(const StringMap<int64_t> &dims) {
   if (!costBatchDim.empty()) {
     if (!dims.count(costBatchDim)) {
       fail("--batch-dim " + costBatchDim + ": not bound with --dim " +
@@ -236,8 +234,8 @@ static int runONNX(const Cluster &cluster) {
   Expected<StepBreakdown> b = evaluate(plan->problem, cluster, eff);
   if (!b)
     return fail(b.takeError());
-  int64_t globalBatch = microBatch * strategy->megatron.dp *
-                        plan->problem.config.microBatches;
+  int64_t globalBatch =
+      microBatch * strategy->megatron.dp * plan->problem.config.microBatches;
   if (costJSON) {
     json::Value v = toJSON(*b);
     json::Object &o = *v.getAsObject();
@@ -253,8 +251,8 @@ static int runONNX(const Cluster &cluster) {
     outs() << formatv("{0:2}", v) << "\n";
     return 0;
   }
-  outs() << "model " << costInput << " (" << graph->ops.size()
-         << " operators, " << graph->layers.size() << " layers, "
+  outs() << "model " << costInput << " (" << graph->ops.size() << " operators, "
+         << graph->layers.size() << " layers, "
          << formatv("{0:e3}", graph->getParameterCount())
          << " parameters)\ncluster " << cluster.name << "\nstrategy "
          << costStrategy << "\nmicro-batch " << microBatch
