@@ -420,7 +420,7 @@ std::optional<SmallVector<int64_t>> splitSizes(NodeContext &node,
                                                    node.numOutputs())
                                      : node.numOutputs();
     int64_t dim = shape[axis];
-    int64_t chunk = (dim + parts - 1) / parts;
+    int64_t chunk = parts > 0 ? (dim + parts - 1) / parts : 0;
     for (int64_t i = 0; i < parts; ++i)
       sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
   }
