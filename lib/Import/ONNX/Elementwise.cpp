@@ -129,6 +129,8 @@ double applyBinary(BinaryKind kind, double a, double b, bool isFloat) {
   case BinaryKind::Div:
     if (isFloat)
       return a / b;
+    if (b == -1) // INT64_MIN / -1 traps.
+      return -a;
     return b == 0 ? 0 : static_cast<double>(static_cast<int64_t>(a) /
                                             static_cast<int64_t>(b));
   case BinaryKind::Pow:
