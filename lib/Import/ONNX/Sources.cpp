@@ -178,6 +178,9 @@ LogicalResult importConstantOfShape(NodeContext &node) {
 std::optional<std::vector<ConstTensor>> foldRange(NodeContext &node) {
   const ConstTensor *start = node.constInput(0), *limit = node.constInput(1),
                     *delta = node.constInput(2);
+  for (const ConstTensor *c : {start, limit, delta})
+    if (c->numElements() != 1)
+      return std::nullopt;
   double s = start->getFloat(0), l = limit->getFloat(0), d = delta->getFloat(0);
   if (d == 0)
     return std::nullopt;
@@ -199,9 +202,10 @@ std::optional<std::vector<ConstTensor>> foldRange(NodeContext &node) {
 LogicalResult importRange(NodeContext &node) {
   const ConstTensor *start = node.constInput(0), *limit = node.constInput(1),
                     *delta = node.constInput(2);
-  if (!start || !limit || !delta)
-    return node.error() << "Range bounds must be constants after binding the "
-                           "symbolic dims";
+  if (!start || !limit || !delta || start->numElements() != 1 ||
+      limit->numElements() != 1 || delta->numElements() != 1)
+    return node.error() << "Range bounds must be one-element constants after "
+                           "binding the symbolic dims";
   double s = start->getFloat(0), l = limit->getFloat(0), d = delta->getFloat(0);
   if (d == 0)
     return node.error() << "Range delta is 0";
