@@ -26,6 +26,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
@@ -34,6 +35,7 @@
 
 #include <cstring>
 #include <deque>
+#include <limits>
 
 using namespace mlir;
 using namespace stpar::onnximport;
@@ -60,9 +62,13 @@ StringRef stpar::onnximport::dtypeName(int32_t dtype) {
 bool ConstTensor::isFloat() const { return isFloatDType(dtype); }
 
 int64_t ConstTensor::numElements() const {
+  // Saturates instead of overflowing (shapes computed from hostile
+  // constants); a negative dim gives a negative count.
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;
+    if (llvm::MulOverflow(n, d, n))
+      return d < 0 ? std::numeric_limits<int64_t>::min()
+                   : std::numeric_limits<int64_t>::max();
   return n;
 }
 
@@ -105,11 +111,17 @@ static std::optional<ConstTensor> readTensor(const onnx::TensorProto &proto,
                                              std::string &error) {
   ConstTensor t;
   t.dtype = proto.data_type();
+  int64_t elements = 1;
   for (int64_t d : proto.dims()) {
     if (d < 0) {
       error = "has a negative dim " + std::to_string(d);
       return std::nullopt;
     }
+    if (d > kMaxDimValue || (d && elements > (int64_t(1) << 50) / d)) {
+      error = "has too many elements";
+      return std::nullopt;
+    }
+    elements *= d;
     t.shape.push_back(d);
   }
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
@@ -1104,7 +1116,13 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
     std::optional<std::vector<ConstTensor>> folded;
     {
       DiagCapture capture(state.ctx);
-      folded = handler->fold(ctx);
+      try {
+        folded = handler->fold(ctx);
+      } catch (const std::exception &e) {
+        // E.g. a shape from hostile constants too large to allocate.
+        ctx.error() << "cannot evaluate the node on the host: " << e.what();
+        folded = std::nullopt;
+      }
       foldDiags = std::move(capture.diags);
     }
     if (folded && hasError(foldDiags)) {
@@ -1133,7 +1151,11 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
   SmallVector<CapturedDiag> diags;
   {
     DiagCapture capture(state.ctx);
-    result = handler->handler(ctx);
+    try {
+      result = handler->handler(ctx);
+    } catch (const std::exception &e) {
+      result = ctx.error() << "internal error: " << e.what();
+    }
     if (succeeded(result) && !hasError(capture.diags)) {
       // Verify what the node built, so that a malformed op is reported at
       // its node rather than as an internal error of the whole module.

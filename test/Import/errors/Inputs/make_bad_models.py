@@ -538,6 +538,167 @@ def initializer_short_int():
                  initializers=[c])
 
 
+# --- Hostile values reaching op handlers ------------------------------------
+
+@case
+def split_zero_outputs():
+    # num_outputs = 0 used to divide by zero.
+    return model([helper.make_node("Split", ["x"], ["y"], name="split0",
+                                   axis=0, num_outputs=0)],
+                 [vi("x", F, [4])], [vi("y", F, [4])], opset=18)
+
+
+@case
+def constant_of_shape_negative():
+    return model([helper.make_node("ConstantOfShape", ["s"], ["y"],
+                                   name="cos0")],
+                 [], [vi("y", F, None)],
+                 initializers=[const_i64("s", [-1, 3])])
+
+
+@case
+def expand_negative():
+    return model([helper.make_node("Expand", ["x", "s"], ["y"],
+                                   name="expand0")],
+                 [vi("x", F, [1, 3])], [vi("y", F, None)],
+                 initializers=[const_i64("s", [-2, 3])])
+
+
+@case
+def topk_empty_k():
+    return model([helper.make_node("TopK", ["x", "k"], ["v", "i"],
+                                   name="topk0")],
+                 [vi("x", F, [2, 5])], [vi("v", F, None), vi("i", I64, None)],
+                 initializers=[const_i64("k", np.zeros((0,), np.int64))])
+
+
+@case
+def trilu_empty_k():
+    return model([helper.make_node("Trilu", ["x", "k"], ["y"], name="trilu0")],
+                 [vi("x", F, [3, 3])], [vi("y", F, [3, 3])],
+                 initializers=[const_i64("k", np.zeros((0,), np.int64))])
+
+
+@case
+def range_empty():
+    return model([helper.make_node("Range", ["a", "b", "c"], ["y"],
+                                   name="range0")],
+                 [], [vi("y", I64, None)],
+                 initializers=[const_i64("a", np.zeros((0,), np.int64)),
+                               const_i64("b", [4]), const_i64("c", [1])])
+
+
+@case
+def unsqueeze_duplicate_axes():
+    return model([helper.make_node("Unsqueeze", ["x", "a"], ["y"],
+                                   name="unsq0")],
+                 [vi("x", F, [3])], [vi("y", F, None)],
+                 initializers=[const_i64("a", [0, 0])])
+
+
+@case
+def split_negative_sizes():
+    return model([helper.make_node("Split", ["x", "s"], ["y", "z"],
+                                   name="split0", axis=0)],
+                 [vi("x", F, [3])], [vi("y", F, None), vi("z", F, None)],
+                 initializers=[const_i64("s", [5, -2])])
+
+
+@case
+def einsum_unknown_letter():
+    return model([helper.make_node("Einsum", ["x"], ["y"], name="einsum0",
+                                   equation="ij->ik")],
+                 [vi("x", F, [2, 3])], [vi("y", F, None)])
+
+
+@case
+def constant_huge_dims():
+    t = TensorProto()
+    t.name = "v"
+    t.data_type = F
+    t.dims.extend([1 << 40, 1 << 40])
+    t.float_data.append(1.0)
+    return model([helper.make_node("Constant", [], ["y"], name="const0",
+                                   value=t)],
+                 [], [vi("y", F, None)])
+
+
+@case
+def reshape_huge_target():
+    return model([helper.make_node("Reshape", ["x", "s"], ["y"],
+                                   name="reshape0")],
+                 [vi("x", F, [2, 3])], [vi("y", F, None)],
+                 initializers=[const_i64("s", [1 << 40, 1 << 40, 0])])
+
+
+@case
+def slice_min_step():
+    return model([helper.make_node("Slice", ["x", "b", "e", "a", "st"], ["y"],
+                                   name="slice0")],
+                 [vi("x", F, [4])], [vi("y", F, None)],
+                 initializers=[const_i64("b", [3]), const_i64("e", [0]),
+                               const_i64("a", [0]),
+                               const_i64("st", [-(1 << 63)])])
+
+
+@case
+def gather_const_index_out_of_range():
+    return model([helper.make_node("Gather", ["x", "i"], ["y"],
+                                   name="gather0", axis=0)],
+                 [vi("x", F, [3, 2])], [vi("y", F, None)],
+                 initializers=[const_i64("i", 7)])
+
+
+@case
+def div_int_min():
+    return model([helper.make_node("Div", ["a", "b"], ["y"], name="div0")],
+                 [], [vi("y", I64, None)],
+                 initializers=[const_i64("a", [-(1 << 63)]),
+                               const_i64("b", [-1])])
+
+
+@case
+def layernorm_bad_scale():
+    w = numpy_helper.from_array(np.ones((5,), dtype=np.float32), "w")
+    return model([helper.make_node("LayerNormalization", ["x", "w"], ["y"],
+                                   name="ln0")],
+                 [vi("x", F, [2, 4])], [vi("y", F, [2, 4])],
+                 initializers=[w])
+
+
+@case
+def attention_bad_heads():
+    w = numpy_helper.from_array(np.zeros((4, 12), dtype=np.float32), "w")
+    return model([helper.make_node("Attention", ["x", "w"], ["y"],
+                                   name="attn0", domain="com.microsoft",
+                                   num_heads=3)],
+                 [vi("x", F, [1, 2, 4])], [vi("y", F, None)],
+                 initializers=[w], extra_opsets=[("com.microsoft", 1)])
+
+
+@case
+def attention_rank2_weight():
+    w = numpy_helper.from_array(np.zeros((12,), dtype=np.float32), "w")
+    return model([helper.make_node("Attention", ["x", "w"], ["y"],
+                                   name="attn0", domain="com.microsoft",
+                                   num_heads=2)],
+                 [vi("x", F, [1, 2, 4])], [vi("y", F, None)],
+                 initializers=[w], extra_opsets=[("com.microsoft", 1)])
+
+
+@case
+def embed_layernorm_bad():
+    f = lambda n, s: numpy_helper.from_array(np.zeros(s, np.float32), n)
+    return model([helper.make_node("EmbedLayerNormalization",
+                                   ["ids", "", "we", "pe", "", "g", "b"],
+                                   ["y"], name="eln0",
+                                   domain="com.microsoft")],
+                 [vi("ids", TensorProto.INT32, [1, 4])], [vi("y", F, None)],
+                 initializers=[f("we", (10,)), f("pe", (2, 8)),
+                               f("g", (8,)), f("b", (8,))],
+                 extra_opsets=[("com.microsoft", 1)])
+
+
 def main():
     out = sys.argv[1]
     names = sys.argv[2:] or sorted(CASES)
