@@ -33,6 +33,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -77,7 +78,17 @@ double ConstTensor::getFloat(int64_t i) const {
 }
 
 int64_t ConstTensor::getInt(int64_t i) const {
-  return isFloat() ? static_cast<int64_t>(floats[i]) : ints[i];
+  if (!isFloat())
+    return ints[i];
+  // Float-to-int conversion of NaN or of values out of range is undefined.
+  double v = floats[i];
+  if (std::isnan(v))
+    return 0;
+  if (v >= 0x1p63)
+    return std::numeric_limits<int64_t>::max();
+  if (v < -0x1p63)
+    return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
 }
 
 SmallVector<int64_t> ConstTensor::toInts() const {
