@@ -437,3 +437,19 @@ ModelStateBytes getModelStateBytes(double psi, int64_t nd, int zeroStage) {
 }
 
 } // namespace stpar::cost
+
+llvm::StringRef stpar::cost::getOpKindName(OpKind kind) {
+  switch (kind) {
+  case OpKind::MatMul:
+    return "matmul";
+  case OpKind::Elementwise:
+    return "elementwise";
+  case OpKind::Softmax:
+    return "softmax";
+  case OpKind::Norm:
+    return "norm";
+  case OpKind::Embedding:
+    return "embedding";
+  }
+  return "?";
+}

@@ -21,22 +21,6 @@ using namespace stpar::cost;
 
 namespace stpar::search {
 
-StringRef getOpKindName(OpKind kind) {
-  switch (kind) {
-  case OpKind::MatMul:
-    return "matmul";
-  case OpKind::Elementwise:
-    return "elementwise";
-  case OpKind::Softmax:
-    return "softmax";
-  case OpKind::Norm:
-    return "norm";
-  case OpKind::Embedding:
-    return "embedding";
-  }
-  return "?";
-}
-
 StringRef getSectionName(Section section) {
   switch (section) {
   case Section::Pre:

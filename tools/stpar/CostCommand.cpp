@@ -93,27 +93,11 @@ static Expected<StepBreakdown> evaluate(const CostProblem &problem,
                               problem.config, eff);
 }
 
-static StringRef getKindName(OpKind kind) {
-  switch (kind) {
-  case OpKind::MatMul:
-    return "matmul";
-  case OpKind::Elementwise:
-    return "elementwise";
-  case OpKind::Softmax:
-    return "softmax";
-  case OpKind::Norm:
-    return "norm";
-  case OpKind::Embedding:
-    return "embedding";
-  }
-  return "?";
-}
-
 /// One line per operator: kind, layer kind, stage, loops as
 /// `EXTENT[r]{AXES}` (r: reduction).
 static void printOperators(raw_ostream &os, const CostProblem &problem) {
   for (const Operator &op : problem.ops) {
-    os << "  op " << op.name << ": " << getKindName(op.kind) << ", "
+    os << "  op " << op.name << ": " << getOpKindName(op.kind) << ", "
        << op.layerKind << ", stage " << op.stage << ", loops [";
     for (auto [i, loop] : llvm::enumerate(op.loops)) {
       os << (i ? " " : "") << loop.extent

@@ -16,6 +16,8 @@
 #ifndef STPAR_COST_OPERATOR_H
 #define STPAR_COST_OPERATOR_H
 
+#include "llvm/ADT/StringRef.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,6 +54,10 @@ enum class OpKind {
   /// vocab-parallel embedding.
   Embedding,
 };
+
+/// The kind's name as printed in tables and problem files ("matmul",
+/// "elementwise", "softmax", "norm", "embedding").
+llvm::StringRef getOpKindName(OpKind kind);
 
 enum class OperandRole { Input, Parameter, Output };
 

@@ -83,7 +83,7 @@ llvm::Expected<Problem> parseProblem(llvm::StringRef text,
 void printProblem(llvm::raw_ostream &os, const Problem &problem);
 
 /// Names used in the text format.
-llvm::StringRef getOpKindName(cost::OpKind kind);
+
 llvm::StringRef getSectionName(Section section);
 
 /// The problem with the layers written out: Pre ops, `layers` copies of the

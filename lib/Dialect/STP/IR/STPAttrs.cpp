@@ -238,28 +238,9 @@ int64_t MeshAttr::getAxisStride(unsigned index) const {
 }
 
 AxisPlacement MeshAttr::getAxisPlacement(unsigned index) const {
-  int64_t size = getAxes()[index].getSize();
-  int64_t stride = getAxisStride(index);
-  int64_t perNode = getCluster().getDevicesPerNode();
-  AxisPlacement placement;
-  if (size == 1)
-    return placement;
-  if (stride * size <= perNode && perNode % (stride * size) == 0) {
-    // Every group lies inside one node.
-    placement.intraNodeSize = size;
-  } else if (stride % perNode == 0) {
-    // Neighbours along the axis are in different nodes: one member per node.
-    placement.interNodeSize = size;
-  } else if (perNode % stride == 0 && size % (perNode / stride) == 0) {
-    // Hierarchical: perNode / stride members per node, the rest across nodes.
-    placement.intraNodeSize = perNode / stride;
-    placement.interNodeSize = size / placement.intraNodeSize;
-  } else {
-    // Groups straddle node boundaries unevenly; cost as inter-node.
-    placement.interNodeSize = size;
-    placement.regular = false;
-  }
-  return placement;
+  return stpar::cost::getAxisPlacement(getAxes()[index].getSize(),
+                                       getAxisStride(index),
+                                       getCluster().getDevicesPerNode());
 }
 
 //===----------------------------------------------------------------------===//

@@ -18,6 +18,8 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/OpImplementation.h"
+#include "stpar/Cost/Mesh.h"
+
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/bit.h"
@@ -32,23 +34,10 @@ namespace stpar::stp {
 /// gradient `B` (dI = dO * W^T) and weight gradient `G` (dW = I^T * dO).
 enum class Phase { Forward, InputGrad, WeightGrad };
 
-/// Link levels a mesh axis crosses (derived by MeshAttr::getAxisPlacement).
-///
-/// Every group of devices along the axis has `intraNodeSize` members in each
-/// node it touches and touches `interNodeSize` nodes, so
-/// `intraNodeSize * interNodeSize == size`. A collective along the axis runs
-/// over NVLink when `intraNodeSize > 1` and over the inter-node network when
-/// `interNodeSize > 1` (hierarchically when both hold). `regular` is false
-/// when groups straddle node boundaries unevenly (e.g. an axis of 6 over
-/// nodes of 8); such an axis is reported as fully inter-node.
-struct AxisPlacement {
-  int64_t intraNodeSize = 1;
-  int64_t interNodeSize = 1;
-  bool regular = true;
-
-  bool crossesIntraNode() const { return intraNodeSize > 1; }
-  bool crossesInterNode() const { return interNodeSize > 1; }
-};
+/// Link levels a mesh axis crosses (derived by MeshAttr::getAxisPlacement):
+/// the cost model's struct, so the dialect and the cost model share one
+/// placement rule (stpar/Cost/Mesh.h).
+using AxisPlacement = stpar::cost::AxisPlacement;
 
 /// A double as an attribute parameter: hashable (by bit pattern) and
 /// comparable, converting implicitly to `double` for readers.
