@@ -82,8 +82,7 @@ llvm::Expected<Problem> parseProblem(llvm::StringRef text,
 /// Prints `problem` in the text format (parseProblem(print(p)) == p).
 void printProblem(llvm::raw_ostream &os, const Problem &problem);
 
-/// Names used in the text format.
-
+/// Name of a section in the text format (op kinds: cost::getOpKindName).
 llvm::StringRef getSectionName(Section section);
 
 /// The problem with the layers written out: Pre ops, `layers` copies of the
