@@ -88,6 +88,11 @@ struct GraphOperator {
   bool attentionCore = false;
   /// Index of the transformer layer it belongs to, -1 outside layers.
   int layer = -1;
+  /// Position of the IR op it came from among the converted function's
+  /// top-level ops (its entry block, in order), -1 if none; lets plans be
+  /// written back onto the IR (stp.attention yields three operators with
+  /// the same position).
+  int sourceOp = -1;
 };
 
 /// A transformer layer: operators [begin, end) and its attention heads

@@ -105,6 +105,8 @@ private:
   OperatorGraph graph;
   llvm::DenseMap<Value, unsigned> tensorOf;
   unsigned counter = 0;
+  /// Position of the op being converted in the function's entry block.
+  int currentOp = -1;
 };
 
 std::string Converter::getName(Operation *op) {
@@ -179,6 +181,7 @@ void Converter::addOperator(GraphOperator gop, ArrayRef<Value> outputs) {
   // Integer and boolean results (masks, indices) carry no gradient.
   for (Value v : outputs)
     graph.tensors[tensorOf[v]].requiresGrad &= isFloat(v.getType());
+  gop.sourceOp = currentOp;
   graph.ops.push_back(std::move(gop));
 }
 
@@ -805,6 +808,7 @@ FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
   }
 
   for (Operation &op : func.getBody().front()) {
+    ++currentOp;
     if (isa<func::ReturnOp, tensor::EmptyOp, linalg::FillOp, arith::ConstantOp>(
             op) ||
         op.getNumResults() == 0)

@@ -1,0 +1,504 @@
+//===- SearchBridge.cpp - operator graph -> search problem -----*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Builds a search::Problem from an OperatorGraph (SearchBridge.h): follows
+// the batch and sequence dims from the graph inputs, keeps the operators
+// with a batch loop, finds residual cuts near the converter's layer starts,
+// checks the layers between them are identical and folds them into one
+// repeated block; edges through rank- and order-preserving views only.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Analysis/SearchBridge.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/Twine.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+using namespace llvm;
+using namespace stpar::cost;
+using namespace stpar::search;
+
+namespace stpar::analysis {
+
+static Error fail(const Twine &msg) {
+  return createStringError(inconvertibleErrorCode(), msg);
+}
+
+namespace {
+/// Follows one marked tensor dim (the batch or the sequence) from the graph
+/// inputs through views and operators.
+class DimFollower {
+public:
+  DimFollower(const OperatorGraph &g, bool sequence)
+      : g(g), dims(g.tensors.size(), -2), opLoop(g.ops.size(), -1) {
+    for (auto [t, tensor] : enumerate(g.tensors)) {
+      if (tensor.kind != TensorKind::GraphInput)
+        continue;
+      int d = -1;
+      if (tensor.batchDim)
+        d = sequence ? (*tensor.batchDim == 0 && tensor.shape.size() >= 2 ? 1
+                                                                           : -1)
+                     : int(*tensor.batchDim);
+      dims[t] = d;
+    }
+    for (auto [i, gop] : enumerate(g.ops)) {
+      int loop = -1;
+      for (auto [j, operand] : enumerate(gop.op.operands)) {
+        if (operand.role == OperandRole::Output)
+          continue;
+        int d = get(gop.tensors[j]);
+        if (d >= 0 && unsigned(d) < gop.tensorDimLoops[j].size() &&
+            gop.tensorDimLoops[j][d] >= 0 &&
+            gop.op.loops[gop.tensorDimLoops[j][d]].kind ==
+                LoopKind::Parallel) {
+          loop = gop.tensorDimLoops[j][d];
+          break;
+        }
+      }
+      opLoop[i] = loop;
+      for (auto [j, operand] : enumerate(gop.op.operands)) {
+        if (operand.role != OperandRole::Output)
+          continue;
+        int d = -1;
+        if (loop >= 0)
+          for (auto [k, l] : enumerate(gop.tensorDimLoops[j]))
+            if (l == loop)
+              d = int(k);
+        dims[gop.tensors[j]] = d;
+      }
+    }
+  }
+  /// The loop of operator `i` holding the marked dim, or -1.
+  int getLoop(unsigned i) const { return opLoop[i]; }
+
+private:
+  int get(unsigned t) {
+    if (dims[t] != -2)
+      return dims[t];
+    const GraphTensor &tensor = g.tensors[t];
+    int d = -1;
+    if (tensor.producerView >= 0) {
+      const GraphView &v = g.views[tensor.producerView];
+      int s = get(v.source);
+      if (s >= 0)
+        for (auto [r, src] : enumerate(v.sourceDimOf))
+          if (src == s)
+            d = int(r);
+    }
+    dims[t] = d;
+    return d;
+  }
+
+  const OperatorGraph &g;
+  std::vector<int> dims;
+  std::vector<int> opLoop;
+};
+
+/// A tensor an operand reads, traced back through views.
+struct Root {
+  /// Producer graph operator (-1: a graph input, parameter or buffer).
+  int producer = -1;
+  unsigned tensor = 0;
+  /// Whether every view on the way keeps rank and dim order (an edge can
+  /// then join the operands dim by dim).
+  bool direct = true;
+};
+
+Root traceRoot(const OperatorGraph &g, unsigned t) {
+  Root r;
+  while (g.tensors[t].producerView >= 0) {
+    const GraphView &v = g.views[g.tensors[t].producerView];
+    if (v.sourceDimOf.size() != g.tensors[v.source].shape.size())
+      r.direct = false;
+    for (auto [k, s] : enumerate(v.sourceDimOf))
+      if (s != int(k))
+        r.direct = false;
+    t = v.source;
+  }
+  r.tensor = t;
+  r.producer = g.tensors[t].producerOp;
+  return r;
+}
+
+/// A candidate edge between kept operators (kept indices).
+struct RawEdge {
+  unsigned producer, producerOperand, consumer, consumerOperand;
+  unsigned tensor;
+};
+
+/// Structural signature of an operator (layers are identical when their
+/// operators' signatures are).
+std::string signature(const Operator &op) {
+  std::string s = std::to_string(int(op.kind)) + "/" +
+                  std::to_string(op.flopsPerPoint) + "/";
+  for (const LoopDim &l : op.loops)
+    s += l.name + "=" + std::to_string(l.extent) +
+         (l.kind == LoopKind::Reduction ? "r" : "") + ",";
+  for (const Operand &o : op.operands) {
+    s += "|" + std::to_string(int(o.role)) + ":" +
+         std::to_string(o.elementBytes) + (o.needsGrad ? "g" : "") + ":";
+    for (unsigned d : o.dims)
+      s += std::to_string(d) + ".";
+  }
+  return s;
+}
+} // namespace
+
+Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
+                                            StringRef name, StringRef cluster,
+                                            int64_t devices) {
+  BridgedProblem out;
+  Problem &p = out.problem;
+  p.name = name.str();
+  p.cluster = cluster.str();
+  p.devices = devices;
+
+  // Batch and sequence loops; keep the operators with a batch loop.
+  DimFollower batch(graph, false), seq(graph, true);
+  std::vector<unsigned> kept;
+  std::vector<int> keptOf(graph.ops.size(), -1);
+  std::vector<Operator> ops;
+  bool anySeq = false;
+  for (auto [i, gop] : enumerate(graph.ops)) {
+    int b = batch.getLoop(i);
+    if (b < 0) {
+      out.unplanned.push_back(unsigned(i));
+      continue;
+    }
+    keptOf[i] = int(kept.size());
+    kept.push_back(unsigned(i));
+    Operator op = gop.op;
+    op.loops[b].name = "b";
+    int s = seq.getLoop(i);
+    if (s >= 0 && s != b) {
+      op.loops[s].name = "s";
+      anySeq = true;
+    }
+    for (LoopDim &l : op.loops)
+      l.axes.clear();
+    op.temporal.reset();
+    op.stage = 0;
+    ops.push_back(std::move(op));
+  }
+  if (kept.empty())
+    return fail("no operator has a batch loop (bind the batch dim with "
+                "--dim; graph inputs' dim 0 of that extent is the batch)");
+  if (!out.unplanned.empty())
+    out.notes.push_back(std::to_string(out.unplanned.size()) +
+                        " operator(s) without a batch loop are not planned "
+                        "(e.g. '" +
+                        graph.ops[out.unplanned.front()].op.name + "')");
+  p.batchLoop = "b";
+  if (anySeq)
+    p.sequenceLoop = "s";
+  unsigned n = unsigned(kept.size());
+
+  // Candidate edges and gradient-carrying tensors (kept indices).
+  std::vector<RawEdge> edges;
+  unsigned dropped = 0;
+  // Root tensor -> (producer, last consumer) for crossing counts.
+  std::map<unsigned, std::pair<unsigned, unsigned>> spans;
+  for (unsigned c = 0; c < n; ++c) {
+    const GraphOperator &gop = graph.ops[kept[c]];
+    for (auto [j, operand] : enumerate(gop.op.operands)) {
+      if (operand.role != OperandRole::Input)
+        continue;
+      Root r = traceRoot(graph, gop.tensors[j]);
+      if (r.producer < 0)
+        continue;
+      int pk = keptOf[r.producer];
+      if (pk < 0) {
+        ++dropped;
+        continue;
+      }
+      if (graph.tensors[r.tensor].requiresGrad) {
+        auto [it, inserted] =
+            spans.try_emplace(r.tensor, unsigned(pk), c);
+        if (!inserted)
+          it->second.second = std::max(it->second.second, c);
+      }
+      const GraphOperator &prod = graph.ops[r.producer];
+      std::optional<unsigned> po;
+      for (auto [k, o] : enumerate(prod.op.operands))
+        if (o.role == OperandRole::Output && prod.tensors[k] == r.tensor)
+          po = unsigned(k);
+      bool ok = r.direct && po &&
+                !is_contained(gop.tensorDimLoops[j], -1) &&
+                !is_contained(prod.tensorDimLoops[*po], -1) &&
+                gop.tensorDimLoops[j].size() ==
+                    prod.tensorDimLoops[*po].size();
+      if (ok)
+        for (unsigned d = 0; d < gop.tensorDimLoops[j].size(); ++d)
+          ok &= ops[c].loops[gop.tensorDimLoops[j][d]].extent <=
+                ops[pk].loops[prod.tensorDimLoops[*po][d]].extent;
+      if (!ok) {
+        ++dropped;
+        continue;
+      }
+      edges.push_back({unsigned(pk), *po, c, unsigned(j), r.tensor});
+    }
+  }
+  if (dropped)
+    out.notes.push_back(std::to_string(dropped) +
+                        " tensor edge(s) through reshapes, transposes or "
+                        "broadcasts (or from unplanned operators) carry no "
+                        "re-layout cost");
+
+  // Residual cuts: positions c (between kept ops c-1 and c) crossed by
+  // exactly one gradient-carrying tensor.
+  std::vector<int> crossing(n + 1, 0);
+  std::vector<int> crossTensor(n + 1, -1);
+  for (auto &[t, span] : spans)
+    for (unsigned c = span.first + 1; c <= span.second; ++c) {
+      ++crossing[c];
+      crossTensor[c] = int(t);
+    }
+  auto isClean = [&](unsigned c) {
+    return c >= 1 && c < n && crossing[c] == 1;
+  };
+  auto keptIndexAtOrAfter = [&](unsigned graphIndex) {
+    for (unsigned k = 0; k < n; ++k)
+      if (kept[k] >= graphIndex)
+        return k;
+    return n;
+  };
+
+  // Try to fold the layers.
+  std::string why;
+  std::vector<unsigned> cuts;
+  unsigned numLayers = unsigned(graph.layers.size());
+  if (numLayers == 0)
+    why = "no transformer layers found";
+  for (unsigned l = 0; l < numLayers && why.empty(); ++l) {
+    unsigned begin = keptIndexAtOrAfter(graph.layers[l].begin);
+    unsigned lo = cuts.empty() ? 1 : cuts.back() + 1;
+    unsigned hi = l + 1 < numLayers
+                      ? keptIndexAtOrAfter(graph.layers[l + 1].begin)
+                      : keptIndexAtOrAfter(graph.layers[l].end);
+    std::optional<unsigned> best;
+    for (unsigned c = lo; c < hi && c < n; ++c)
+      if (isClean(c) &&
+          (!best || (c > begin ? c - begin : begin - c) <
+                        (*best > begin ? *best - begin : begin - *best)))
+        best = c;
+    if (!best)
+      why = "no residual cut found near layer " + std::to_string(l);
+    else
+      cuts.push_back(*best);
+  }
+  if (why.empty()) {
+    // The end of the last layer: a clean cut near the converter's end, or
+    // the end of the graph.
+    unsigned end = keptIndexAtOrAfter(graph.layers.back().end);
+    std::optional<unsigned> best;
+    for (unsigned c = cuts.back() + 1; c <= n; ++c)
+      if ((isClean(c) || c == n) &&
+          (!best || (c > end ? c - end : end - c) <
+                        (*best > end ? *best - end : end - *best)))
+        best = c;
+    cuts.push_back(*best);
+  }
+  unsigned len = 0;
+  if (why.empty()) {
+    len = cuts[1] - cuts[0];
+    for (unsigned l = 0; l < numLayers; ++l)
+      if (cuts[l + 1] - cuts[l] != len)
+        why = "layer " + std::to_string(l) + " has " +
+              std::to_string(cuts[l + 1] - cuts[l]) + " operators, layer 0 " +
+              std::to_string(len);
+  }
+  for (unsigned l = 1; l < numLayers && why.empty(); ++l)
+    for (unsigned k = 0; k < len && why.empty(); ++k)
+      if (signature(ops[cuts[l] + k]) != signature(ops[cuts[0] + k]))
+        why = "operator " + ops[cuts[l] + k].name + " of layer " +
+              std::to_string(l) + " differs from layer 0's";
+  // The carry: the tensor leaving each layer, produced at the same offset.
+  std::optional<unsigned> carryOffset;
+  if (why.empty()) {
+    for (unsigned l = 0; l < numLayers && why.empty(); ++l) {
+      unsigned c = cuts[l + 1];
+      if (c == n) {
+        if (l + 1 < numLayers)
+          why = "layer " + std::to_string(l) + " ends the graph";
+        continue;
+      }
+      unsigned producer = spans[unsigned(crossTensor[c])].first;
+      if (producer < cuts[l] || producer >= c)
+        why = "the residual stream leaving layer " + std::to_string(l) +
+              " is not produced in it";
+      else if (carryOffset && *carryOffset != producer - cuts[l])
+        why = "the residual stream leaves layers at different operators";
+      else
+        carryOffset = producer - cuts[l];
+    }
+    if (why.empty() && !carryOffset)
+      why = "no tensor leaves the last layer";
+  }
+  // Edges grouped by layer (offsets) must agree.
+  auto sectionOf = [&](unsigned k) -> int {
+    if (!why.empty())
+      return -1;
+    if (k < cuts.front())
+      return -1; // pre
+    if (k >= cuts.back())
+      return int(numLayers); // post
+    return int(std::upper_bound(cuts.begin(), cuts.end(), k) - cuts.begin()) -
+           1;
+  };
+  std::vector<std::set<std::tuple<unsigned, unsigned, unsigned, unsigned>>>
+      layerEdges(numLayers);
+  std::vector<std::set<std::pair<unsigned, unsigned>>> entryEdges(numLayers);
+  if (why.empty())
+    for (const RawEdge &e : edges) {
+      int sp = sectionOf(e.producer), sc = sectionOf(e.consumer);
+      if (sc >= 0 && sc < int(numLayers)) {
+        if (sp == sc)
+          layerEdges[sc].insert({e.producer - cuts[sc], e.producerOperand,
+                                 e.consumer - cuts[sc], e.consumerOperand});
+        else if (int(e.tensor) == crossTensor[cuts[sc]])
+          entryEdges[sc].insert({e.consumer - cuts[sc], e.consumerOperand});
+      }
+    }
+  for (unsigned l = 1; l < numLayers && why.empty(); ++l)
+    if (layerEdges[l] != layerEdges[0] || entryEdges[l] != entryEdges[0])
+      why = "the tensors inside layer " + std::to_string(l) +
+            " flow differently from layer 0";
+  if (why.empty() && entryEdges[0].empty())
+    why = "the residual stream entering layer 0 could not be followed";
+  // The tensor entering layer 0 must be the last pre operator's first
+  // output: move its producer last when nothing after it reads it.
+  std::vector<unsigned> preOrder;
+  if (why.empty()) {
+    unsigned entry = spans[unsigned(crossTensor[cuts[0]])].first;
+    for (unsigned k = 0; k < cuts[0]; ++k)
+      if (k != entry)
+        preOrder.push_back(k);
+    preOrder.push_back(entry);
+    for (const RawEdge &e : edges)
+      if (e.producer == entry && e.consumer < cuts[0])
+        why = "the embedding output is also read before the layers";
+    const Operator &eop = ops[entry];
+    for (const Operand &o : eop.operands) {
+      if (o.role != OperandRole::Output)
+        continue;
+      if (graph.ops[kept[entry]].tensors[&o - eop.operands.data()] !=
+          unsigned(crossTensor[cuts[0]]))
+        why = "the residual stream is not the embedding's first output";
+      break;
+    }
+  }
+
+  StringSet<> names;
+  auto uniqueName = [&](Operator &op) {
+    std::string base = op.name;
+    for (unsigned i = 1; !names.insert(op.name).second; ++i)
+      op.name = base + "." + std::to_string(i);
+  };
+
+  if (!why.empty()) {
+    out.notes.push_back("layers not folded (" + why +
+                        "): every operator planned on its own, no pipelining");
+    for (unsigned k = 0; k < n; ++k) {
+      uniqueName(ops[k]);
+      p.ops.push_back(ops[k]);
+      p.sections.push_back(Section::Pre);
+      out.graphOpOfFlat.push_back(kept[k]);
+    }
+    p.layers = 1;
+    for (const RawEdge &e : edges)
+      p.edges.push_back({e.producer, e.producerOperand, e.consumer,
+                         e.consumerOperand, false});
+    if (Error e = verifyProblem(p))
+      return fail("internal: the bridged problem is invalid: " +
+                  toString(std::move(e)));
+    return out;
+  }
+
+  // Problem operators: pre (reordered), layer 0 as the template, post.
+  std::vector<int> probOf(n, -1);
+  auto add = [&](unsigned k, Section s) {
+    probOf[k] = int(p.ops.size());
+    Operator op = ops[k];
+    uniqueName(op);
+    p.ops.push_back(std::move(op));
+    p.sections.push_back(s);
+  };
+  for (unsigned k : preOrder)
+    add(k, Section::Pre);
+  for (unsigned k = cuts[0]; k < cuts[1]; ++k)
+    add(k, Section::Layer);
+  for (unsigned k = cuts.back(); k < n; ++k)
+    add(k, Section::Post);
+  p.layers = numLayers;
+  for (unsigned k : preOrder)
+    out.graphOpOfFlat.push_back(kept[k]);
+  for (unsigned l = 0; l < numLayers; ++l)
+    for (unsigned k = cuts[l]; k < cuts[l + 1]; ++k)
+      out.graphOpOfFlat.push_back(kept[k]);
+  for (unsigned k = cuts.back(); k < n; ++k)
+    out.graphOpOfFlat.push_back(kept[k]);
+
+  unsigned carry = cuts[0] + *carryOffset;
+  unsigned lastCarry = cuts[numLayers - 1] + *carryOffset;
+  unsigned carryOperand = 0;
+  unsigned skipped = 0;
+  for (const RawEdge &e : edges) {
+    int sp = sectionOf(e.producer), sc = sectionOf(e.consumer);
+    if (sp == sc && sp < 0) {
+      p.edges.push_back({unsigned(probOf[e.producer]), e.producerOperand,
+                         unsigned(probOf[e.consumer]), e.consumerOperand,
+                         false});
+    } else if (sp == sc && sp == int(numLayers)) {
+      p.edges.push_back({unsigned(probOf[e.producer]), e.producerOperand,
+                         unsigned(probOf[e.consumer]), e.consumerOperand,
+                         false});
+    } else if (sp == sc && sp == 0) {
+      p.edges.push_back({unsigned(probOf[e.producer]), e.producerOperand,
+                         unsigned(probOf[e.consumer]), e.consumerOperand,
+                         false});
+    } else if (sp == int(numLayers) - 1 && sc == int(numLayers) &&
+               e.producer == lastCarry) {
+      carryOperand = e.producerOperand;
+      p.edges.push_back({unsigned(probOf[carry]), e.producerOperand,
+                         unsigned(probOf[e.consumer]), e.consumerOperand,
+                         false});
+    } else if (sp == sc) {
+      // Inside layers 1.. : the template's edges stand for them.
+    } else if (sc >= 0 && sc < int(numLayers) &&
+               int(e.tensor) == crossTensor[cuts[sc]]) {
+      // The residual stream entering a layer: 'next' edges from the carry.
+    } else {
+      ++skipped;
+    }
+  }
+  // 'next' edges from the carry to each consumer of the entering stream.
+  {
+    const GraphOperator &cg = graph.ops[kept[carry]];
+    for (auto [k, o] : enumerate(cg.op.operands))
+      if (o.role == OperandRole::Output &&
+          int(cg.tensors[k]) == crossTensor[cuts[1]])
+        carryOperand = unsigned(k);
+  }
+  for (auto [offset, operand] : entryEdges[0])
+    p.edges.push_back({unsigned(probOf[carry]), carryOperand,
+                       unsigned(probOf[cuts[0] + offset]), operand, true});
+  if (skipped)
+    out.notes.push_back(std::to_string(skipped) +
+                        " tensor edge(s) reaching across sections (masks, "
+                        "position tables) carry no re-layout cost");
+  if (Error e = verifyProblem(p))
+    return fail("internal: the bridged problem is invalid: " +
+                toString(std::move(e)));
+  return out;
+}
+
+} // namespace stpar::analysis
