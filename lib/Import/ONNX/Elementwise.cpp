@@ -471,6 +471,41 @@ void stpar::onnximport::registerElementwiseHandlers(HandlerRegistry &r) {
                            [](ArrayRef<double> a) { return a[0] != 0 ? 0.0 : 1.0; });
   });
 
+  // Boolean logic (masks).
+  struct Logical {
+    StringRef name;
+    int kind; // 0 and, 1 or, 2 xor
+  };
+  for (Logical op : {Logical{"And", 0}, Logical{"Or", 1}, Logical{"Xor", 2}}) {
+    int kind = op.kind;
+    r.add(
+        "", op.name, 7,
+        [kind](NodeContext &node) -> LogicalResult {
+          Value x = node.input(0), y = node.input(1);
+          if (!x || !y)
+            return failure();
+          if (!elemOf(x).isInteger(1) || !elemOf(y).isInteger(1))
+            return node.error() << "expects bool tensors";
+          return elementwise(
+              node, {x, y}, elemOf(x),
+              [kind](OpBuilder &b, Location l, ValueRange a) -> Value {
+                if (kind == 0)
+                  return arith::AndIOp::create(b, l, a[0], a[1]);
+                if (kind == 1)
+                  return arith::OrIOp::create(b, l, a[0], a[1]);
+                return arith::XOrIOp::create(b, l, a[0], a[1]);
+              });
+        },
+        [kind](NodeContext &node) {
+          return foldElementwise(
+              node, onnx::TensorProto::BOOL, [kind](ArrayRef<double> a) {
+                bool x = a[0] != 0, y = a[1] != 0;
+                bool r = kind == 0 ? (x && y) : kind == 1 ? (x || y) : (x != y);
+                return r ? 1.0 : 0.0;
+              });
+        });
+  }
+
   r.add("", "Gelu", 20, importGelu);
   addCompare(r, "Equal", 7, arith::CmpFPredicate::OEQ,
              arith::CmpIPredicate::eq,

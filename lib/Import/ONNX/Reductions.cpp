@@ -118,6 +118,67 @@ LogicalResult importSoftmax(NodeContext &node) {
   return success();
 }
 
+/// CumSum (ONNX CumSum-14): out[.., i, ..] = sum of x[.., j, ..] over
+/// j <= i along `axis` (j < i when exclusive; j >= i / j > i when reverse).
+/// One linalg.generic with an extra reduction loop j over the axis whose
+/// body keeps x only where the condition holds (O(n^2) along the axis, which
+/// is the sequence of an attention mask in the models that use it).
+LogicalResult importCumSum(NodeContext &node) {
+  Value x = node.input(0);
+  if (!x)
+    return failure();
+  auto axisValues = node.requireInts(1, "axis");
+  if (!axisValues)
+    return failure();
+  auto type = cast<RankedTensorType>(x.getType());
+  int64_t rank = type.getRank();
+  if (axisValues->size() != 1)
+    return node.error() << "axis must hold one value";
+  auto axis = node.normalizeAxis((*axisValues)[0], rank);
+  if (!axis)
+    return failure();
+  bool exclusive = node.getInt("exclusive", 0);
+  bool reverse = node.getInt("reverse", 0);
+  OpBuilder &b = node.b();
+  Location loc = node.loc();
+  MLIRContext *ctx = node.ctx();
+  Type elem = type.getElementType();
+  // Loops: the rank dims of the output, then j (reduction) at position rank.
+  SmallVector<AffineExpr> inExprs, outExprs;
+  for (int64_t d = 0; d < rank; ++d) {
+    inExprs.push_back(getAffineDimExpr(d == *axis ? rank : d, ctx));
+    outExprs.push_back(getAffineDimExpr(d, ctx));
+  }
+  SmallVector<AffineMap> maps = {AffineMap::get(rank + 1, 0, inExprs, ctx),
+                                 AffineMap::get(rank + 1, 0, outExprs, ctx)};
+  SmallVector<utils::IteratorType> iterators(rank,
+                                             utils::IteratorType::parallel);
+  iterators.push_back(utils::IteratorType::reduction);
+  Value init = buildFilled(b, loc, type.getShape(), elem, 0.0);
+  bool isFloat = isa<FloatType>(elem);
+  int64_t axisDim = *axis;
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()}, ValueRange{x}, ValueRange{init}, maps,
+      iterators, [&](OpBuilder &nb, Location l, ValueRange args) {
+        Value i = linalg::IndexOp::create(nb, l, axisDim);
+        Value j = linalg::IndexOp::create(nb, l, rank);
+        arith::CmpIPredicate pred =
+            reverse ? (exclusive ? arith::CmpIPredicate::ugt
+                                 : arith::CmpIPredicate::uge)
+                    : (exclusive ? arith::CmpIPredicate::ult
+                                 : arith::CmpIPredicate::ule);
+        Value keep = arith::CmpIOp::create(nb, l, pred, j, i);
+        Value zero = scalarConstant(nb, l, elem, 0.0);
+        Value term = arith::SelectOp::create(nb, l, keep, args[0], zero);
+        Value sum =
+            isFloat ? arith::AddFOp::create(nb, l, args[1], term).getResult()
+                    : arith::AddIOp::create(nb, l, args[1], term).getResult();
+        linalg::YieldOp::create(nb, l, sum);
+      });
+  node.setOutput(0, generic.getResult(0));
+  return success();
+}
+
 } // namespace
 
 void stpar::onnximport::registerReductionHandlers(HandlerRegistry &r) {
@@ -131,4 +192,5 @@ void stpar::onnximport::registerReductionHandlers(HandlerRegistry &r) {
     return importReduce(n, ReduceKind::Max, 18);
   });
   r.add("", "Softmax", 1, importSoftmax);
+  r.add("", "CumSum", 11, importCumSum);
 }
