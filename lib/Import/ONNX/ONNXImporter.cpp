@@ -822,10 +822,11 @@ LogicalResult Importer::checkSchema(const onnx::NodeProto &node,
   for (const auto &[name, formal] : attrs) {
     if (!formal.required)
       continue;
-    bool present = llvm::any_of(node.attribute(),
-                                [&, &name = name](const onnx::AttributeProto &a) {
-                                  return a.name() == name;
-                                });
+    const std::string &required = name;
+    bool present =
+        llvm::any_of(node.attribute(), [&](const onnx::AttributeProto &a) {
+          return a.name() == required;
+        });
     if (!present)
       return nodeError(node) << "missing required attribute '" << name << "'";
   }
@@ -1113,7 +1114,8 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node) {
   int64_t opset = state.opsets.lookup(domain);
   NodeContext ctx(state, node, opset);
   // checkNode found the handler.
-  const OpHandler *handler = getRegistry().lookup(domain, node.op_type(), opset);
+  const OpHandler *handler =
+      getRegistry().lookup(domain, node.op_type(), opset);
   std::string label = nodeLabel(node);
   // Host folding: every given input constant, or an op that reads types.
   // The folder's diagnostics are dropped when it gives up (the handler then
@@ -1249,7 +1251,8 @@ OwningOpRef<ModuleOp> Importer::build() {
     Type elem = convertDType(ctx, tensorType.elem_type());
     if (!elem)
       return emitError(fileLoc)
-                 << "graph input '" << input.name() << "' has unsupported dtype "
+                 << "graph input '" << input.name()
+                 << "' has unsupported dtype "
                  << dtypeLabel(tensorType.elem_type()),
              nullptr;
     SmallVector<int64_t> shape;

@@ -167,7 +167,7 @@ def subgraph():
                  [vi("y", F, [2])])
 
 
-# --- Graph structure -----------------------------------------------------------
+# --- Graph structure ------------------------------------------------------
 
 @case
 def cycle():
@@ -459,7 +459,7 @@ def value_info_no_type():
     return m
 
 
-# --- Initializers and external data ---------------------------------------------
+# --- Initializers and external data ---------------------------------------
 
 @case
 def external_absent():
