@@ -7,11 +7,13 @@
 # graph only, weights absent. The job, on one DGX A100 node (8 GPUs):
 #   1. stpar import      ONNX -> MLIR with static shapes
 #   2. stpar-opt --stp-normalize   recognize layer norm / GELU / attention
-#   3. stpar cost        cost one training step of a Megatron plan
+#   3. stpar plan        search the partition plan of a training step and
+#                        compare it with Megatron and ZeRO baselines; writes
+#                        plan.json and plan.mlir (stp.mesh / stp.spec)
+#   4. stpar cost        cost one step of a hand-written Megatron plan
 #                        (tp=2, pp=2, dp=2, micro-batch 4, global batch 64)
-# Outputs go to build/example/. `stpar plan` (the search) and
-# `stpar compile` (partitioning and code emission) are the next stages; see
-# README.md for their status.
+# Outputs go to build/example/. `stpar compile` (partitioning and code
+# emission) is the next stage; see README.md for its status.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,6 +42,11 @@ echo "=== stpar-opt --stp-normalize $out/gpt-small.mlir -o $out/gpt-small.norm.m
 echo "composites: $(grep -c 'stp.layer_norm' "$out/gpt-small.norm.mlir") layer norms," \
   "$(grep -c 'stp.attention' "$out/gpt-small.norm.mlir") attentions," \
   "$(grep -c 'stp.composite = "gelu"' "$out/gpt-small.norm.mlir") GELUs"
+
+echo "=== stpar plan $out/gpt-small.onnx ${dims[*]} --cluster dgx-a100-80g-1 --devices 8 --compare -o $out/plan.json --emit-mlir $out/plan.mlir"
+"$build_dir/bin/stpar" plan "$out/gpt-small.onnx" "${dims[@]}" \
+  --cluster dgx-a100-80g-1 --devices 8 --compare \
+  -o "$out/plan.json" --emit-mlir "$out/plan.mlir"
 
 echo "=== stpar cost $out/gpt-small.onnx ${dims[*]} --cluster dgx-a100-80g-1 --strategy megatron:tp=2,pp=2,dp=2,mb=4,gb=64"
 "$build_dir/bin/stpar" cost "$out/gpt-small.onnx" "${dims[@]}" \
