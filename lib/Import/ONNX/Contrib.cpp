@@ -117,6 +117,10 @@ LogicalResult importEmbedLayerNorm(NodeContext &node) {
   if (shapeOf(ids).size() != 2)
     return node.error() << "input_ids must be [batch, seq], got "
                         << ids.getType();
+  if (shapeOf(word).size() != 2 || shapeOf(pos).size() != 2)
+    return node.error() << "word and position embeddings must be 2-D "
+                           "[rows, hidden], got "
+                        << word.getType() << " and " << pos.getType();
   int64_t batch = shapeOf(ids)[0], seq = shapeOf(ids)[1];
   int64_t hidden = shapeOf(word).back();
   Value sum = buildGather(b, loc, word, ids, 0); // [B, S, H]

@@ -110,6 +110,10 @@ std::optional<Shape> reshapeTarget(NodeContext &node, ArrayRef<int64_t> in,
       node.error() << "Reshape target has a negative dim " << d;
       return std::nullopt;
     }
+    if (d > kMaxDimValue || (d > 0 && known > (int64_t(1) << 62) / d)) {
+      node.error() << "Reshape target dim " << d << " is too large";
+      return std::nullopt;
+    }
     out.push_back(d);
     known *= d;
   }
@@ -136,6 +140,15 @@ std::optional<Shape> reshapeTarget(NodeContext &node, ArrayRef<int64_t> in,
 std::optional<Shape> reshapeLikeShape(NodeContext &node, ArrayRef<int64_t> in) {
   StringRef op = node.node.op_type();
   int64_t rank = in.size();
+  if (op == "Reshape" && node.opset < 5) {
+    // Reshape-1 took the target shape as an attribute.
+    auto target = node.getInts("shape");
+    if (!target) {
+      node.error() << "Reshape-1 needs the 'shape' attribute";
+      return std::nullopt;
+    }
+    return reshapeTarget(node, in, *target, /*allowZero=*/false);
+  }
   if (op == "Reshape") {
     auto target = node.requireInts(1, "the target shape");
     if (!target)
@@ -197,6 +210,10 @@ std::optional<Shape> reshapeLikeShape(NodeContext &node, ArrayRef<int64_t> in) {
     std::optional<int64_t> n = node.normalizeAxis(a, outRank);
     if (!n)
       return std::nullopt;
+    if (llvm::is_contained(normalized, *n)) {
+      node.error() << "Unsqueeze axis " << a << " is given twice";
+      return std::nullopt;
+    }
     normalized.push_back(*n);
   }
   Shape out;
@@ -327,6 +344,12 @@ std::optional<SliceSpec> sliceSpec(NodeContext &node, ArrayRef<int64_t> shape) {
     if (!axis)
       return std::nullopt;
     int64_t dim = shape[*axis], step = steps[i];
+    // A step longer than the dim selects at most one element; clamping it
+    // keeps -step and the size arithmetic in range (e.g. INT64_MIN).
+    if (step > dim + 1)
+      step = dim + 1;
+    if (step < -(dim + 1))
+      step = -(dim + 1);
     if (step == 0) {
       node.error() << "slice step 0";
       return std::nullopt;
@@ -424,6 +447,8 @@ std::optional<SmallVector<int64_t>> splitSizes(NodeContext &node,
     for (int64_t i = 0; i < parts; ++i)
       sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
   }
+  if (!node.checkDims(sizes, "the split"))
+    return std::nullopt;
   int64_t total = 0;
   for (int64_t s : sizes)
     total += s;
@@ -596,7 +621,7 @@ std::optional<std::vector<ConstTensor>> foldGather(NodeContext &node) {
 
 std::optional<Shape> expandShape(NodeContext &node, ArrayRef<int64_t> in) {
   auto target = node.requireInts(1, "the target shape");
-  if (!target)
+  if (!target || !node.checkDims(*target, "the Expand target"))
     return std::nullopt;
   auto shape = broadcastShapes(in, *target);
   if (!shape) {

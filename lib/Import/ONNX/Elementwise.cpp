@@ -70,7 +70,7 @@ foldElementwise(NodeContext &node, int32_t resultDType,
     if (out.isFloat())
       out.floats.push_back(v);
     else
-      out.ints.push_back(static_cast<int64_t>(v));
+      out.ints.push_back(saturatingToInt64(v));
   }
   return std::vector<ConstTensor>{std::move(out)};
 }

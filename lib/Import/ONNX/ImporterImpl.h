@@ -61,6 +61,9 @@ struct ConstTensor {
 };
 
 bool isFloatDType(int32_t dtype);
+/// `v` converted to int64, saturating at the int64 range (NaN gives 0):
+/// the plain conversion of such values is undefined behaviour.
+int64_t saturatingToInt64(double v);
 /// Reads the values of an in-file TensorProto (initializer or attribute);
 /// std::nullopt with `error` set when external, missing or inconsistent.
 std::optional<ConstTensor> readTensorForNode(const onnx::TensorProto &proto,
@@ -141,6 +144,10 @@ public:
   float getFloat(llvm::StringRef name, float dflt) const;
   std::string getString(llvm::StringRef name, llvm::StringRef dflt) const;
   std::optional<llvm::SmallVector<int64_t>> getInts(llvm::StringRef name) const;
+
+  /// Checks that every dim of `shape` (named `what` in the message) is in
+  /// [0, kMaxDimValue]; reports an error and returns false otherwise.
+  bool checkDims(llvm::ArrayRef<int64_t> shape, llvm::StringRef what);
 
   /// Normalizes `axis` (possibly negative) against `rank`; reports an error
   /// and returns std::nullopt when out of range.

@@ -190,6 +190,10 @@ LogicalResult importEinsum(NodeContext &node) {
     }
     maps.push_back(AffineMap::get(letters.size(), 0, exprs, ctx));
   }
+  for (auto [d, c] : llvm::enumerate(outTerm))
+    if (extents[d] < 0)
+      return node.error() << "output letter '" << c
+                          << "' appears in no operand of '" << equation << "'";
   SmallVector<int64_t> outShape;
   SmallVector<AffineExpr> outExprs;
   for (auto [d, c] : llvm::enumerate(outTerm)) {

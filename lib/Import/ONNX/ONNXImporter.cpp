@@ -77,11 +77,7 @@ double ConstTensor::getFloat(int64_t i) const {
   return isFloat() ? floats[i] : static_cast<double>(ints[i]);
 }
 
-int64_t ConstTensor::getInt(int64_t i) const {
-  if (!isFloat())
-    return ints[i];
-  // Float-to-int conversion of NaN or of values out of range is undefined.
-  double v = floats[i];
+int64_t stpar::onnximport::saturatingToInt64(double v) {
   if (std::isnan(v))
     return 0;
   if (v >= 0x1p63)
@@ -89,6 +85,10 @@ int64_t ConstTensor::getInt(int64_t i) const {
   if (v < -0x1p63)
     return std::numeric_limits<int64_t>::min();
   return static_cast<int64_t>(v);
+}
+
+int64_t ConstTensor::getInt(int64_t i) const {
+  return isFloat() ? saturatingToInt64(floats[i]) : ints[i];
 }
 
 SmallVector<int64_t> ConstTensor::toInts() const {
@@ -438,6 +438,16 @@ NodeContext::getInts(StringRef name) const {
   if (!a)
     return std::nullopt;
   return SmallVector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+bool NodeContext::checkDims(ArrayRef<int64_t> shape, StringRef what) {
+  for (int64_t d : shape)
+    if (d < 0 || d > kMaxDimValue) {
+      error() << what << " has an invalid dim " << d
+              << " (dims must be in [0, " << kMaxDimValue << "])";
+      return false;
+    }
+  return true;
 }
 
 std::optional<int64_t> NodeContext::normalizeAxis(int64_t axis, int64_t rank) {
@@ -1326,9 +1336,15 @@ OwningOpRef<ModuleOp> Importer::build() {
       }
     }
     argTypes.push_back(RankedTensorType::get(shape, elem));
+    // ONNX does not record requires_grad: floating-point initializers with
+    // more than one element are trainable unless their doc_string marks
+    // them as buffers (as python/stpar-zoo does for masks and rotary
+    // tables).
+    bool trainable = isFloat && elements > 1 &&
+                     !StringRef(init.doc_string()).starts_with("buffer");
     auto param = stp::ParamAttr::get(ctx, b.getStringAttr(init.name()),
                                      location, file, offset, length,
-                                     isFloat && elements > 1);
+                                     trainable);
     argAttrs.push_back(b.getDictionaryAttr(
         b.getNamedAttr(stp::STPDialect::kParamAttrName, param)));
     argNames.push_back(init.name());

@@ -148,8 +148,10 @@ std::optional<ConstTensor> fillValue(NodeContext &node) {
 
 std::optional<std::vector<ConstTensor>> foldConstantOfShape(NodeContext &node) {
   auto shape = node.requireInts(0, "the shape");
+  if (!shape || !node.checkDims(*shape, "the shape"))
+    return std::nullopt;
   std::optional<ConstTensor> value = fillValue(node);
-  if (!shape || !value)
+  if (!value)
     return std::nullopt;
   ConstTensor out;
   out.dtype = value->dtype;
@@ -166,8 +168,10 @@ std::optional<std::vector<ConstTensor>> foldConstantOfShape(NodeContext &node) {
 
 LogicalResult importConstantOfShape(NodeContext &node) {
   auto shape = node.requireInts(0, "the shape");
+  if (!shape || !node.checkDims(*shape, "the shape"))
+    return failure();
   std::optional<ConstTensor> value = fillValue(node);
-  if (!shape || !value)
+  if (!value)
     return failure();
   Type elem = convertDType(node.ctx(), value->dtype);
   node.setOutput(0, buildFilled(node.b(), node.loc(), *shape, elem,
@@ -252,6 +256,10 @@ std::optional<int64_t> triluK(NodeContext &node) {
   auto k = node.requireInts(1, "k");
   if (!k)
     return std::nullopt;
+  if (k->size() != 1) {
+    node.error() << "k must have one element, got " << k->size();
+    return std::nullopt;
+  }
   return (*k)[0];
 }
 
@@ -319,6 +327,8 @@ LogicalResult importTopK(NodeContext &node) {
     auto kv = node.requireInts(1, "K");
     if (!kv)
       return failure();
+    if (kv->size() != 1)
+      return node.error() << "K must have one element, got " << kv->size();
     k = (*kv)[0];
   } else {
     k = node.getInt("k", 0);
