@@ -21,6 +21,7 @@
 
 #include "Commands.h"
 #include "Diagnostics.h"
+#include "ModelInput.h"
 
 #include "stpar/Analysis/CostModel.h"
 #include "stpar/Cost/Cluster.h"
@@ -141,28 +142,6 @@ static int runGPT(const Cluster &cluster) {
 
 /// The symbolic dim holding the batch: --batch-dim, else the only bound
 /// dim whose name contains "batch".
-static std::optional<std::string> findBatchDim(const StringMap<int64_t> &dims) {
-  if (!costBatchDim.empty()) {
-    if (!dims.count(costBatchDim)) {
-      fail("--batch-dim " + costBatchDim + ": not bound with --dim " +
-           costBatchDim + "=VALUE");
-      return std::nullopt;
-    }
-    return costBatchDim.getValue();
-  }
-  std::vector<std::string> found;
-  for (const auto &entry : dims)
-    if (entry.getKey().lower().find("batch") != std::string::npos)
-      found.push_back(entry.getKey().str());
-  if (found.size() != 1) {
-    fail(Twine(found.empty() ? "no" : "more than one") +
-         " bound --dim name contains 'batch'; name the batch dim with "
-         "--batch-dim NAME");
-    return std::nullopt;
-  }
-  return found.front();
-}
-
 static int runONNX(const Cluster &cluster) {
   if (costPrecision != "mixed" && costPrecision != "fp32")
     return fail("--precision: expected 'mixed' or 'fp32', got '" +
@@ -171,38 +150,15 @@ static int runONNX(const Cluster &cluster) {
       stpar::analysis::parseIRStrategy(costStrategy);
   if (!strategy)
     return fail(strategy.takeError());
-  stpar::onnximport::ImportOptions importOptions;
-  if (!stpar::tools::parseDimBindings(costDims, importOptions.dims))
-    return 1;
-  std::optional<std::string> batchDim = findBatchDim(importOptions.dims);
-  if (!batchDim)
-    return 1;
-  int64_t microBatch = importOptions.dims.lookup(*batchDim);
-  if (microBatch < 1)
-    return fail("--dim " + *batchDim + ": the micro-batch size must be >= 1");
-
-  mlir::DialectRegistry registry;
-  stpar::registerAllDialects(registry);
-  mlir::MLIRContext context(registry);
-  stpar::tools::DiagnosticPrinter printer(context);
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      stpar::onnximport::importONNXFile(costInput, context, importOptions);
-  if (!module)
-    return 1;
-  mlir::func::FuncOp func;
-  for (auto f : module->getOps<mlir::func::FuncOp>())
-    if (!f.isExternal())
-      func = f;
-  if (!func)
-    return fail(costInput + ": no function to cost");
-
   stpar::analysis::ConversionOptions convOptions;
   convOptions.fp32 = costPrecision == "fp32";
-  convOptions.batchSize = microBatch;
-  mlir::FailureOr<stpar::analysis::OperatorGraph> graph =
-      stpar::analysis::convertToOperatorGraph(func, convOptions);
-  if (mlir::failed(graph))
+  std::optional<stpar::tools::AnalyzedModel> model =
+      stpar::tools::importForAnalysis(costInput, costDims, costBatchDim,
+                                      convOptions);
+  if (!model)
     return 1;
+  stpar::analysis::OperatorGraph *graph = &model->graph;
+  int64_t microBatch = model->batch;
   Expected<stpar::analysis::MegatronPlan> plan =
       stpar::analysis::assignMegatron(*graph, *strategy, microBatch);
   if (!plan)

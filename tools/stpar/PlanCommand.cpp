@@ -22,6 +22,7 @@
 
 #include "Commands.h"
 #include "Diagnostics.h"
+#include "ModelInput.h"
 
 #include "stpar/Analysis/CostModel.h"
 #include "stpar/Analysis/SearchBridge.h"
@@ -607,29 +608,6 @@ static unsigned attachSpecs(mlir::ModuleOp module, mlir::func::FuncOp func,
   return attached;
 }
 
-/// The symbolic dim holding the batch.
-static std::optional<std::string>
-findPlanBatchDim(const StringMap<int64_t> &dims) {
-  if (!planBatchDim.empty()) {
-    if (!dims.count(planBatchDim)) {
-      fail("--batch-dim " + planBatchDim + ": not bound with --dim");
-      return std::nullopt;
-    }
-    return planBatchDim.getValue();
-  }
-  std::vector<std::string> found;
-  for (const auto &entry : dims)
-    if (entry.getKey().lower().find("batch") != std::string::npos)
-      found.push_back(entry.getKey().str());
-  if (found.size() != 1) {
-    fail(Twine(found.empty() ? "no" : "more than one") +
-         " bound --dim name contains 'batch'; name the batch dim with "
-         "--batch-dim NAME");
-    return std::nullopt;
-  }
-  return found.front();
-}
-
 static int runONNX() {
   if (planCluster.empty())
     return fail("--cluster is required with a model");
@@ -647,36 +625,16 @@ static int runONNX() {
                 Twine(cluster->devicesPerNode) +
                 " devices per node; it cannot host " + Twine(devices) +
                 " devices as whole nodes or part of one node");
-  stpar::onnximport::ImportOptions importOptions;
-  if (!stpar::tools::parseDimBindings(planDims, importOptions.dims))
+  std::optional<stpar::tools::AnalyzedModel> model =
+      stpar::tools::importForAnalysis(planInput, planDims, planBatchDim,
+                                      stpar::analysis::ConversionOptions());
+  if (!model)
     return 1;
-  std::optional<std::string> batchDim = findPlanBatchDim(importOptions.dims);
-  if (!batchDim)
-    return 1;
-  int64_t batch = importOptions.dims.lookup(*batchDim);
-  if (batch < 1)
-    return fail("--dim " + *batchDim + ": the batch must be >= 1");
-
-  mlir::DialectRegistry registry;
-  stpar::registerAllDialects(registry);
-  mlir::MLIRContext context(registry);
-  stpar::tools::DiagnosticPrinter printer(context);
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      stpar::onnximport::importONNXFile(planInput, context, importOptions);
-  if (!module)
-    return 1;
-  mlir::func::FuncOp func;
-  for (auto f : module->getOps<mlir::func::FuncOp>())
-    if (!f.isExternal())
-      func = f;
-  if (!func)
-    return fail(planInput + ": no function to plan");
-  stpar::analysis::ConversionOptions convOptions;
-  convOptions.batchSize = batch;
-  mlir::FailureOr<stpar::analysis::OperatorGraph> graph =
-      stpar::analysis::convertToOperatorGraph(func, convOptions);
-  if (mlir::failed(graph))
-    return 1;
+  stpar::analysis::OperatorGraph *graph = &model->graph;
+  mlir::func::FuncOp func = model->func;
+  mlir::OwningOpRef<mlir::ModuleOp> &module = model->module;
+  mlir::MLIRContext &context = *model->context;
+  int64_t batch = model->batch;
   Expected<stpar::analysis::BridgedProblem> bridged =
       stpar::analysis::buildSearchProblem(*graph,
                                           sys::path::stem(planInput),
