@@ -117,6 +117,26 @@ struct OperatorGraph {
   /// Forward FLOPs of operator `i` (flopsPerPoint * product of extents; 0
   /// for embeddings).
   double getForwardFlops(unsigned i) const;
+
+  /// Follows one tracked dim per tensor through views: `dims[t]` is the
+  /// tracked dim of tensor `t` (-1 none, -2 not known yet). A tensor a view
+  /// produces tracks the dim its source's tracked dim maps to; any other
+  /// unknown tensor tracks none. Fills `dims[t]` (memoized) and returns it.
+  int resolveTrackedDim(std::vector<int> &dims, unsigned t) const {
+    if (dims[t] != -2)
+      return dims[t];
+    int d = -1;
+    if (tensors[t].producerView >= 0) {
+      const GraphView &v = views[tensors[t].producerView];
+      int s = resolveTrackedDim(dims, v.source);
+      if (s >= 0)
+        for (unsigned r = 0; r < v.sourceDimOf.size(); ++r)
+          if (v.sourceDimOf[r] == s)
+            d = int(r);
+    }
+    dims[t] = d;
+    return d;
+  }
 };
 
 /// A Megatron strategy for an imported model: the strategy of GPTModel.h

@@ -75,22 +75,7 @@ class SplitState {
 public:
   SplitState(const OperatorGraph &g) : g(g), dims(g.tensors.size(), -2) {}
 
-  int get(unsigned t) {
-    if (dims[t] != -2)
-      return dims[t];
-    const GraphTensor &tensor = g.tensors[t];
-    int d = -1;
-    if (tensor.producerView >= 0) {
-      const GraphView &v = g.views[tensor.producerView];
-      int s = get(v.source);
-      if (s >= 0)
-        for (auto [r, src] : enumerate(v.sourceDimOf))
-          if (src == s)
-            d = int(r);
-    }
-    dims[t] = d;
-    return d;
-  }
+  int get(unsigned t) { return g.resolveTrackedDim(dims, t); }
   void set(unsigned t, int d) { dims[t] = d; }
 
   /// The loop of operand `j` of `gop` its input split lies on (-1 none).

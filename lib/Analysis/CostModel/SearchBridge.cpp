@@ -81,22 +81,7 @@ public:
   int getLoop(unsigned i) const { return opLoop[i]; }
 
 private:
-  int get(unsigned t) {
-    if (dims[t] != -2)
-      return dims[t];
-    const GraphTensor &tensor = g.tensors[t];
-    int d = -1;
-    if (tensor.producerView >= 0) {
-      const GraphView &v = g.views[tensor.producerView];
-      int s = get(v.source);
-      if (s >= 0)
-        for (auto [r, src] : enumerate(v.sourceDimOf))
-          if (src == s)
-            d = int(r);
-    }
-    dims[t] = d;
-    return d;
-  }
+  int get(unsigned t) { return g.resolveTrackedDim(dims, t); }
 
   const OperatorGraph &g;
   std::vector<int> dims;
