@@ -51,3 +51,10 @@ echo "=== stpar plan $out/gpt-small.onnx ${dims[*]} --cluster dgx-a100-80g-1 --d
 echo "=== stpar cost $out/gpt-small.onnx ${dims[*]} --cluster dgx-a100-80g-1 --strategy megatron:tp=2,pp=2,dp=2,mb=4,gb=64"
 "$build_dir/bin/stpar" cost "$out/gpt-small.onnx" "${dims[@]}" \
   --cluster dgx-a100-80g-1 --strategy megatron:tp=2,pp=2,dp=2,mb=4,gb=64
+
+echo "=== wrote, in $out:"
+echo "  gpt-small.onnx       the example model (graph only; weights absent)"
+echo "  gpt-small.mlir       its import (stpar import)"
+echo "  gpt-small.norm.mlir  after -stp-normalize"
+echo "  plan.json            the partition plan (docs/plan-format.md)"
+echo "  plan.mlir            the IR with stp.mesh and stp.spec attributes"

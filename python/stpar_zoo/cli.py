@@ -105,7 +105,12 @@ def cmd_generate(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    print(check.summary(args.file))
+    try:
+        summary = check.summary(args.file)
+    except OSError as e:
+        print(f"stpar-zoo: error: {args.file}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(summary)
     return 0
 
 

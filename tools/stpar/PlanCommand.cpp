@@ -708,6 +708,7 @@ static int runONNX() {
     module->print(file.os());
     file.os() << "\n";
     file.keep();
+    outs().flush(); // keep the table and the note apart when both are piped
     errs() << planInput << ": note: " << attached
            << " op(s) carry stp.spec\n";
   }
