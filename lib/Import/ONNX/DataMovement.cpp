@@ -30,16 +30,6 @@ Shape shapeOf(Value v) {
   return Shape(s.begin(), s.end());
 }
 
-/// The shape of input `i`, from its constant or its type.
-std::optional<Shape> inputShape(NodeContext &node, size_t i) {
-  if (const ConstTensor *c = node.constInput(i))
-    return c->shape;
-  Value v = node.input(i);
-  if (!v)
-    return std::nullopt;
-  return shapeOf(v);
-}
-
 /// A new host tensor of `shape` whose element at output coordinates `coords`
 /// is `in`'s element at flat index `source(coords)`.
 ConstTensor remap(const ConstTensor &in, ArrayRef<int64_t> shape,

@@ -100,8 +100,10 @@ LogicalResult TopKOp::verify() {
   int64_t axis = getAxis();
   if (axis < 0 || axis >= input.getRank())
     return emitOpError() << "axis " << axis << " out of range";
-  if (getK() < 0 || getK() > input.getDimSize(axis))
-    return emitOpError() << "k = " << getK() << " exceeds the axis size "
+  // I64Attr getters are unsigned: read the values as signed.
+  int64_t k = static_cast<int64_t>(getK());
+  if (k < 0 || k > input.getDimSize(axis))
+    return emitOpError() << "k = " << k << " exceeds the axis size "
                          << input.getDimSize(axis);
   SmallVector<int64_t> shape(input.getShape());
   shape[axis] = getK();
@@ -119,8 +121,9 @@ LogicalResult ScatterElementsOp::verify() {
     return emitOpError("result type must equal the data type");
   if (getIndices().getType().getShape() != getUpdates().getType().getShape())
     return emitOpError("indices and updates must have the same shape");
-  if (getAxis() < 0 || getAxis() >= data.getRank())
-    return emitOpError() << "axis " << getAxis() << " out of range";
+  int64_t axis = static_cast<int64_t>(getAxis());
+  if (axis < 0 || axis >= data.getRank())
+    return emitOpError() << "axis " << axis << " out of range";
   if (!llvm::is_contained({"none", "add", "mul", "max", "min"},
                           getReduction()))
     return emitOpError() << "unknown reduction '" << getReduction()

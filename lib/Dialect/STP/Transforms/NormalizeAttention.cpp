@@ -396,7 +396,8 @@ int64_t stpar::stp::normalize::markMoELayers(Operation *root) {
     // Router: softmax over the experts of a token-by-expert matmul.
     auto softmax = topk.getInput().getDefiningOp<linalg::SoftmaxOp>();
     if (!softmax ||
-        softmax.getDimension() != static_cast<int64_t>(topk.getAxis()))
+        static_cast<int64_t>(softmax.getDimension()) !=
+            static_cast<int64_t>(topk.getAxis()))
       return;
     auto router = softmax.getInput().getDefiningOp<linalg::GenericOp>();
     if (!router || router.getNumDpsInputs() != 2 || !isReduction(router))
