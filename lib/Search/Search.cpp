@@ -373,7 +373,11 @@ void printPlan(raw_ostream &os, const Problem &problem, const Plan &plan,
                  describePartition(g.ops[i], plan.partitions[i], mesh).c_str(),
                  s * 1e3, b / gib);
   }
-  const PlanCost &c = plan.cost;
+  printPlanTotals(os, plan.cost);
+}
+
+void printPlanTotals(raw_ostream &os, const PlanCost &c) {
+  const double gib = double(int64_t(1) << 30);
   os << format("step time            %12.3f ms\n", c.stepTime * 1e3);
   os << format("  pipeline           %12.3f ms (bubble %.3f ms, re-layout "
                "%.3f ms)\n",

@@ -359,17 +359,7 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
                (std::to_string(total.ops) + " operators").c_str(),
                total.compute * 1e3, total.comm * 1e3, total.exposed * 1e3,
                total.bytes / mib);
-  const PlanCost &c = plan.cost;
-  os << format("step time            %12.3f ms\n", c.stepTime * 1e3);
-  os << format("  pipeline           %12.3f ms (bubble %.3f ms, re-layout "
-               "%.3f ms)\n",
-               c.pipeline * 1e3, c.bubble * 1e3, c.relayout * 1e3);
-  os << format("  exposed grad sync  %12.3f ms\n", c.exposedSync * 1e3);
-  os << format("  optimizer          %12.3f ms\n", c.optimizer * 1e3);
-  os << format("memory per device    %12.3f GiB (states %.3f, activations "
-               "%.3f, transient %.3f)\n",
-               c.getMemory() / kGiB, c.stateBytes / kGiB,
-               c.activationBytes / kGiB, c.transientBytes / kGiB);
+  printPlanTotals(os, plan.cost);
 }
 
 /// The affine slice rules of the temporal primitive as text (PrimePar).

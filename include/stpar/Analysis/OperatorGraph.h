@@ -122,6 +122,23 @@ struct OperatorGraph {
   /// tracked dim of tensor `t` (-1 none, -2 not known yet). A tensor a view
   /// produces tracks the dim its source's tracked dim maps to; any other
   /// unknown tensor tracks none. Fills `dims[t]` (memoized) and returns it.
+  /// Records in `dims` the tracked dim of each output tensor of `gop`: the
+  /// output dim its loop `loop` indexes (-1 when `loop` is -1 or indexes
+  /// none).
+  static void trackOutputDims(std::vector<int> &dims, const GraphOperator &gop,
+                              int loop) {
+    for (unsigned j = 0; j < gop.op.operands.size(); ++j) {
+      if (gop.op.operands[j].role != cost::OperandRole::Output)
+        continue;
+      int d = -1;
+      if (loop >= 0)
+        for (unsigned k = 0; k < gop.tensorDimLoops[j].size(); ++k)
+          if (gop.tensorDimLoops[j][k] == loop)
+            d = int(k);
+      dims[gop.tensors[j]] = d;
+    }
+  }
+
   int resolveTrackedDim(std::vector<int> &dims, unsigned t) const {
     if (dims[t] != -2)
       return dims[t];

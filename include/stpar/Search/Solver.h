@@ -190,6 +190,11 @@ llvm::Expected<SearchResult> searchZeRO(const Problem &problem,
 void printPlan(llvm::raw_ostream &os, const Problem &problem, const Plan &plan,
                bool foldLayers = true);
 
+/// The totals under a plan table: step time (ms) with its pipeline, bubble,
+/// re-layout, exposed gradient sync and optimizer parts, and memory per
+/// device (GiB) by category.
+void printPlanTotals(llvm::raw_ostream &os, const PlanCost &cost);
+
 } // namespace stpar::search
 
 #endif // STPAR_SEARCH_SOLVER_H

@@ -88,16 +88,7 @@ public:
 
   /// Records the outputs of `gop` split along loop `loop` (or not).
   void setOutputs(const GraphOperator &gop, int loop) {
-    for (auto [j, operand] : enumerate(gop.op.operands)) {
-      if (operand.role != OperandRole::Output)
-        continue;
-      int d = -1;
-      if (loop >= 0)
-        for (auto [k, l] : enumerate(gop.tensorDimLoops[j]))
-          if (l == loop)
-            d = int(k);
-      set(gop.tensors[j], d);
-    }
+    OperatorGraph::trackOutputDims(dims, gop, loop);
   }
 
 private:

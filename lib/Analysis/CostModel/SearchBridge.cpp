@@ -65,16 +65,7 @@ public:
         }
       }
       opLoop[i] = loop;
-      for (auto [j, operand] : enumerate(gop.op.operands)) {
-        if (operand.role != OperandRole::Output)
-          continue;
-        int d = -1;
-        if (loop >= 0)
-          for (auto [k, l] : enumerate(gop.tensorDimLoops[j]))
-            if (l == loop)
-              d = int(k);
-        dims[gop.tensors[j]] = d;
-      }
+      OperatorGraph::trackOutputDims(dims, gop, loop);
     }
   }
   /// The loop of operator `i` holding the marked dim, or -1.
