@@ -4,7 +4,18 @@
 # Idempotent and non-interactive; safe to run on a fresh Debian 12 (bookworm)
 # machine as root (or with sudo available). Facts behind the package choice:
 # ../shared/TOOLCHAIN.md.
+#
+# Besides Debian packages it installs the reference runtime of `stpar verify`
+# (docs/verify.md): onnxruntime-node from the npm registry into the
+# project-local, git-ignored folder <root>/.deps/node/node_modules (where
+# tools/ort-run/ort-run.js looks for it). Its post-install step, which
+# downloads GPU libraries from a host these machines cannot reach, is
+# skipped; the package ships the CPU execution provider.
 set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ORT_NODE_VERSION=1.30.0
+ort_dir="$root/.deps/node"
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -39,12 +50,45 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ "${#missing[@]}" -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
-  exit 0
+# Node.js and npm for the ONNX Runtime reference runner. A node/npm already
+# on PATH (e.g. a NodeSource build, whose nodejs bundles npm and conflicts
+# with Debian's npm package) is used as is; otherwise Debian's.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  for p in nodejs npm; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
 fi
 
-echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+else
+  echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# onnxruntime-node (stpar verify's reference runtime), project-local.
+installed_ort=""
+if [ -f "$ort_dir/node_modules/onnxruntime-node/package.json" ]; then
+  installed_ort="$(node -p "require('$ort_dir/node_modules/onnxruntime-node/package.json').version" 2>/dev/null || true)"
+fi
+if [ "$installed_ort" = "$ORT_NODE_VERSION" ]; then
+  echo "install-deps: onnxruntime-node $ORT_NODE_VERSION already in $ort_dir"
+else
+  echo "install-deps: installing onnxruntime-node@$ORT_NODE_VERSION into $ort_dir"
+  start=$SECONDS
+  mkdir -p "$ort_dir"
+  # A package.json of its own, so npm installs here and not into a parent.
+  [ -f "$ort_dir/package.json" ] || \
+    echo '{"name": "stpar-deps", "private": true}' > "$ort_dir/package.json"
+  (cd "$ort_dir" && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund \
+     --no-package-lock "onnxruntime-node@$ORT_NODE_VERSION" --onnxruntime-node-install=skip)
+  node -e "require('$ort_dir/node_modules/onnxruntime-node')" || {
+    echo "install-deps: error: onnxruntime-node does not load from $ort_dir" >&2
+    exit 1
+  }
+  echo "install-deps: onnxruntime-node installed in $((SECONDS - start)) s"
+fi
 echo "install-deps: done"
