@@ -22,6 +22,21 @@ config.substitutions.append(("%stpar_obj_root", config.stpar_obj_root))
 config.substitutions.append(("%shared", config.shared_dir))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 
+# stpar verify's reference runner (tools/ort-run, docs/verify.md): Node.js
+# with onnxruntime-node, installed by scripts/install-deps.sh into
+# <root>/.deps/node. Tests using it are not gated: without it they fail with
+# the runner's message naming the install script.
+import shutil
+node = shutil.which("node") or "node"
+config.substitutions.append(("%node", node))
+config.substitutions.append(
+    ("%ort-run", node + " " + os.path.join(config.stpar_src_root, "tools",
+                                          "ort-run", "ort-run.js")))
+if not os.path.exists(os.path.join(config.stpar_src_root, ".deps", "node",
+                                   "node_modules", "onnxruntime-node")):
+    lit_config.warning("onnxruntime-node is not installed in .deps/node; the "
+                       "test/Verify tests will fail (run scripts/install-deps.sh)")
+
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
