@@ -213,7 +213,7 @@ module attributes {stp.mesh = 3} {}
 
 // -----
 
-// expected-error @+1 {{unknown stp attribute 'stp.plan' (expected 'stp.mesh', 'stp.spec', 'stp.composite' or 'stp.group')}}
+// expected-error @+1 {{unknown stp attribute 'stp.plan' (expected 'stp.mesh', 'stp.spec', 'stp.composite', 'stp.group' or a marker of the partitioned program)}}
 module attributes {stp.plan = 3} {}
 
 // -----

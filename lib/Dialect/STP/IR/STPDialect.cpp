@@ -99,10 +99,23 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
              << "' must be a non-negative integer, got " << attr.getValue();
     return success();
   }
+  if (name == kPartitionedAttrName || name == kDoubleBufferAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be a unit attribute";
+    return success();
+  }
+  if (name == kPlanStepAttrName || name == kFallbackAttrName) {
+    if (!isa<StringAttr>(attr.getValue()))
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be a string";
+    return success();
+  }
   return op->emitOpError() << "unknown stp attribute '" << name
                            << "' (expected '" << kMeshAttrName << "', '"
                            << kSpecAttrName << "', '" << kCompositeAttrName
-                           << "' or '" << kGroupAttrName << "')";
+                           << "', '" << kGroupAttrName << "' or a marker of "
+                           << "the partitioned program)";
 }
 
 /// Verifies the argument/result attributes `stp.param` and `stp.name`.
@@ -112,6 +125,21 @@ static LogicalResult verifyValueAttr(Operation *op, NamedAttribute attr,
   if (name == STPDialect::kNameAttrName) {
     if (!isa<StringAttr>(attr.getValue()))
       return op->emitOpError() << "'" << name << "' must be a string";
+    return success();
+  }
+  if (name == STPDialect::kSplitAttrName) {
+    auto dims = dyn_cast<ArrayAttr>(attr.getValue());
+    bool valid = dims && llvm::all_of(dims, [](Attribute dim) {
+      auto axes = dyn_cast<ArrayAttr>(dim);
+      return axes && llvm::all_of(axes, [](Attribute axis) {
+        auto index = dyn_cast<IntegerAttr>(axis);
+        return index && !index.getValue().isNegative();
+      });
+    });
+    if (!valid)
+      return op->emitOpError()
+             << "'" << name
+             << "' must be an array of arrays of grid-axis indices";
     return success();
   }
   if (isArgument && name == STPDialect::kParamAttrName) {

@@ -46,6 +46,15 @@ def STP_Dialect : Dialect {
     every op of a mixture-of-experts layer) and `stp.group` (a non-negative
     integer telling apart the instances of a composite that spans several
     ops, e.g. the MoE layer an op belongs to).
+
+    Markers of the partitioned (SPMD) program `-stp-partition` writes
+    (docs/spmd-ir.md): `stp.partitioned` (unit, on the module),
+    `stp.plan_step` (a string on every collective the pass inserts, naming
+    the plan step it implements), `stp.double_buffer` (unit, on the ring
+    shifts of a temporal loop that overlap the step's compute),
+    `stp.fallback` (a string on an op the pass could not split and runs
+    replicated: the reason) and, on arguments and results, `stp.split` (an
+    array with one array of grid-axis indices per tensor dim).
   }];
   let cppNamespace = "::stpar::stp";
   let useDefaultAttributePrinterParser = 1;
@@ -67,6 +76,18 @@ def STP_Dialect : Dialect {
         "stp.composite";
     /// Op attribute: which instance of a multi-op composite an op belongs to.
     static constexpr ::llvm::StringLiteral kGroupAttrName = "stp.group";
+    /// Module attribute (unit): the module is a partitioned SPMD program.
+    static constexpr ::llvm::StringLiteral kPartitionedAttrName =
+        "stp.partitioned";
+    /// Op attribute (string): the plan step an inserted collective implements.
+    static constexpr ::llvm::StringLiteral kPlanStepAttrName = "stp.plan_step";
+    /// Op attribute (unit): a transfer overlapped with the step's compute.
+    static constexpr ::llvm::StringLiteral kDoubleBufferAttrName =
+        "stp.double_buffer";
+    /// Op attribute (string): why the partitioner runs an op replicated.
+    static constexpr ::llvm::StringLiteral kFallbackAttrName = "stp.fallback";
+    /// Argument/result attribute: the grid axes splitting each tensor dim.
+    static constexpr ::llvm::StringLiteral kSplitAttrName = "stp.split";
 
     void registerOps();
 
