@@ -115,4 +115,84 @@ def NormalizePass : Pass<"stp-normalize"> {
   ];
 }
 
+def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
+  let summary = "Rewrite a planned module into the per-device SPMD program";
+  let description = [{
+    Turns global-shape IR carrying a plan (`stp.mesh` on the module,
+    `stp.spec` on ops; docs/plan-format.md) into the program one device runs
+    (docs/spmd-ir.md): local tensor types, an upstream `shard.grid @grid`
+    with one axis per mesh axis except `pp`, explicit `shard` collectives
+    and, for PrimePar's temporal primitive, an `scf.for` over the `q` steps
+    with ring shifts. Forward pass only. docs/partition.md has the rules.
+
+    Every value carries a sharding (per dim: the grid axes splitting it,
+    major first; plus the axes over which it is a partial sum). For each op
+    the spec and the indexing maps give the shardings its operands must
+    have; the pass inserts the re-layout from the value's sharding
+    (`all_slice` to split, `all_gather` to unsplit, `all_to_all` when a split
+    moves between dims, `all_reduce` or `reduce_scatter` for partial sums)
+    and rewrites the op with local shapes. A split reduction loop leaves a
+    partial sum, resolved where a consumer needs the value. Ops the pass
+    cannot split (unknown ops, views across a split dim that does not line
+    up with the blocks, reductions other than sums and max/min, ...) run
+    replicated on gathered operands and get `stp.fallback` with the reason.
+    Arguments take the sharding their first planned user wants and get
+    `stp.split`; results are gathered. Every inserted collective carries
+    `stp.plan_step = "<op> forward: <reason>"`, `<op>` being the op's
+    ONNX node name (its `NameLoc`) or `<op name>#<position in the body>`.
+
+    Temporal primitive (`temporal = <grid = [r, c], matmul = [m, n, k],
+    steps = q>`, forward rule `(r, r + c + t, c)`): device `(r, c)` holds
+    M-slice `r` and K-slice `c` of the output; the input starts at N-slice
+    `(r + c) mod q`, the weight likewise (offsets from
+    `shard.process_multi_index`); an `scf.for` of `q` steps accumulates the
+    local product while `shard.shift` (marked `stp.double_buffer`) passes
+    the input to the left neighbour along `c` and the weight up along `r`.
+
+    Errors (the pass fails): a `pp` axis larger than 1, a spec whose loops
+    do not match the op's loops (count or extents), padded splits, a
+    temporal rule other than PrimePar's forward rule or on an op that is not
+    a matmul-like contraction.
+
+    Input (Megatron MLP on `["pp" = 1, "x0" = 4]`, bodies abbreviated):
+
+    ```mlir
+    %h = linalg.matmul {stp.spec = #stp.spec<#mesh, loops = ["m" = 8,
+           "n" = 64 {"x0"}, "k" = 32 reduction]>}
+           ins(%x, %w1 : tensor<8x32xf32>, tensor<32x64xf32>) outs(%z1 : tensor<8x64xf32>)
+    %o = linalg.matmul {stp.spec = #stp.spec<#mesh, loops = ["m" = 8,
+           "n" = 32, "k" = 64 reduction {"x0"} ]>}
+           ins(%h, %w2 : tensor<8x64xf32>, tensor<64x32xf32>) outs(%z2 : tensor<8x32xf32>)
+    ```
+
+    Output:
+
+    ```mlir
+    shard.grid @grid(shape = 4)
+    func.func @main(%x: tensor<8x32xf32> {stp.split = [[], []]},
+                    %w1: tensor<32x16xf32> {stp.split = [[], [0]]},
+                    %w2: tensor<16x32xf32> {stp.split = [[0], []]}) -> ... {
+      %h = linalg.matmul ins(%x, %w1 : tensor<8x32xf32>, tensor<32x16xf32>) ...
+      %p = linalg.matmul ins(%h, %w2 : tensor<8x16xf32>, tensor<16x32xf32>) ...
+      %o = shard.all_reduce %p on @grid grid_axes = [0]
+             {stp.plan_step = "linalg.matmul#3 forward: partial sums ..."}
+      return %o : tensor<8x32xf32>
+    }
+    ```
+  }];
+  let dependentDialects = [
+    "::stpar::stp::STPDialect", "::mlir::arith::ArithDialect",
+    "::mlir::linalg::LinalgDialect", "::mlir::scf::SCFDialect",
+    "::mlir::shard::ShardDialect", "::mlir::tensor::TensorDialect"
+  ];
+  let statistics = [
+    Statistic<"numSplitOps", "num-split-ops", "Ops rewritten with local shapes">,
+    Statistic<"numFallbackOps", "num-fallback-ops",
+              "Ops run replicated on gathered operands">,
+    Statistic<"numTemporalOps", "num-temporal-ops",
+              "Temporal-primitive ops turned into scf.for with ring shifts">,
+    Statistic<"numCollectives", "num-collectives", "Collectives inserted">
+  ];
+}
+
 #endif // STPAR_DIALECT_STP_TRANSFORMS_PASSES_TD

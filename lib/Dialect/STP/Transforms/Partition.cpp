@@ -1,0 +1,1385 @@
+//===- Partition.cpp - planned module -> per-device SPMD program -*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements -stp-partition (docs/partition.md, docs/spmd-ir.md): every value
+// gets a sharding (per tensor dim the grid axes splitting it, plus the axes
+// over which it is a partial sum); every op is rewritten with local shapes
+// after its operands are re-laid out to the shardings its `stp.spec` asks
+// for, or runs replicated on gathered operands when it cannot be split. The
+// temporal primitive becomes an scf.for of ring shifts and local matmuls.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Dialect/STP/Transforms/Passes.h"
+
+#include "stpar/Dialect/STP/IR/STPAttrs.h"
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/IR/STPOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Transforms/RegionUtils.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <string>
+
+namespace stpar::stp {
+#define GEN_PASS_DEF_PARTITIONPASS
+#include "stpar/Dialect/STP/Transforms/Passes.h.inc"
+} // namespace stpar::stp
+
+using namespace mlir;
+using namespace stpar::stp;
+
+namespace {
+
+/// Grid axes splitting one tensor dim (or one loop), major first.
+using AxisList = SmallVector<shard::GridAxis, 2>;
+
+/// How a value is laid out over the grid.
+struct Sharding {
+  /// One entry per tensor dim.
+  SmallVector<AxisList> dims;
+  /// Axes over which the local values are partial results still to be
+  /// combined by `kind`.
+  AxisList partial;
+  shard::ReductionKind kind = shard::ReductionKind::Sum;
+
+  static Sharding replicated(int64_t rank) {
+    Sharding s;
+    s.dims.resize(rank);
+    return s;
+  }
+  bool operator==(const Sharding &other) const {
+    return dims == other.dims && partial == other.partial &&
+           (partial.empty() || kind == other.kind);
+  }
+  bool isReplicated() const {
+    return partial.empty() &&
+           llvm::all_of(dims, [](const AxisList &a) { return a.empty(); });
+  }
+};
+
+/// A value of the partitioned program standing for a value of the input.
+struct ValueState {
+  /// The new value; null while `lazy`.
+  Value value;
+  Sharding sharding;
+  /// Label of the producing op (for plan-step strings).
+  std::string producer;
+  /// Why the value is a partial result.
+  std::string partialReason;
+  /// A tensor.empty, a fill of one or a splat constant: created on demand,
+  /// directly in the layout a user wants.
+  bool lazy = false;
+};
+
+/// What the pass does with one op.
+enum class PlanKind {
+  Linalg,
+  Temporal,
+  Norm,
+  Attention,
+  ExtractSlice,
+  ExpandShape,
+  CollapseShape,
+  Softmax,
+  Lazy,
+  Return,
+  Replicated
+};
+
+struct OpPlan {
+  PlanKind kind = PlanKind::Replicated;
+  /// Required sharding per operand (empty Sharding for non-tensors).
+  SmallVector<Sharding> operands;
+  /// Sharding of each result.
+  SmallVector<Sharding> results;
+  /// Linalg: axes splitting each loop (linalg.index of a split loop gets
+  /// the block offset added).
+  SmallVector<AxisList> loopAxes;
+  /// Why the op runs replicated (empty: nothing to report).
+  std::string fallback;
+  /// Reason for partial results.
+  std::string partialReason;
+  /// Temporal: operand numbers of I, W, the init, the dim of I and of W
+  /// indexing N, the reduction kind.
+  unsigned inputIdx = 0, weightIdx = 1, initIdx = 2;
+  int64_t inputNDim = 0, weightNDim = 0;
+  shard::GridAxis rowAxis = 0, colAxis = 0;
+  int64_t steps = 1;
+};
+
+static RankedTensorType getRankedTensor(Value v) {
+  return dyn_cast<RankedTensorType>(v.getType());
+}
+
+/// Sharding of a value with `rank` dims that follows `loopAxes` through an
+/// indexing map; std::nullopt if a split loop reaches a dim through a
+/// non-trivial expression.
+static std::optional<Sharding> shardingThroughMap(AffineMap map,
+                                                  ArrayRef<AxisList> loopAxes) {
+  Sharding s = Sharding::replicated(map.getNumResults());
+  for (auto [d, expr] : llvm::enumerate(map.getResults())) {
+    if (auto dim = dyn_cast<AffineDimExpr>(expr)) {
+      s.dims[d] = loopAxes[dim.getPosition()];
+      continue;
+    }
+    if (isa<AffineConstantExpr>(expr))
+      continue;
+    for (unsigned loop = 0; loop < map.getNumDims(); ++loop)
+      if (expr.isFunctionOfDim(loop) && !loopAxes[loop].empty())
+        return std::nullopt;
+  }
+  return s;
+}
+
+/// The kind a split reduction combines partial results with, for each output
+/// of a linalg op; std::nullopt if some output's combiner is unknown.
+static std::optional<shard::ReductionKind>
+getCombiner(linalg::LinalgOp op) {
+  if (isa<linalg::MatmulOp, linalg::BatchMatmulOp>(op.getOperation()))
+    return shard::ReductionKind::Sum;
+  auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
+  if (!generic)
+    return std::nullopt;
+  Block *body = generic.getBody();
+  auto yield = cast<linalg::YieldOp>(body->getTerminator());
+  std::optional<shard::ReductionKind> kind;
+  for (auto [i, value] : llvm::enumerate(yield.getValues())) {
+    BlockArgument out = generic.getRegionOutputArgs()[i];
+    Operation *def = value.getDefiningOp();
+    if (!def || def->getNumOperands() != 2 ||
+        !llvm::is_contained(def->getOperands(), Value(out)))
+      return std::nullopt;
+    std::optional<shard::ReductionKind> k;
+    if (isa<arith::AddFOp, arith::AddIOp>(def))
+      k = shard::ReductionKind::Sum;
+    else if (isa<arith::MaximumFOp, arith::MaxNumFOp, arith::MaxSIOp>(def))
+      k = shard::ReductionKind::Max;
+    else if (isa<arith::MinimumFOp, arith::MinNumFOp, arith::MinSIOp>(def))
+      k = shard::ReductionKind::Min;
+    if (!k || (kind && *kind != *k))
+      return std::nullopt;
+    kind = k;
+  }
+  return kind;
+}
+
+/// Whether `v` is a tensor of zeros (a fill of 0 or a zero splat).
+static bool isZeroTensor(Value v) {
+  if (auto fill = v.getDefiningOp<linalg::FillOp>())
+    return matchPattern(fill.getInputs()[0], m_AnyZeroFloat()) ||
+           matchPattern(fill.getInputs()[0], m_Zero());
+  return matchPattern(v, m_AnyZeroFloat()) || matchPattern(v, m_Zero());
+}
+
+/// Whether `op` is created on demand in the layout its user wants.
+static bool isLazy(Operation *op) {
+  if (isa<tensor::EmptyOp>(op))
+    return op->getNumOperands() == 0;
+  if (auto fill = dyn_cast<linalg::FillOp>(op))
+    return fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() &&
+           !isa<ShapedType>(fill.getInputs()[0].getType());
+  if (auto cst = dyn_cast<arith::ConstantOp>(op))
+    if (auto dense = dyn_cast<DenseElementsAttr>(cst.getValue()))
+      return isa<RankedTensorType>(cst.getType()) && dense.isSplat();
+  return false;
+}
+
+class Partitioner {
+public:
+  Partitioner(ModuleOp module, MeshAttr mesh) : module(module), mesh(mesh) {}
+
+  LogicalResult run();
+
+  int64_t numSplitOps = 0, numFallbackOps = 0, numTemporalOps = 0,
+          numCollectives = 0;
+
+private:
+  LogicalResult partitionFunc(func::FuncOp func);
+  FailureOr<OpPlan> planOp(Operation *op);
+  FailureOr<OpPlan> planLinalg(linalg::LinalgOp op, PartitionSpecAttr spec);
+  FailureOr<OpPlan> planTemporal(linalg::LinalgOp op, PartitionSpecAttr spec,
+                                 SmallVector<AxisList> loopAxes);
+  FailureOr<OpPlan> planNorm(Operation *op, PartitionSpecAttr spec);
+  FailureOr<OpPlan> planAttention(AttentionOp op, PartitionSpecAttr spec);
+  OpPlan planView(Operation *op);
+  LogicalResult emit(Operation *op, OpPlan &plan);
+  void emitTemporal(linalg::LinalgOp op, OpPlan &plan);
+
+  /// The new value standing for `old` in sharding `to`, re-laid out as
+  /// needed; `user` and `what` name the consumer for plan-step strings.
+  Value getAs(Value old, const Sharding &to, const std::string &user,
+              const std::string &what);
+  Value materializeLazy(Value old, const Sharding &to);
+  Value relayout(Value value, Sharding cur, const Sharding &to,
+                 RankedTensorType global, const ValueState &origin,
+                 const std::string &user, const std::string &what);
+  void markCollective(Operation *op, const std::string &label,
+                      const Twine &reason);
+
+  /// Axes of a spec loop as grid axes.
+  AxisList getLoopAxes(LoopDimAttr loop);
+  /// Grid axis of a mesh axis name.
+  shard::GridAxis getGridAxis(StringAttr name) {
+    return axisOfName.lookup(name.getValue());
+  }
+  int64_t getGroupSize(ArrayRef<shard::GridAxis> axes) const {
+    int64_t size = 1;
+    for (shard::GridAxis a : axes)
+      size *= gridShape[a];
+    return size;
+  }
+  std::string axesText(ArrayRef<shard::GridAxis> axes) const {
+    std::string text;
+    for (auto [i, a] : llvm::enumerate(axes))
+      text += (i ? "," : "") + axisNames[a];
+    return text;
+  }
+  RankedTensorType getLocalType(RankedTensorType global,
+                                const Sharding &s) const;
+  bool isValidFor(RankedTensorType global, const Sharding &s) const;
+  Value getBlockIndex(Location loc, ArrayRef<shard::GridAxis> axes);
+  Value getIndexConstant(Location loc, int64_t value) {
+    return arith::ConstantIndexOp::create(builder, loc, value);
+  }
+  std::string getLabel(Operation *op);
+  ArrayAttr getSplitAttr(const Sharding &s);
+
+  ModuleOp module;
+  MeshAttr mesh;
+  OpBuilder builder{module.getContext()};
+  SmallVector<int64_t> gridShape;
+  SmallVector<std::string> axisNames;
+  llvm::StringMap<shard::GridAxis> axisOfName;
+  DenseMap<Value, ValueState> states;
+  DenseMap<Value, SmallVector<std::pair<Sharding, Value>>> cache;
+  DenseMap<Operation *, unsigned> positions;
+  static constexpr StringLiteral kGridName = "grid";
+};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+AxisList Partitioner::getLoopAxes(LoopDimAttr loop) {
+  AxisList axes;
+  for (StringAttr name : loop.getSplit())
+    if (axisOfName.count(name.getValue()))
+      axes.push_back(getGridAxis(name));
+  return axes;
+}
+
+RankedTensorType Partitioner::getLocalType(RankedTensorType global,
+                                           const Sharding &s) const {
+  SmallVector<int64_t> shape(global.getShape());
+  for (auto [d, axes] : llvm::enumerate(s.dims))
+    if (!ShapedType::isDynamic(shape[d]))
+      shape[d] /= getGroupSize(axes);
+  return RankedTensorType::get(shape, global.getElementType(),
+                               global.getEncoding());
+}
+
+bool Partitioner::isValidFor(RankedTensorType global,
+                             const Sharding &s) const {
+  if (static_cast<int64_t>(s.dims.size()) != global.getRank())
+    return false;
+  for (auto [d, axes] : llvm::enumerate(s.dims)) {
+    if (axes.empty())
+      continue;
+    int64_t size = global.getDimSize(d);
+    if (ShapedType::isDynamic(size) || size % getGroupSize(axes) != 0)
+      return false;
+  }
+  return true;
+}
+
+Value Partitioner::getBlockIndex(Location loc,
+                                 ArrayRef<shard::GridAxis> axes) {
+  auto index = shard::ProcessMultiIndexOp::create(builder, loc, kGridName,
+                                                  axes);
+  Value linear = index.getResult()[0];
+  for (unsigned i = 1; i < axes.size(); ++i) {
+    Value scaled = arith::MulIOp::create(
+        builder, loc, linear, getIndexConstant(loc, gridShape[axes[i]]));
+    linear = arith::AddIOp::create(builder, loc, scaled, index.getResult()[i]);
+  }
+  return linear;
+}
+
+std::string Partitioner::getLabel(Operation *op) {
+  Location loc = op->getLoc();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location inner : fused.getLocations())
+      if (isa<NameLoc>(inner)) {
+        loc = inner;
+        break;
+      }
+  if (auto name = dyn_cast<NameLoc>(loc))
+    if (!name.getName().getValue().empty())
+      return name.getName().str();
+  return (op->getName().getStringRef() + "#" + Twine(positions.lookup(op)))
+      .str();
+}
+
+ArrayAttr Partitioner::getSplitAttr(const Sharding &s) {
+  SmallVector<Attribute> dims;
+  for (const AxisList &axes : s.dims) {
+    SmallVector<Attribute> entries;
+    for (shard::GridAxis a : axes)
+      entries.push_back(builder.getI64IntegerAttr(a));
+    dims.push_back(builder.getArrayAttr(entries));
+  }
+  return builder.getArrayAttr(dims);
+}
+
+void Partitioner::markCollective(Operation *op, const std::string &label,
+                                 const Twine &reason) {
+  op->setAttr(STPDialect::kPlanStepAttrName,
+              builder.getStringAttr(label + " forward: " + reason));
+  ++numCollectives;
+}
+
+//===----------------------------------------------------------------------===//
+// Re-layout
+//===----------------------------------------------------------------------===//
+
+Value Partitioner::materializeLazy(Value old, const Sharding &to) {
+  Operation *def = old.getDefiningOp();
+  auto global = cast<RankedTensorType>(old.getType());
+  RankedTensorType local = getLocalType(global, to);
+  Location loc = def->getLoc();
+  if (isa<tensor::EmptyOp>(def))
+    return tensor::EmptyOp::create(builder, loc, local.getShape(),
+                                   local.getElementType());
+  if (auto fill = dyn_cast<linalg::FillOp>(def)) {
+    Value empty = tensor::EmptyOp::create(builder, loc, local.getShape(),
+                                          local.getElementType());
+    Value scalar = states.lookup(fill.getInputs()[0]).value;
+    auto newFill = linalg::FillOp::create(builder, loc, scalar, empty);
+    for (NamedAttribute attr : def->getDiscardableAttrs())
+      if (attr.getName() != STPDialect::kSpecAttrName)
+        newFill->setAttr(attr.getName(), attr.getValue());
+    return newFill.getResult(0);
+  }
+  auto cst = cast<arith::ConstantOp>(def);
+  auto dense = cast<DenseElementsAttr>(cst.getValue());
+  return arith::ConstantOp::create(builder, loc, local, dense.resizeSplat(local));
+}
+
+Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
+                         const std::string &what) {
+  ValueState &state = states[old];
+  auto global = getRankedTensor(old);
+  if (!global)
+    return state.value;
+  for (auto &[sharding, value] : cache[old])
+    if (sharding == to)
+      return value;
+  Value result;
+  if (state.lazy) {
+    result = materializeLazy(old, to);
+  } else {
+    result = relayout(state.value, state.sharding, to, global, state, user,
+                      what);
+  }
+  cache[old].push_back({to, result});
+  return result;
+}
+
+Value Partitioner::relayout(Value value, Sharding cur, const Sharding &to,
+                            RankedTensorType global, const ValueState &origin,
+                            const std::string &user, const std::string &what) {
+  Location loc = value.getLoc();
+  MLIRContext *ctx = builder.getContext();
+  auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
+  auto localOf = [&](const Sharding &s) { return getLocalType(global, s); };
+  auto dimText = [&](int64_t d, ArrayRef<shard::GridAxis> axes) {
+    return "dim " + std::to_string(d) + " over " + axesText(axes);
+  };
+
+  // 1. Partial results: reduce-scatter straight into the wanted split when
+  //    it is the partial axes appended to one dim, else all-reduce.
+  if (!cur.partial.empty()) {
+    std::optional<int64_t> scatterDim;
+    if (cur.kind == shard::ReductionKind::Sum) {
+      for (auto [d, axes] : llvm::enumerate(cur.dims)) {
+        AxisList want(axes);
+        want.append(cur.partial);
+        if (to.dims[d] == want && to.partial.empty()) {
+          Sharding next = cur;
+          next.dims[d] = want;
+          next.partial.clear();
+          if (isValidFor(global, next))
+            scatterDim = d;
+          break;
+        }
+      }
+    }
+    std::string reason = "partial " +
+                         std::string(shard::stringifyReductionKind(cur.kind)) +
+                         " over " + axesText(cur.partial) + " (" +
+                         origin.partialReason + ")";
+    if (scatterDim) {
+      Sharding next = cur;
+      next.dims[*scatterDim].append(cur.partial);
+      next.partial.clear();
+      auto op = shard::ReduceScatterOp::create(
+          builder, loc, localOf(next), gridRef,
+          builder.getDenseI16ArrayAttr(cur.partial), value,
+          shard::ReductionKindAttr::get(ctx, cur.kind),
+          builder.getIndexAttr(*scatterDim));
+      markCollective(op, origin.producer,
+                     "reduce-scatter of the " + reason + " into " +
+                         dimText(*scatterDim, cur.partial) + " for " + user);
+      value = op.getResult();
+      cur = next;
+    } else {
+      auto op = shard::AllReduceOp::create(
+          builder, loc, value.getType(), gridRef,
+          builder.getDenseI16ArrayAttr(cur.partial), value,
+          shard::ReductionKindAttr::get(ctx, cur.kind));
+      markCollective(op, origin.producer, "all-reduce of the " + reason);
+      value = op.getResult();
+      cur.partial.clear();
+    }
+  }
+  if (cur == to)
+    return value;
+
+  std::string context = what + " of " + user + " (produced by " +
+                        origin.producer + ")";
+  // 2. Axes to drop: the part of each dim's list after its common prefix
+  //    with the wanted list. A dropped group that another dim wants appended
+  //    moves there by all-to-all; otherwise it is gathered.
+  unsigned rank = cur.dims.size();
+  for (unsigned d1 = 0; d1 < rank; ++d1) {
+    unsigned common = 0;
+    while (common < cur.dims[d1].size() && common < to.dims[d1].size() &&
+           cur.dims[d1][common] == to.dims[d1][common])
+      ++common;
+    if (common == cur.dims[d1].size())
+      continue;
+    AxisList drop(cur.dims[d1].begin() + common, cur.dims[d1].end());
+    std::optional<unsigned> target;
+    for (unsigned d2 = 0; d2 < rank; ++d2) {
+      if (d2 == d1)
+        continue;
+      AxisList want(cur.dims[d2]);
+      want.append(drop);
+      if (want == to.dims[d2]) {
+        target = d2;
+        break;
+      }
+    }
+    Sharding next = cur;
+    next.dims[d1].resize(common);
+    if (target) {
+      next.dims[*target].append(drop);
+      auto op = shard::AllToAllOp::create(
+          builder, loc, localOf(next), gridRef,
+          builder.getDenseI16ArrayAttr(drop), value,
+          builder.getIndexAttr(*target), builder.getIndexAttr(d1));
+      markCollective(op, user,
+                     "all-to-all moving the split over " + axesText(drop) +
+                         " from dim " + std::to_string(d1) + " to dim " +
+                         std::to_string(*target) + " for " + context);
+      value = op.getResult();
+    } else {
+      auto op = shard::AllGatherOp::create(
+          builder, loc, localOf(next), gridRef,
+          builder.getDenseI16ArrayAttr(drop), value, builder.getIndexAttr(d1));
+      markCollective(op, user,
+                     "all-gather " + dimText(d1, drop) + " for " + context);
+      value = op.getResult();
+    }
+    cur = next;
+  }
+  // 3. Axes to add: slice (no communication).
+  for (unsigned d = 0; d < rank; ++d) {
+    if (cur.dims[d].size() == to.dims[d].size())
+      continue;
+    AxisList add(to.dims[d].begin() + cur.dims[d].size(), to.dims[d].end());
+    Sharding next = cur;
+    next.dims[d] = to.dims[d];
+    auto op = shard::AllSliceOp::create(builder, loc, localOf(next), value,
+                                        kGridName, add, d);
+    markCollective(op, user, "all-slice " + dimText(d, add) + " for " + context);
+    value = op.getResult();
+    cur = next;
+  }
+  return value;
+}
+
+//===----------------------------------------------------------------------===//
+// Planning
+//===----------------------------------------------------------------------===//
+
+FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
+                                          PartitionSpecAttr spec) {
+  OpPlan plan;
+  plan.kind = PlanKind::Linalg;
+  unsigned numLoops = op.getNumLoops();
+  plan.loopAxes.resize(numLoops);
+  bool hasExtract = false;
+  op->walk([&](tensor::ExtractOp) { hasExtract = true; });
+  if (spec) {
+    ArrayRef<LoopDimAttr> loops = spec.getLoops();
+    bool embedding = hasExtract && loops.size() == numLoops + 1;
+    if (loops.size() != numLoops && !embedding)
+      return op->emitError() << "stp.spec has " << loops.size()
+                             << " loops but the op has " << numLoops
+                             << " loops";
+    SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    for (unsigned l = 0; l < numLoops; ++l) {
+      LoopDimAttr loop = loops[l];
+      if (loop.getPadded())
+        return op->emitError() << "padded split of loop '"
+                               << loop.getName().getValue()
+                               << "' is not supported";
+      if (!ShapedType::isDynamic(ranges[l]) && ranges[l] != loop.getExtent())
+        return op->emitError()
+               << "stp.spec loop '" << loop.getName().getValue()
+               << "' has extent " << loop.getExtent()
+               << " but the op's loop " << l << " has extent " << ranges[l];
+      bool isReduction =
+          op.getIteratorTypesArray()[l] == utils::IteratorType::reduction;
+      if (isReduction != loop.isReduction())
+        return op->emitError()
+               << "stp.spec loop '" << loop.getName().getValue() << "' is "
+               << (loop.isReduction() ? "a reduction" : "parallel")
+               << " but the op's loop " << l << " is not";
+      plan.loopAxes[l] = getLoopAxes(loop);
+      int64_t pieces = getGroupSize(plan.loopAxes[l]);
+      if (loop.getExtent() % pieces != 0)
+        return op->emitError()
+               << "extent " << loop.getExtent() << " of loop '"
+               << loop.getName().getValue() << "' is not divisible by "
+               << pieces;
+    }
+    if (embedding && !getLoopAxes(loops.back()).empty()) {
+      plan.fallback = "split of the table rows (vocabulary-parallel "
+                      "embedding) is not supported";
+    }
+    if (spec.getTemporal())
+      return planTemporal(op, spec, plan.loopAxes);
+  }
+
+  auto fail = [&](const Twine &why) -> FailureOr<OpPlan> {
+    OpPlan replicated;
+    replicated.kind = PlanKind::Replicated;
+    replicated.fallback = why.str();
+    return replicated;
+  };
+  if (!plan.fallback.empty())
+    return fail(plan.fallback);
+
+  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  for (OpOperand &operand : op->getOpOperands()) {
+    auto type = getRankedTensor(operand.get());
+    if (!type || (!op.isDpsInput(&operand) && !op.isDpsInit(&operand))) {
+      plan.operands.push_back(Sharding());
+      continue;
+    }
+    AffineMap map = op.getMatchingIndexingMap(&operand);
+    std::optional<Sharding> s = shardingThroughMap(map, plan.loopAxes);
+    if (!s || !isValidFor(type, *s))
+      return fail("operand " + Twine(operand.getOperandNumber()) +
+                  " cannot follow the loop splits");
+    plan.operands.push_back(*s);
+  }
+  (void)maps;
+
+  // Split loops that no output indexes: reductions leave partial results,
+  // parallel ones are not supported.
+  AxisList partial;
+  for (unsigned l = 0; l < numLoops; ++l) {
+    if (plan.loopAxes[l].empty())
+      continue;
+    bool indexedByAll = llvm::all_of(op.getDpsInitsMutable(), [&](OpOperand &o) {
+      return op.getMatchingIndexingMap(&o).isFunctionOfDim(l);
+    });
+    if (indexedByAll)
+      continue;
+    if (op.getIteratorTypesArray()[l] != utils::IteratorType::reduction)
+      return fail("parallel loop " + Twine(l) + " is split but not every "
+                  "output indexes it");
+    partial.append(plan.loopAxes[l]);
+    if (!plan.partialReason.empty())
+      plan.partialReason += ", ";
+    plan.partialReason += "reduction loop " +
+                          (spec ? spec.getLoops()[l].getName().str()
+                                : std::to_string(l)) +
+                          " split";
+  }
+  shard::ReductionKind kind = shard::ReductionKind::Sum;
+  if (!partial.empty()) {
+    std::optional<shard::ReductionKind> combiner = getCombiner(op);
+    if (!combiner)
+      return fail("split reduction whose combiner is not a sum, max or min");
+    kind = *combiner;
+    if (kind == shard::ReductionKind::Sum)
+      for (OpOperand &init : op.getDpsInitsMutable())
+        if (!isZeroTensor(init.get()))
+          return fail("split sum reduction into a non-zero initial value");
+  }
+  for (OpOperand &init : op.getDpsInitsMutable()) {
+    Sharding s = plan.operands[init.getOperandNumber()];
+    s.partial = partial;
+    s.kind = kind;
+    plan.results.push_back(s);
+  }
+  return plan;
+}
+
+FailureOr<OpPlan> Partitioner::planTemporal(linalg::LinalgOp op,
+                                            PartitionSpecAttr spec,
+                                            SmallVector<AxisList> loopAxes) {
+  TemporalAttr temporal = spec.getTemporal();
+  OpPlan plan;
+  plan.kind = PlanKind::Temporal;
+  plan.steps = temporal.getSteps();
+  int64_t q = plan.steps;
+  if (!axisOfName.count(temporal.getRowAxis().getValue()) ||
+      !axisOfName.count(temporal.getColAxis().getValue()))
+    return op->emitError() << "temporal grid axes must be grid axes (not pp)";
+  plan.rowAxis = getGridAxis(temporal.getRowAxis());
+  plan.colAxis = getGridAxis(temporal.getColAxis());
+  // Only PrimePar's forward rule (r, r + c + t, c).
+  AffineMap rule = temporal.getRule(Phase::Forward);
+  for (int64_t r = 0; r < q; ++r)
+    for (int64_t c = 0; c < q; ++c)
+      for (int64_t t = 0; t < q; ++t) {
+        std::array<int64_t, 3> slice = evaluateTemporalRule(rule, r, c, t, q);
+        if (slice[0] != r || slice[1] != (r + c + t) % q || slice[2] != c)
+          return op->emitError()
+                 << "temporal forward rule is not PrimePar's (r, r + c + t, c); not supported";
+      }
+  auto findLoop = [&](StringAttr name) -> int64_t {
+    for (auto [i, loop] : llvm::enumerate(spec.getLoops()))
+      if (loop.getName() == name)
+        return i;
+    return -1;
+  };
+  int64_t m = findLoop(temporal.getM()), n = findLoop(temporal.getN()),
+          k = findLoop(temporal.getK());
+  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 || m < 0 ||
+      n < 0 || k < 0 || m >= op.getNumLoops() || n >= op.getNumLoops() ||
+      k >= op.getNumLoops())
+    return op->emitError() << "temporal primitive on an op that is not a "
+                              "two-input one-output contraction";
+  auto dimOf = [](AffineMap map, int64_t loop) -> int64_t {
+    for (auto [i, expr] : llvm::enumerate(map.getResults()))
+      if (auto dim = dyn_cast<AffineDimExpr>(expr))
+        if (dim.getPosition() == loop)
+          return i;
+    return -1;
+  };
+  AffineMap map0 = op.getMatchingIndexingMap(op.getDpsInputOperand(0));
+  AffineMap map1 = op.getMatchingIndexingMap(op.getDpsInputOperand(1));
+  AffineMap mapO = op.getMatchingIndexingMap(op.getDpsInitOperand(0));
+  if (dimOf(map1, m) >= 0 && dimOf(map0, k) >= 0) {
+    std::swap(map0, map1);
+    plan.inputIdx = op.getDpsInputOperand(1)->getOperandNumber();
+    plan.weightIdx = op.getDpsInputOperand(0)->getOperandNumber();
+  } else {
+    plan.inputIdx = op.getDpsInputOperand(0)->getOperandNumber();
+    plan.weightIdx = op.getDpsInputOperand(1)->getOperandNumber();
+  }
+  plan.initIdx = op.getDpsInitOperand(0)->getOperandNumber();
+  plan.inputNDim = dimOf(map0, n);
+  plan.weightNDim = dimOf(map1, n);
+  if (dimOf(map0, m) < 0 || plan.inputNDim < 0 || map0.isFunctionOfDim(k) ||
+      plan.weightNDim < 0 || dimOf(map1, k) < 0 || map1.isFunctionOfDim(m) ||
+      dimOf(mapO, m) < 0 || dimOf(mapO, k) < 0 || mapO.isFunctionOfDim(n) ||
+      op.getIteratorTypesArray()[n] != utils::IteratorType::reduction ||
+      getCombiner(op) != shard::ReductionKind::Sum)
+    return op->emitError() << "temporal primitive needs O[m, k] += I[m, n] * "
+                              "W[n, k] with the spec's matmul loops";
+  Value input = op->getOperand(plan.inputIdx);
+  Value weight = op->getOperand(plan.weightIdx);
+  Value init = op->getOperand(plan.initIdx);
+  if (input == weight || input == init || weight == init)
+    return op->emitError() << "temporal primitive on repeated operands";
+
+  // Layouts before the loop: M gets the row axis, K the column axis; N keeps
+  // its spatial split and is sliced into q pieces by rank.
+  SmallVector<AxisList> held(loopAxes);
+  held[m].push_back(plan.rowAxis);
+  held[k].push_back(plan.colAxis);
+  plan.loopAxes = held;
+  for (OpOperand &operand : op->getOpOperands()) {
+    AffineMap map = op.getMatchingIndexingMap(&operand);
+    std::optional<Sharding> s = shardingThroughMap(map, held);
+    if (!s || !isValidFor(getRankedTensor(operand.get()), *s))
+      return op->emitError() << "temporal operand "
+                             << operand.getOperandNumber()
+                             << " cannot follow the loop splits";
+    plan.operands.push_back(*s);
+  }
+  Sharding result = plan.operands[plan.initIdx];
+  for (unsigned l = 0; l < op.getNumLoops(); ++l)
+    if (op.getIteratorTypesArray()[l] == utils::IteratorType::reduction &&
+        !loopAxes[l].empty()) {
+      result.partial.append(loopAxes[l]);
+      plan.partialReason = "spatial split of reduction loop " +
+                           spec.getLoops()[l].getName().str();
+    }
+  if (!result.partial.empty() && !isZeroTensor(init))
+    return op->emitError() << "temporal primitive with a spatially split "
+                              "reduction needs a zero initial value";
+  plan.results.push_back(result);
+  return plan;
+}
+
+FailureOr<OpPlan> Partitioner::planNorm(Operation *op,
+                                        PartitionSpecAttr spec) {
+  OpPlan plan;
+  plan.kind = PlanKind::Norm;
+  Value input = op->getOperand(0);
+  auto type = getRankedTensor(input);
+  int64_t axis = isa<LayerNormOp>(op) ? cast<LayerNormOp>(op).getAxis()
+                                      : cast<RMSNormOp>(op).getAxis();
+  Sharding in = Sharding::replicated(type.getRank());
+  if (spec) {
+    if (static_cast<int64_t>(spec.getLoops().size()) != type.getRank())
+      return op->emitError() << "stp.spec has " << spec.getLoops().size()
+                             << " loops but the input has rank "
+                             << type.getRank();
+    for (auto [d, loop] : llvm::enumerate(spec.getLoops())) {
+      if (loop.getExtent() != type.getDimSize(d))
+        return op->emitError()
+               << "stp.spec loop '" << loop.getName().getValue()
+               << "' has extent " << loop.getExtent() << " but input dim "
+               << d << " has size " << type.getDimSize(d);
+      if (loop.getPadded())
+        return op->emitError() << "padded split of loop '"
+                               << loop.getName().getValue()
+                               << "' is not supported";
+      in.dims[d] = getLoopAxes(loop);
+    }
+  } else {
+    in = states.lookup(input).sharding;
+    in.partial.clear();
+  }
+  // Normalized dims whole on every device (statistics need no collective).
+  for (int64_t d = axis; d < type.getRank(); ++d)
+    in.dims[d].clear();
+  if (!isValidFor(type, in))
+    in = Sharding::replicated(type.getRank());
+  plan.operands.push_back(in);
+  for (Value operand : op->getOperands().drop_front())
+    plan.operands.push_back(
+        Sharding::replicated(getRankedTensor(operand).getRank()));
+  plan.results.push_back(in);
+  return plan;
+}
+
+FailureOr<OpPlan> Partitioner::planAttention(AttentionOp op,
+                                             PartitionSpecAttr spec) {
+  OpPlan plan;
+  plan.kind = PlanKind::Attention;
+  auto qType = getRankedTensor(op.getQuery());
+  auto kType = getRankedTensor(op.getKey());
+  AxisList batch, heads;
+  if (spec) {
+    ArrayRef<LoopDimAttr> loops = spec.getLoops();
+    if (loops.size() < 2 || loops[0].getExtent() != qType.getDimSize(0) ||
+        loops[1].getExtent() != qType.getDimSize(1))
+      return op->emitError() << "stp.spec loops do not start with the batch "
+                                "and head loops of the attention";
+    for (LoopDimAttr loop : loops)
+      if (loop.getPadded())
+        return op->emitError() << "padded split of loop '"
+                               << loop.getName().getValue()
+                               << "' is not supported";
+    batch = getLoopAxes(loops[0]);
+    heads = getLoopAxes(loops[1]);
+  }
+  if (kType.getDimSize(1) % getGroupSize(heads) != 0) {
+    plan.fallback = "key/value heads not divisible by the head split";
+    heads.clear();
+  }
+  auto make = [&](RankedTensorType type) {
+    Sharding s = Sharding::replicated(type.getRank());
+    s.dims[0] = batch;
+    s.dims[1] = heads;
+    return s;
+  };
+  plan.operands.push_back(make(qType));
+  plan.operands.push_back(make(kType));
+  plan.operands.push_back(make(getRankedTensor(op.getValue())));
+  if (Value mask = op.getMask()) {
+    auto type = getRankedTensor(mask);
+    Sharding s = Sharding::replicated(type.getRank());
+    int64_t lead = 4 - type.getRank();
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      int64_t full = d + lead;
+      if (type.getDimSize(d) == 1)
+        continue;
+      if (full == 0)
+        s.dims[d] = batch;
+      if (full == 1)
+        s.dims[d] = heads;
+    }
+    plan.operands.push_back(s);
+  }
+  for (const Sharding &s : plan.operands)
+    (void)s;
+  plan.results.push_back(make(getRankedTensor(op.getResult())));
+  return plan;
+}
+
+/// Views and softmax follow their input's sharding where the op leaves a
+/// split dim whole; the other dims are gathered first.
+OpPlan Partitioner::planView(Operation *op) {
+  OpPlan plan;
+  Value src = op->getOperand(0);
+  auto srcType = getRankedTensor(src);
+  Sharding cur = states.lookup(src).sharding;
+  cur.partial.clear();
+  if (static_cast<int64_t>(cur.dims.size()) != srcType.getRank())
+    cur = Sharding::replicated(srcType.getRank());
+  auto resultType = getRankedTensor(op->getResult(0));
+  Sharding out = Sharding::replicated(resultType.getRank());
+
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+    plan.kind = PlanKind::ExtractSlice;
+    llvm::SmallBitVector dropped = slice.getDroppedDims();
+    ArrayRef<int64_t> offsets = slice.getStaticOffsets();
+    ArrayRef<int64_t> sizes = slice.getStaticSizes();
+    ArrayRef<int64_t> strides = slice.getStaticStrides();
+    unsigned r = 0;
+    for (int64_t d = 0; d < srcType.getRank(); ++d) {
+      bool whole = offsets[d] == 0 && sizes[d] == srcType.getDimSize(d) &&
+                   strides[d] == 1;
+      if (!whole)
+        cur.dims[d].clear();
+      if (!dropped.test(d))
+        out.dims[r++] = cur.dims[d];
+    }
+    plan.operands.push_back(cur);
+    for (unsigned i = 1; i < op->getNumOperands(); ++i)
+      plan.operands.push_back(Sharding());
+    plan.results.push_back(out);
+    return plan;
+  }
+  if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op)) {
+    plan.kind = PlanKind::ExpandShape;
+    for (auto [d, group] :
+         llvm::enumerate(expand.getReassociationIndices())) {
+      if (cur.dims[d].empty())
+        continue;
+      int64_t major = group.front();
+      for (int64_t o : group)
+        if (resultType.getDimSize(o) != 1) {
+          major = o;
+          break;
+        }
+      int64_t size = resultType.getDimSize(major);
+      if (ShapedType::isDynamic(size) ||
+          size % getGroupSize(cur.dims[d]) != 0) {
+        cur.dims[d].clear();
+        continue;
+      }
+      out.dims[major] = cur.dims[d];
+    }
+  } else if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(op)) {
+    plan.kind = PlanKind::CollapseShape;
+    for (auto [o, group] :
+         llvm::enumerate(collapse.getReassociationIndices())) {
+      int64_t major = group.front();
+      for (int64_t d : group)
+        if (srcType.getDimSize(d) != 1) {
+          major = d;
+          break;
+        }
+      for (int64_t d : group)
+        if (d != major)
+          cur.dims[d].clear();
+      out.dims[o] = cur.dims[major];
+    }
+  } else {
+    auto softmax = cast<linalg::SoftmaxOp>(op);
+    plan.kind = PlanKind::Softmax;
+    cur.dims[softmax.getDimension()].clear();
+    out = cur;
+    plan.operands.push_back(cur);
+    plan.operands.push_back(cur);
+    plan.results.push_back(out);
+    return plan;
+  }
+  plan.operands.push_back(cur);
+  for (unsigned i = 1; i < op->getNumOperands(); ++i)
+    plan.operands.push_back(Sharding());
+  plan.results.push_back(out);
+  return plan;
+}
+
+FailureOr<OpPlan> Partitioner::planOp(Operation *op) {
+  auto spec = op->getAttrOfType<PartitionSpecAttr>(STPDialect::kSpecAttrName);
+  if (isLazy(op)) {
+    OpPlan plan;
+    plan.kind = PlanKind::Lazy;
+    return plan;
+  }
+  if (isa<func::ReturnOp>(op)) {
+    OpPlan plan;
+    plan.kind = PlanKind::Return;
+    return plan;
+  }
+  if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op))
+    if (linalgOp.hasPureTensorSemantics())
+      return planLinalg(linalgOp, spec);
+  if (isa<LayerNormOp, RMSNormOp>(op))
+    return planNorm(op, spec);
+  if (auto attention = dyn_cast<AttentionOp>(op))
+    return planAttention(attention, spec);
+  if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op) &&
+      getRankedTensor(op->getResult(0)).hasStaticShape() &&
+      getRankedTensor(op->getOperand(0)).hasStaticShape())
+    return planView(op);
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
+    if (slice.getOffsets().empty() && slice.getSizes().empty() &&
+        slice.getStrides().empty() && slice.getSourceType().hasStaticShape())
+      return planView(op);
+  if (isa<linalg::SoftmaxOp>(op))
+    return planView(op);
+  OpPlan plan;
+  plan.kind = PlanKind::Replicated;
+  bool hasTensor = llvm::any_of(op->getResultTypes(), [](Type t) {
+    return isa<ShapedType>(t);
+  });
+  if (spec || (hasTensor && !isa<arith::ConstantOp>(op)))
+    plan.fallback = "no local rule for this op";
+  return plan;
+}
+
+//===----------------------------------------------------------------------===//
+// Emission
+//===----------------------------------------------------------------------===//
+
+void Partitioner::emitTemporal(linalg::LinalgOp op, OpPlan &plan) {
+  Location loc = op->getLoc();
+  std::string label = getLabel(op);
+  MLIRContext *ctx = builder.getContext();
+  auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
+  int64_t q = plan.steps;
+
+  Value input = getAs(op->getOperand(plan.inputIdx),
+                      plan.operands[plan.inputIdx], label, "input");
+  Value weight = getAs(op->getOperand(plan.weightIdx),
+                       plan.operands[plan.weightIdx], label, "weight");
+  Value init = getAs(op->getOperand(plan.initIdx), plan.operands[plan.initIdx],
+                     label, "output");
+  SmallVector<Value> captured;
+  SetVector<Value> above;
+  getUsedValuesDefinedAbove(op->getRegions(), above);
+  IRMapping mapping;
+  for (Value v : above)
+    mapping.map(v, getAs(v, Sharding::replicated(
+                                getRankedTensor(v) ? getRankedTensor(v).getRank()
+                                                   : 0),
+                         label, "captured value"));
+
+  // Skewed start: N-slice (r + c) mod q of the local N block.
+  auto index = shard::ProcessMultiIndexOp::create(
+      builder, loc, kGridName,
+      ArrayRef<shard::GridAxis>{plan.rowAxis, plan.colAxis});
+  Value sum = arith::AddIOp::create(builder, loc, index.getResult()[0],
+                                    index.getResult()[1]);
+  Value start =
+      arith::RemUIOp::create(builder, loc, sum, getIndexConstant(loc, q));
+  auto sliceN = [&](Value value, int64_t dim) -> Value {
+    auto type = cast<RankedTensorType>(value.getType());
+    int64_t piece = type.getDimSize(dim) / q;
+    Value offset = arith::MulIOp::create(builder, loc, start,
+                                         getIndexConstant(loc, piece));
+    SmallVector<OpFoldResult> offsets(type.getRank(), builder.getIndexAttr(0));
+    SmallVector<OpFoldResult> sizes, strides(type.getRank(),
+                                             builder.getIndexAttr(1));
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      sizes.push_back(builder.getIndexAttr(d == dim ? piece
+                                                    : type.getDimSize(d)));
+    offsets[dim] = offset;
+    return tensor::ExtractSliceOp::create(builder, loc, value, offsets, sizes,
+                                          strides);
+  };
+  Value input0 = sliceN(input, plan.inputNDim);
+  Value weight0 = sliceN(weight, plan.weightNDim);
+
+  Value lb = getIndexConstant(loc, 0), ub = getIndexConstant(loc, q),
+        step = getIndexConstant(loc, 1);
+  auto loop = scf::ForOp::create(
+      builder, loc, lb, ub, step, ValueRange{init, input0, weight0},
+      [&](OpBuilder &b, Location bodyLoc, Value, ValueRange args) {
+        // Next step's operands: issued first, overlapped with the compute.
+        auto shiftInput = shard::ShiftOp::create(
+            b, bodyLoc, args[1].getType(), gridRef,
+            b.getDenseI16ArrayAttr({plan.colAxis}), args[1],
+            b.getIndexAttr(plan.colAxis), b.getI64IntegerAttr(-1),
+            b.getUnitAttr());
+        shiftInput->setAttr(STPDialect::kDoubleBufferAttrName,
+                            b.getUnitAttr());
+        markCollective(shiftInput, label,
+                       "temporal ring shift of the input to the left "
+                       "neighbour along " +
+                           axesText(plan.colAxis) +
+                           " (receive from (r, c+1))");
+        auto shiftWeight = shard::ShiftOp::create(
+            b, bodyLoc, args[2].getType(), gridRef,
+            b.getDenseI16ArrayAttr({plan.rowAxis}), args[2],
+            b.getIndexAttr(plan.rowAxis), b.getI64IntegerAttr(-1),
+            b.getUnitAttr());
+        shiftWeight->setAttr(STPDialect::kDoubleBufferAttrName,
+                             b.getUnitAttr());
+        markCollective(shiftWeight, label,
+                       "temporal ring shift of the weight up along " +
+                           axesText(plan.rowAxis) +
+                           " (receive from (r+1, c))");
+        Operation *compute = b.clone(*op, mapping);
+        compute->removeAttr(STPDialect::kSpecAttrName);
+        compute->setOperand(plan.inputIdx, args[1]);
+        compute->setOperand(plan.weightIdx, args[2]);
+        compute->setOperand(plan.initIdx, args[0]);
+        compute->getResult(0).setType(args[0].getType());
+        scf::YieldOp::create(b, bodyLoc,
+                             ValueRange{compute->getResult(0),
+                                        shiftInput.getResult(),
+                                        shiftWeight.getResult()});
+      });
+  ValueState &state = states[op->getResult(0)];
+  state.value = loop.getResult(0);
+  state.sharding = plan.results[0];
+  state.producer = label;
+  state.partialReason = plan.partialReason;
+  ++numTemporalOps;
+}
+
+LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
+  std::string label = getLabel(op);
+  switch (plan.kind) {
+  case PlanKind::Lazy: {
+    ValueState &state = states[op->getResult(0)];
+    state.lazy = true;
+    state.sharding = Sharding::replicated(
+        getRankedTensor(op->getResult(0)).getRank());
+    state.producer = label;
+    return success();
+  }
+  case PlanKind::Return: {
+    SmallVector<Value> values;
+    for (auto [i, v] : llvm::enumerate(op->getOperands()))
+      values.push_back(getAs(
+          v,
+          Sharding::replicated(getRankedTensor(v) ? getRankedTensor(v).getRank()
+                                                  : 0),
+          "return", "result " + std::to_string(i)));
+    func::ReturnOp::create(builder, op->getLoc(), values);
+    return success();
+  }
+  case PlanKind::Temporal:
+    emitTemporal(cast<linalg::LinalgOp>(op), plan);
+    return success();
+  case PlanKind::ExtractSlice: {
+    auto slice = cast<tensor::ExtractSliceOp>(op);
+    Value src = getAs(slice.getSource(), plan.operands[0], label, "source");
+    auto srcType = cast<RankedTensorType>(src.getType());
+    SmallVector<OpFoldResult> offsets, sizes, strides;
+    for (int64_t d = 0; d < srcType.getRank(); ++d) {
+      offsets.push_back(builder.getIndexAttr(slice.getStaticOffsets()[d]));
+      int64_t size = slice.getStaticSizes()[d];
+      if (!plan.operands[0].dims[d].empty())
+        size = srcType.getDimSize(d);
+      sizes.push_back(builder.getIndexAttr(size));
+      strides.push_back(builder.getIndexAttr(slice.getStaticStrides()[d]));
+    }
+    auto resultType = getLocalType(slice.getResultType(), plan.results[0]);
+    auto newOp = tensor::ExtractSliceOp::create(builder, op->getLoc(),
+                                                resultType, src, offsets, sizes,
+                                                strides);
+    newOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+    newOp->removeAttr(STPDialect::kSpecAttrName);
+    ValueState &state = states[op->getResult(0)];
+    state.value = newOp.getResult();
+    state.sharding = plan.results[0];
+    state.producer = label;
+    ++numSplitOps;
+    return success();
+  }
+  case PlanKind::ExpandShape:
+  case PlanKind::CollapseShape: {
+    Value src = getAs(op->getOperand(0), plan.operands[0], label, "source");
+    auto resultType =
+        getLocalType(getRankedTensor(op->getResult(0)), plan.results[0]);
+    Operation *newOp;
+    if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op))
+      newOp = tensor::ExpandShapeOp::create(
+          builder, op->getLoc(), resultType, src,
+          expand.getReassociationIndices());
+    else
+      newOp = tensor::CollapseShapeOp::create(
+          builder, op->getLoc(), resultType, src,
+          cast<tensor::CollapseShapeOp>(op).getReassociationIndices());
+    newOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+    newOp->removeAttr(STPDialect::kSpecAttrName);
+    ValueState &state = states[op->getResult(0)];
+    state.value = newOp->getResult(0);
+    state.sharding = plan.results[0];
+    state.producer = label;
+    ++numSplitOps;
+    return success();
+  }
+  case PlanKind::Replicated: {
+    plan.operands.clear();
+    plan.results.clear();
+    for (Value v : op->getOperands())
+      plan.operands.push_back(Sharding::replicated(
+          getRankedTensor(v) ? getRankedTensor(v).getRank() : 0));
+    for (Value v : op->getResults())
+      plan.results.push_back(Sharding::replicated(
+          getRankedTensor(v) ? getRankedTensor(v).getRank() : 0));
+    break;
+  }
+  case PlanKind::Linalg:
+  case PlanKind::Norm:
+  case PlanKind::Attention:
+  case PlanKind::Softmax:
+    break;
+  }
+
+  // Generic path: re-layout the operands, clone, set local result types.
+  SmallVector<Value> operands;
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    operands.push_back(
+        getAs(v, plan.operands[i], label, "operand " + std::to_string(i)));
+  SetVector<Value> above;
+  getUsedValuesDefinedAbove(op->getRegions(), above);
+  IRMapping mapping;
+  for (Value v : above)
+    mapping.map(v, getAs(v,
+                         Sharding::replicated(getRankedTensor(v)
+                                                  ? getRankedTensor(v).getRank()
+                                                  : 0),
+                         label, "captured value"));
+  Operation *newOp = builder.clone(*op, mapping);
+  newOp->setOperands(operands);
+  newOp->removeAttr(STPDialect::kSpecAttrName);
+  for (auto [i, result] : llvm::enumerate(newOp->getResults()))
+    if (auto type = getRankedTensor(result))
+      result.setType(getLocalType(type, plan.results[i]));
+
+  // linalg.index of a split loop: add the block offset.
+  if (plan.kind == PlanKind::Linalg) {
+    SmallVector<int64_t> ranges =
+        cast<linalg::LinalgOp>(op).getStaticLoopRanges();
+    SmallVector<linalg::IndexOp> indices;
+    newOp->walk([&](linalg::IndexOp index) { indices.push_back(index); });
+    for (linalg::IndexOp index : indices) {
+      const AxisList &axes = plan.loopAxes[index.getDim()];
+      if (axes.empty())
+        continue;
+      int64_t local = ranges[index.getDim()] / getGroupSize(axes);
+      Value offset = arith::MulIOp::create(
+          builder, index.getLoc(), getBlockIndex(index.getLoc(), axes),
+          getIndexConstant(index.getLoc(), local));
+      OpBuilder inner(index->getContext());
+      inner.setInsertionPointAfter(index);
+      Value global = arith::AddIOp::create(inner, index.getLoc(),
+                                           index.getResult(), offset);
+      index.getResult().replaceAllUsesExcept(global,
+                                             global.getDefiningOp());
+    }
+    // The offsets were created after the clone; keep them before it.
+    if (!indices.empty())
+      newOp->moveBefore(builder.getInsertionBlock(),
+                        builder.getInsertionPoint());
+  }
+  if (!plan.fallback.empty()) {
+    newOp->setAttr(STPDialect::kFallbackAttrName,
+                   builder.getStringAttr(plan.fallback));
+    ++numFallbackOps;
+  } else if (plan.kind != PlanKind::Replicated) {
+    ++numSplitOps;
+  }
+  for (auto [i, result] : llvm::enumerate(op->getResults())) {
+    ValueState &state = states[result];
+    state.value = newOp->getResult(i);
+    state.sharding = plan.results[i];
+    state.producer = label;
+    state.partialReason = plan.partialReason;
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
+  if (func.isExternal())
+    return success();
+  if (!func.getBody().hasOneBlock())
+    return func.emitError() << "only single-block functions are partitioned";
+  Block &body = func.getBody().front();
+  states.clear();
+  cache.clear();
+  positions.clear();
+  for (auto [i, op] : llvm::enumerate(body))
+    positions[&op] = i;
+
+  // Arguments: the sharding the first planned user wants.
+  SmallVector<Sharding> argShardings;
+  for (BlockArgument arg : body.getArguments()) {
+    auto type = getRankedTensor(arg);
+    Sharding chosen = Sharding::replicated(type ? type.getRank() : 0);
+    if (type) {
+      SmallVector<OpOperand *> uses;
+      for (OpOperand &use : arg.getUses())
+        if (use.getOwner()->getBlock() == &body)
+          uses.push_back(&use);
+      llvm::sort(uses, [&](OpOperand *a, OpOperand *b) {
+        return positions[a->getOwner()] < positions[b->getOwner()];
+      });
+      for (OpOperand *use : uses) {
+        Operation *user = use->getOwner();
+        if (!user->hasAttr(STPDialect::kSpecAttrName))
+          continue;
+        FailureOr<OpPlan> plan = planOp(user);
+        if (failed(plan))
+          return failure();
+        if (plan->kind == PlanKind::Replicated || plan->kind == PlanKind::Lazy)
+          continue;
+        const Sharding &wanted = plan->operands[use->getOperandNumber()];
+        if (wanted.partial.empty() && isValidFor(type, wanted)) {
+          chosen = wanted;
+          break;
+        }
+      }
+    }
+    argShardings.push_back(chosen);
+  }
+
+  // The new function: local argument types, replicated results.
+  SmallVector<Type> argTypes;
+  for (auto [arg, s] : llvm::zip(body.getArguments(), argShardings))
+    argTypes.push_back(getRankedTensor(arg) ? Type(getLocalType(
+                                                  getRankedTensor(arg), s))
+                                            : arg.getType());
+  auto funcType = builder.getFunctionType(argTypes, func.getResultTypes());
+  builder.setInsertionPoint(func);
+  auto newFunc = func::FuncOp::create(builder, func.getLoc(), func.getName(),
+                                      funcType);
+  newFunc->setAttrs(func->getAttrs());
+  newFunc.setFunctionType(funcType);
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    SmallVector<NamedAttribute> attrs(function_interface_impl::getArgAttrs(func, i));
+    if (getRankedTensor(func.getArgument(i)))
+      attrs.push_back(builder.getNamedAttr(STPDialect::kSplitAttrName,
+                                           getSplitAttr(argShardings[i])));
+    newFunc.setArgAttrs(i, attrs);
+  }
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    SmallVector<NamedAttribute> attrs(function_interface_impl::getResultAttrs(func, i));
+    if (auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[i]))
+      attrs.push_back(builder.getNamedAttr(
+          STPDialect::kSplitAttrName,
+          getSplitAttr(Sharding::replicated(type.getRank()))));
+    newFunc.setResultAttrs(i, attrs);
+  }
+  Block *newBody = newFunc.addEntryBlock();
+  for (auto [oldArg, newArg, s] :
+       llvm::zip(body.getArguments(), newBody->getArguments(), argShardings)) {
+    ValueState &state = states[oldArg];
+    state.value = newArg;
+    state.sharding = s;
+    auto name = func.getArgAttrOfType<StringAttr>(oldArg.getArgNumber(),
+                                                  STPDialect::kNameAttrName);
+    state.producer = name ? name.str()
+                          : ("argument " + Twine(oldArg.getArgNumber())).str();
+  }
+
+  builder.setInsertionPointToEnd(newBody);
+  for (Operation &op : body) {
+    FailureOr<OpPlan> plan = planOp(&op);
+    if (failed(plan) || failed(emit(&op, *plan))) {
+      newFunc.erase();
+      return failure();
+    }
+  }
+  newFunc->moveBefore(func);
+  func.erase();
+  return success();
+}
+
+LogicalResult Partitioner::run() {
+  // Grid: every mesh axis except pp, which must be 1.
+  for (AxisAttr axis : mesh.getAxes()) {
+    if (axis.getName().getValue() == "pp") {
+      if (axis.getSize() != 1)
+        return module.emitError()
+               << "pipeline stages (pp = " << axis.getSize()
+               << ") are not partitioned yet; pp must be 1";
+      continue;
+    }
+    axisOfName[axis.getName().getValue()] = gridShape.size();
+    axisNames.push_back(axis.getName().str());
+    gridShape.push_back(axis.getSize());
+  }
+  if (module.lookupSymbol(kGridName))
+    return module.emitError() << "symbol @" << kGridName
+                              << " already exists (partitioned twice?)";
+  if (llvm::any_of(module.getOps<func::FuncOp>(), [](func::FuncOp f) {
+        bool hasCall = false;
+        f.walk([&](func::CallOp) { hasCall = true; });
+        return hasCall;
+      }))
+    return module.emitError() << "calls are not partitioned; inline first";
+  builder.setInsertionPointToStart(module.getBody());
+  shard::GridOp::create(builder, module.getLoc(),
+                        builder.getStringAttr(kGridName),
+                        builder.getDenseI64ArrayAttr(gridShape));
+  for (func::FuncOp func :
+       llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+    if (failed(partitionFunc(func)))
+      return failure();
+  module->setAttr(STPDialect::kPartitionedAttrName, builder.getUnitAttr());
+  return success();
+}
+
+namespace {
+struct PartitionPass
+    : public stpar::stp::impl::PartitionPassBase<PartitionPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto mesh = module->getAttrOfType<MeshAttr>(STPDialect::kMeshAttrName);
+    if (!mesh) {
+      module.emitError() << "module has no '" << STPDialect::kMeshAttrName
+                         << "' attribute (run stpar plan --emit-mlir)";
+      return signalPassFailure();
+    }
+    Partitioner partitioner(module, mesh);
+    if (failed(partitioner.run()))
+      return signalPassFailure();
+    numSplitOps += partitioner.numSplitOps;
+    numFallbackOps += partitioner.numFallbackOps;
+    numTemporalOps += partitioner.numTemporalOps;
+    numCollectives += partitioner.numCollectives;
+  }
+};
+} // namespace

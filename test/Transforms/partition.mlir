@@ -1,0 +1,171 @@
+// RUN: stpar-opt %s -stp-partition -split-input-file | FileCheck %s
+// RUN: stpar-opt %s -stp-partition -split-input-file | stpar-opt -split-input-file > /dev/null
+
+// Megatron MLP on 4 devices: the first matmul splits its output columns
+// (column parallel), the second its reduced dim (row parallel). The weights
+// arrive split, the hidden activation stays split, and one all-reduce
+// resolves the second matmul's partial sums before the replicated result.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+// CHECK-LABEL: module attributes
+// CHECK-SAME: stp.partitioned
+// CHECK: shard.grid @grid(shape = 4)
+// CHECK: func.func @main(%[[X:[a-z0-9_]+]]: tensor<8x32xf32> {stp.name = "x", stp.split = {{\[\[\], \[\]\]}}},
+// CHECK-SAME: %[[W1:[a-z0-9_]+]]: tensor<32x16xf32> {stp.param = #stp.param<name = "w1"{{.*}}>, stp.split = {{\[\[\], \[0\]\]}}},
+// CHECK-SAME: %[[W2:[a-z0-9_]+]]: tensor<16x32xf32> {stp.param = #stp.param<name = "w2"{{.*}}>, stp.split = {{\[\[0\], \[\]\]}}})
+// CHECK-SAME: -> (tensor<8x32xf32> {stp.name = "y", stp.split = {{\[\[\], \[\]\]}}})
+// CHECK: %[[Z1:[a-z0-9_]+]] = linalg.fill {{.*}} -> tensor<8x16xf32>
+// CHECK: %[[H:[a-z0-9_]+]] = linalg.matmul ins(%[[X]], %[[W1]] : tensor<8x32xf32>, tensor<32x16xf32>) outs(%[[Z1]] : tensor<8x16xf32>)
+// CHECK-NOT: shard.
+// CHECK: %[[P:[a-z0-9_]+]] = linalg.matmul ins(%[[H]], %[[W2]] : tensor<8x16xf32>, tensor<16x32xf32>)
+// CHECK-NEXT: %[[O:[a-z0-9_]+]] = shard.all_reduce %[[P]] on @grid grid_axes = [0]
+// CHECK-SAME: stp.plan_step = "linalg.matmul#6 forward: all-reduce of the partial sum over x0 (reduction loop k split)"
+// CHECK-NOT: shard.
+// CHECK: return %[[O]] : tensor<8x32xf32>
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%x: tensor<8x32xf32> {stp.name = "x"},
+                  %w1: tensor<32x64xf32> {stp.param = #stp.param<name = "w1", data = embedded, trainable = true>},
+                  %w2: tensor<64x32xf32> {stp.param = #stp.param<name = "w2", data = embedded, trainable = true>})
+      -> (tensor<8x32xf32> {stp.name = "y"}) {
+    %cst = arith.constant 0.0 : f32
+    %e1 = tensor.empty() : tensor<8x64xf32>
+    %z1 = linalg.fill ins(%cst : f32) outs(%e1 : tensor<8x64xf32>) -> tensor<8x64xf32>
+    %h = linalg.matmul {stp.spec = #stp.spec<#mesh, loops = ["m" = 8, "n" = 64 {"x0"}, "k" = 32 reduction]>}
+      ins(%x, %w1 : tensor<8x32xf32>, tensor<32x64xf32>) outs(%z1 : tensor<8x64xf32>) -> tensor<8x64xf32>
+    %e2 = tensor.empty() : tensor<8x32xf32>
+    %z2 = linalg.fill ins(%cst : f32) outs(%e2 : tensor<8x32xf32>) -> tensor<8x32xf32>
+    %o = linalg.matmul {stp.spec = #stp.spec<#mesh, loops = ["m" = 8, "n" = 32, "k" = 64 reduction {"x0"}]>}
+      ins(%h, %w2 : tensor<8x64xf32>, tensor<64x32xf32>) outs(%z2 : tensor<8x32xf32>) -> tensor<8x32xf32>
+    return %o : tensor<8x32xf32>
+  }
+}
+
+// -----
+
+// PrimePar's temporal primitive on a 2x2 grid: a linear layer
+// O[b, s, k] = sum_n I[b, s, n] W[n, k] with M = s, N = n, K = k. Device
+// (r, c) holds M-slice r and K-slice c; I and W start at N-slice
+// (r + c) mod 2 and move by ring shifts inside an scf.for of 2 steps.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 2, "x1" = 2]>
+#map_i = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>
+#map_w = affine_map<(d0, d1, d2, d3) -> (d3, d2)>
+#map_o = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+// CHECK: shard.grid @grid(shape = 2x2)
+// CHECK: func.func @main(%[[I:[a-z0-9_]+]]: tensor<2x4x32xf32> {stp.name = "x", stp.split = {{\[\[\], \[0\], \[\]\]}}},
+// CHECK-SAME: %[[W:[a-z0-9_]+]]: tensor<32x8xf32> {{{.*}}stp.split = {{\[\[\], \[1\]\]}}})
+// CHECK: %[[Z:[a-z0-9_]+]] = linalg.fill {{.*}} -> tensor<2x4x8xf32>
+// CHECK: %[[RC:[a-z0-9_]+]]:2 = shard.process_multi_index on @grid axes = [0, 1] : index, index
+// CHECK: %[[SUM:[a-z0-9_]+]] = arith.addi %[[RC]]#0, %[[RC]]#1 : index
+// CHECK: %[[START:[a-z0-9_]+]] = arith.remui %[[SUM]], %{{.*}} : index
+// CHECK: %[[OFFI:[a-z0-9_]+]] = arith.muli %[[START]], %{{.*}} : index
+// CHECK: %[[I0:[a-z0-9_]+]] = tensor.extract_slice %[[I]][0, 0, %[[OFFI]]] [2, 4, 16] [1, 1, 1] : tensor<2x4x32xf32> to tensor<2x4x16xf32>
+// CHECK: %[[OFFW:[a-z0-9_]+]] = arith.muli %[[START]], %{{.*}} : index
+// CHECK: %[[W0:[a-z0-9_]+]] = tensor.extract_slice %[[W]][%[[OFFW]], 0] [16, 8] [1, 1] : tensor<32x8xf32> to tensor<16x8xf32>
+// CHECK: %[[LOOP:[a-z0-9_]+]]:3 = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[ACC:[a-z0-9_]+]] = %[[Z]], %[[IC:[a-z0-9_]+]] = %[[I0]], %[[WC:[a-z0-9_]+]] = %[[W0]])
+// CHECK-NEXT: %[[IN:[a-z0-9_]+]] = shard.shift %[[IC]] on @grid grid_axes = [1] shift_axis = 1 offset = -1 rotate {stp.double_buffer, stp.plan_step = "linalg.generic#3 forward: temporal ring shift of the input to the left neighbour along x1 (receive from (r, c+1))"} : tensor<2x4x16xf32> -> tensor<2x4x16xf32>
+// CHECK-NEXT: %[[WN:[a-z0-9_]+]] = shard.shift %[[WC]] on @grid grid_axes = [0] shift_axis = 0 offset = -1 rotate {stp.double_buffer, stp.plan_step = "linalg.generic#3 forward: temporal ring shift of the weight up along x0 (receive from (r+1, c))"} : tensor<16x8xf32> -> tensor<16x8xf32>
+// CHECK-NEXT: %[[STEP:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[IC]], %[[WC]] : tensor<2x4x16xf32>, tensor<16x8xf32>) outs(%[[ACC]] : tensor<2x4x8xf32>) {
+// CHECK: scf.yield %[[STEP]], %[[IN]], %[[WN]]
+// CHECK: shard.all_gather %[[LOOP]]#0 on @grid grid_axes = [0] gather_axis = 1
+// CHECK: shard.all_gather %{{.*}} on @grid grid_axes = [1] gather_axis = 2
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%x: tensor<2x8x32xf32> {stp.name = "x"},
+                  %w: tensor<32x16xf32> {stp.param = #stp.param<name = "w", data = embedded, trainable = true>})
+      -> (tensor<2x8x16xf32> {stp.name = "y"}) {
+    %cst = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<2x8x16xf32>
+    %z = linalg.fill ins(%cst : f32) outs(%e : tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %o = linalg.generic {indexing_maps = [#map_i, #map_w, #map_o], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<2x8x32xf32>, tensor<32x16xf32>) outs(%z : tensor<2x8x16xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 2, "s" = 8, "d2" = 16, "d3" = 32 reduction],
+               temporal = <grid = ["x0", "x1"], matmul = ["s", "d3", "d2"], steps = 2>>} {
+    ^bb0(%a: f32, %b: f32, %acc: f32):
+      %m = arith.mulf %a, %b : f32
+      %s = arith.addf %acc, %m : f32
+      linalg.yield %s : f32
+    } -> tensor<2x8x16xf32>
+    return %o : tensor<2x8x16xf32>
+  }
+}
+
+// -----
+
+// Attention split by batch (x0) and heads (x1): query, key, value and the
+// mask's batch dim arrive split; no collective until the result is gathered.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 2, "x1" = 2]>
+// CHECK: func.func @main(%[[Q:[a-z0-9_]+]]: tensor<1x2x8x16xf32> {stp.split = {{\[\[0\], \[1\], \[\], \[\]\]}}},
+// CHECK-SAME: %[[K:[a-z0-9_]+]]: tensor<1x2x8x16xf32> {stp.split = {{\[\[0\], \[1\], \[\], \[\]\]}}},
+// CHECK-SAME: %[[V:[a-z0-9_]+]]: tensor<1x2x8x16xf32> {stp.split = {{\[\[0\], \[1\], \[\], \[\]\]}}},
+// CHECK-SAME: %[[M:[a-z0-9_]+]]: tensor<1x1x8x8xf32> {stp.split = {{\[\[0\], \[\], \[\], \[\]\]}}})
+// CHECK-NEXT: %[[A:[a-z0-9_]+]] = stp.attention %[[Q]], %[[K]], %[[V]] mask %[[M]] {causal, scale = 2.500000e-01 : f32} : (tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x1x8x8xf32>) -> tensor<1x2x8x16xf32>
+// CHECK-NEXT: shard.all_gather %[[A]] on @grid grid_axes = [0] gather_axis = 0
+// CHECK-NEXT: shard.all_gather %{{.*}} on @grid grid_axes = [1] gather_axis = 1
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v: tensor<2x4x8x16xf32>,
+                  %mask: tensor<2x1x8x8xf32>) -> tensor<2x4x8x16xf32> {
+    %o = stp.attention %q, %k, %v mask %mask {scale = 0.25 : f32, causal,
+        stp.spec = #stp.spec<#mesh, loops = ["b" = 2 {"x0"}, "h" = 4 {"x1"}, "s" = 8, "t" = 8, "d" = 16 reduction]>}
+        : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x1x8x8xf32>) -> tensor<2x4x8x16xf32>
+    return %o : tensor<2x4x8x16xf32>
+  }
+}
+
+// -----
+
+// Layer norm whose normalized dim is split (x1): the input is gathered
+// along it first, the batch split (x0) is kept. The next op wants the split
+// moved from the batch to the sequence dim: an all-to-all, then an
+// all-slice for the hidden dim.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 2, "x1" = 2]>
+#id = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+// CHECK: func.func @main(%[[X:[a-z0-9_]+]]: tensor<2x8x16xf32> {stp.split = {{\[\[0\], \[\], \[1\]\]}}},
+// CHECK-SAME: %[[G:[a-z0-9_]+]]: tensor<32xf32> {stp.split = {{\[\[\]\]}}}, %[[B:[a-z0-9_]+]]: tensor<32xf32> {stp.split = {{\[\[\]\]}}})
+// CHECK: %[[R:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[X]] : tensor<2x8x16xf32>)
+// CHECK: %[[RG:[a-z0-9_]+]] = shard.all_gather %[[R]] on @grid grid_axes = [1] gather_axis = 2 {stp.plan_step = "stp.layer_norm#2 forward: all-gather dim 2 over x1 for operand 0 of stp.layer_norm#2 (produced by linalg.generic#1)"} : tensor<2x8x16xf32> -> tensor<2x8x32xf32>
+// CHECK-NEXT: %[[N:[a-z0-9_]+]] = stp.layer_norm %[[RG]], %[[G]], %[[B]] {axis = 2 : i64, epsilon = {{.*}}} : (tensor<2x8x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+// CHECK-NEXT: %[[T:[a-z0-9_]+]] = shard.all_to_all %[[N]] on @grid grid_axes = [0] split_axis = 1 concat_axis = 0 {stp.plan_step = "linalg.generic#4 forward: all-to-all moving the split over x0 from dim 0 to dim 1{{.*}}"} : tensor<2x8x32xf32> -> tensor<4x4x32xf32>
+// CHECK-NEXT: %[[S:[a-z0-9_]+]] = shard.all_slice %[[T]] on @grid grid_axes = [1] slice_axis = 2 {{.*}} : tensor<4x4x32xf32> -> tensor<4x4x16xf32>
+// CHECK: linalg.generic {{.*}} ins(%[[S]] : tensor<4x4x16xf32>)
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%x: tensor<4x8x32xf32>, %g: tensor<32xf32>, %b: tensor<32xf32>) -> tensor<4x8x32xf32> {
+    %e = tensor.empty() : tensor<4x8x32xf32>
+    %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x : tensor<4x8x32xf32>) outs(%e : tensor<4x8x32xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 4 {"x0"}, "s" = 8, "d2" = 32 {"x1"}]>} {
+    ^bb0(%a: f32, %o: f32):
+      %m = arith.maximumf %a, %a : f32
+      linalg.yield %m : f32
+    } -> tensor<4x8x32xf32>
+    %y = stp.layer_norm %r, %g, %b {axis = 2 : i64, epsilon = 1.0e-5 : f32,
+        stp.spec = #stp.spec<#mesh, loops = ["b" = 4 {"x0"}, "s" = 8, "d2" = 32 reduction {"x1"} ]>}
+        : (tensor<4x8x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<4x8x32xf32>
+    %e2 = tensor.empty() : tensor<4x8x32xf32>
+    %z = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%y : tensor<4x8x32xf32>) outs(%e2 : tensor<4x8x32xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 4, "s" = 8 {"x0"}, "d2" = 32 {"x1"}]>} {
+    ^bb0(%a: f32, %o: f32):
+      %m = arith.negf %a : f32
+      linalg.yield %m : f32
+    } -> tensor<4x8x32xf32>
+    return %z : tensor<4x8x32xf32>
+  }
+}
