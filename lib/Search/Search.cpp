@@ -77,9 +77,13 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
                                               options.pipeline,
                                               options.microBatchChoices))
     for (const std::vector<int64_t> &shape :
-         enumerateMeshShapes(problem.devices / stages, options.maxMeshAxes))
-      for (int z : options.zeroStages)
-        for (bool rc : options.recompute) {
+         options.meshShapes.empty()
+             ? enumerateMeshShapes(problem.devices / stages,
+                                   options.maxMeshAxes)
+             : (stages == 1 ? options.meshShapes
+                            : std::vector<std::vector<int64_t>>{}))
+      for (bool rc : options.recompute)
+        for (int z : options.zeroStages) {
           if (rc && !hasLayers(problem))
             continue;
           Config c;
@@ -90,27 +94,84 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
           configs.push_back(std::move(c));
         }
   result.configurations = configs.size();
-  for (size_t i = 0; i < configs.size(); ++i) {
+  // Branch and bound over the configurations (exact): every configuration
+  // gets a lower bound of its objective and its exact smallest memory from
+  // its candidate tables alone; they are solved in increasing bound order,
+  // each DP only for plans faster than the best so far, and the loop stops
+  // at the first bound that cannot beat it. Configurations that cannot fit
+  // are never solved.
+  // Configurations that differ only in the ZeRO stage share their partition
+  // tables; one whose every candidate costs at least as much time and memory
+  // as under another stage (e.g. stage 1 vs 2 when the objective charges
+  // them the same traffic) has no better plan and is dropped (exact).
+  std::vector<std::pair<double, size_t>> order;
+  auto sameExceptZeRO = [&](size_t a, size_t b) {
+    const Config &x = configs[a], &y = configs[b];
+    if (x.mesh.axes.size() != y.mesh.axes.size() ||
+        x.microBatches != y.microBatches || x.recompute != y.recompute)
+      return false;
+    for (size_t k = 0; k < x.mesh.axes.size(); ++k)
+      if (x.mesh.axes[k].size != y.mesh.axes[k].size)
+        return false;
+    return true;
+  };
+  for (size_t first = 0; first < configs.size();) {
+    size_t end = first + 1;
+    while (end < configs.size() && sameExceptZeRO(first, end))
+      ++end;
+    std::vector<std::unique_ptr<Instance>> group;
+    for (size_t i = first; i < end; ++i) {
+      Expected<std::unique_ptr<Instance>> inst =
+          Instance::create(problem, cluster, configs[i], eff, options.solver);
+      if (!inst)
+        return inst.takeError();
+      result.memoryLimit = (*inst)->getMemoryLimit();
+      result.smallestMemory =
+          std::min(result.smallestMemory, (*inst)->getSmallestMemory());
+      group.push_back(std::move(*inst));
+    }
+    for (size_t j = 0; j < group.size(); ++j) {
+      bool dominated = false;
+      for (size_t i = 0; i < group.size() && !dominated; ++i)
+        if (i != j && group[i]->dominates(*group[j]) &&
+            (i < j || !group[j]->dominates(*group[i])))
+          dominated = true;
+      if (dominated) {
+        ++result.dominatedConfigurations;
+        continue;
+      }
+      if (group[j]->getSmallestMemory() <= result.memoryLimit * (1 + 1e-9))
+        order.push_back({group[j]->getLowerBound(), first + j});
+    }
+    first = end;
+  }
+  llvm::stable_sort(order, [](const auto &a, const auto &b) {
+    return a.first < b.first;
+  });
+  const double inf = std::numeric_limits<double>::infinity();
+  for (size_t n = 0; n < order.size(); ++n) {
+    auto [lowerBound, i] = order[n];
+    double bound = result.best ? result.best->cost.stepTime : inf;
+    if (lowerBound >= bound)
+      break;
     Expected<std::unique_ptr<Instance>> inst =
         Instance::create(problem, cluster, configs[i], eff, options.solver);
     if (!inst)
       return inst.takeError();
     DPStats stats;
-    Expected<Plan> plan = (*inst)->solveDP(&stats);
+    Expected<Plan> plan = (*inst)->solveDP(&stats, bound);
+    ++result.solvedConfigurations;
     result.stats.candidates += stats.candidates;
     result.stats.prunedCandidates += stats.prunedCandidates;
     result.stats.statesVisited += stats.statesVisited;
     result.stats.droppedStates += stats.droppedStates;
     result.stats.droppedPoints += stats.droppedPoints;
-    result.memoryLimit = (*inst)->getMemoryLimit();
-    result.smallestMemory =
-        std::min(result.smallestMemory, (*inst)->getSmallestMemory());
     if (plan)
       keepBest(result, std::move(*plan));
     else
       consumeError(plan.takeError());
     if (options.progress)
-      options.progress(i + 1, configs.size());
+      options.progress(n + 1, order.size());
   }
   return result;
 }
@@ -236,6 +297,14 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
       if ((n / pp) % tp)
         continue;
       int64_t dp = n / pp / tp;
+      if (!options.meshShapes.empty() &&
+          !any_of(options.meshShapes, [&](ArrayRef<int64_t> shape) {
+            return pp == 1 && (shape.size() == 1
+                                   ? dp == 1 && tp == shape[0]
+                                   : shape.size() == 2 && dp == shape[0] &&
+                                         tp == shape[1]);
+          }))
+        continue;
       Config c;
       c.mesh.axes = {{"pp", pp}, {"dp", dp}, {"tp", tp}};
       c.microBatches = m;

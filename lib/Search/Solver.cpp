@@ -93,7 +93,18 @@ struct Instance::Impl {
   std::vector<Node> nodes;
   double smallestMemory = std::numeric_limits<double>::infinity();
   DPStats stats;
-  bool ignoreLimit = false;
+  /// Per problem operator, minima over its candidates: objective time,
+  /// additive memory (states + stashes), transient peak.
+  std::vector<double> minTime, minMem, minPeak;
+  /// The plan's transient peak is at least the largest per-operator minimum.
+  double peakLB = 0;
+  /// Lower bound of any plan's objective (sum of per-operator minima plus
+  /// the stage sends; re-layouts >= 0).
+  double timeLB = 0;
+  /// Only plans strictly faster than this are searched for (seconds).
+  double bound = std::numeric_limits<double>::infinity();
+
+  void computeBounds();
 
   Error init();
   int intern(const LayoutCode &code) {
@@ -209,7 +220,65 @@ Error Instance::Impl::init() {
       return err("operator '" + problem.ops[i].name + "' has no partition");
   }
   nodes.push_back({}); // node 0: root
+  computeBounds();
   return Error::success();
+}
+
+void Instance::Impl::computeBounds() {
+  const double inf = std::numeric_limits<double>::infinity();
+  unsigned n = unsigned(problem.ops.size());
+  minTime.assign(n, inf);
+  minMem.assign(n, inf);
+  minPeak.assign(n, inf);
+  // How often each problem operator occurs in the flattened plan.
+  std::vector<double> copies(n, 0);
+  for (unsigned i : flat.original)
+    copies[i] += 1;
+  struct Item {
+    double peak, mem;
+    unsigned op;
+  };
+  std::vector<Item> items;
+  for (unsigned i = 0; i < n; ++i)
+    for (const Cand &c : cands[i]) {
+      minTime[i] = std::min(minTime[i], c.time);
+      minMem[i] = std::min(minMem[i], c.stateBytes + c.actBytes);
+      minPeak[i] = std::min(minPeak[i], c.peak);
+      items.push_back({c.peak, c.stateBytes + c.actBytes, i});
+    }
+  timeLB = constantTime;
+  peakLB = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    timeLB += copies[i] * minTime[i];
+    if (copies[i] > 0)
+      peakLB = std::max(peakLB, minPeak[i]);
+  }
+  // The smallest memory of any plan, exactly: memory is a sum of per-copy
+  // terms plus the largest transient, and the choices are independent, so
+  // for each transient threshold T (ascending) take every operator's
+  // smallest additive memory among its candidates with peak <= T.
+  llvm::sort(items, [](const Item &a, const Item &b) { return a.peak < b.peak; });
+  std::vector<double> cur(n, inf);
+  unsigned missing = 0;
+  for (unsigned i = 0; i < n; ++i)
+    missing += copies[i] > 0 ? 1 : 0;
+  double sum = 0;
+  smallestMemory = inf;
+  for (const Item &it : items) {
+    if (copies[it.op] == 0 || it.mem >= cur[it.op])
+      continue;
+    if (cur[it.op] == inf) {
+      --missing;
+      sum += copies[it.op] * it.mem;
+    } else {
+      sum += copies[it.op] * (it.mem - cur[it.op]);
+    }
+    cur[it.op] = it.mem;
+    if (missing == 0)
+      smallestMemory = std::min(smallestMemory, sum + it.peak);
+  }
+  if (n == 0 || items.empty())
+    smallestMemory = 0;
 }
 
 Expected<Cand> Instance::Impl::costCandidate(unsigned i, const Partition &part) {
@@ -248,9 +317,13 @@ Expected<Cand> Instance::Impl::costCandidate(unsigned i, const Partition &part) 
     int64_t nd = 1;
     for (unsigned axis : g.axes)
       nd *= config.mesh.axes[axis].size;
+    // Parameters per device. For the temporal primitive `g.bytes` is one
+    // (N/q, K/q) block, which is exactly what a device owns: W is cut into
+    // q x q blocks, one per device of the square, and only moves around the
+    // ring (no replicated W or dW, ../shared/DESIGN.md "Temporal
+    // partition"); its gradient is replicated only over the axes outside
+    // the square (g.axes).
     double psi = g.bytes / 2;
-    if (op.temporal)
-      psi *= double(config.mesh.axes[op.temporal->rowAxis].size);
     double bytes = psi * 2;
     states += getModelStateBytes(psi, nd, config.zeroStage).getTotal();
     double s = getMultiAxisCollectiveTime(Collective::AllReduce, bytes, g.axes,
@@ -390,8 +463,6 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
 }
 
 bool Instance::Impl::insert(Front &front, Point p) {
-  if (!ignoreLimit && p.mem + p.peak > limit)
-    return false;
   for (const Point &q : front)
     if (q.time <= p.time && q.mem <= p.mem && q.peak <= p.peak)
       return false;
@@ -524,13 +595,36 @@ Expected<Plan> Instance::Impl::solve() {
         preOutOperand = j;
         break;
       }
+  const double inf = std::numeric_limits<double>::infinity();
+  auto sumOver = [](const std::vector<unsigned> &ops,
+                    const std::vector<double> &v) {
+    double s = 0;
+    for (unsigned op : ops)
+      s += v[op];
+    return s;
+  };
+  // Lower bounds of the sections (sums of per-operator minima; edges >= 0).
+  double blockTimeLB = sumOver(layer, minTime),
+         blockMemLB = sumOver(layer, minMem);
+  double postTimeLB = sumOver(post, minTime), postMemLB = sumOver(post, minMem);
+  double layers = double(hasLayers ? P.layers : 0);
+  // Exact pruning: a point whose time plus a lower bound of the rest cannot
+  // beat `bound`, or whose memory plus a lower bound of the rest exceeds the
+  // limit, is never part of an answer.
+  auto admissible = [&](const Point &p, double restTime, double restMem) {
+    if (p.time + restTime + constantTime >= bound)
+      return false;
+    return p.mem + restMem + std::max(p.peak, peakLB) <=
+           limit * (1 + 1e-12);
+  };
 
   // Runs the frontier DP over `items`; returns fronts keyed by the layouts of
-  // the sticky (item, operand) pairs.
+  // the sticky (item, operand) pairs. `outTime`/`outMem` bound what the rest
+  // of the plan (outside this segment) adds.
   auto runSegment = [&](const std::vector<SegItem> &items,
                         const std::vector<SegEdge> &edges,
-                        const std::vector<std::pair<unsigned, unsigned>> &sticky)
-      -> StateMap {
+                        const std::vector<std::pair<unsigned, unsigned>> &sticky,
+                        double outTime, double outMem) -> StateMap {
     unsigned n = unsigned(items.size());
     std::vector<int> lastUse(n, -1);
     std::vector<std::vector<unsigned>> relevant(n);
@@ -549,6 +643,16 @@ Expected<Plan> Instance::Impl::solve() {
       llvm::sort(r);
       r.erase(std::unique(r.begin(), r.end()), r.end());
     }
+    // Lower bounds of the items after v (restTime[v + 1]).
+    std::vector<double> restTime(n + 1, 0), restMem(n + 1, 0);
+    for (unsigned v = n; v-- > 0;) {
+      restTime[v] = restTime[v + 1];
+      restMem[v] = restMem[v + 1];
+      if (items[v].op >= 0) {
+        restTime[v] += minTime[items[v].op];
+        restMem[v] += minMem[items[v].op];
+      }
+    }
     // Signature tables: item -> tuple of layouts of its relevant operands.
     std::vector<std::map<std::vector<int>, int>> sigIds(n);
     std::vector<std::vector<std::vector<int>>> sigLayouts(n);
@@ -565,10 +669,14 @@ Expected<Plan> Instance::Impl::solve() {
       return sigLayouts[item][sig][slot];
     };
     std::vector<unsigned> live; // items in the key, in order
-    StateMap states;
-    states[{}].push_back(Point{0, 0, 0, 0});
+    struct State {
+      Key key;
+      Front front;
+    };
+    std::vector<State> states(1);
+    states[0].front.push_back(Point{0, 0, 0, 0});
     for (unsigned v = 0; v < n; ++v) {
-      // Candidates of v: (cost, sig, in-layouts, candidate index).
+      // Candidates of v: (cost, sig, column per in-edge, candidate index).
       struct SC {
         double time, mem, peak;
         int sig;
@@ -576,6 +684,7 @@ Expected<Plan> Instance::Impl::solve() {
         int cand;
       };
       std::vector<SC> scs;
+      unsigned numIn = unsigned(inEdges[v].size());
       if (items[v].op < 0) {
         for (int l : items[v].anchorLayouts)
           scs.push_back({0, 0, 0, sigOf(v, {l}), {}, -1});
@@ -635,6 +744,32 @@ Expected<Plan> Instance::Impl::solve() {
           scs = std::move(kept);
         }
       }
+      // Edge-cost tables: per in-edge, the candidates' distinct input
+      // layouts are columns; a row (one producer layout) is filled once.
+      std::vector<std::vector<int>> colLayout(numIn);
+      std::vector<std::vector<unsigned>> colOf(scs.size(),
+                                               std::vector<unsigned>(numIn));
+      for (unsigned k = 0; k < numIn; ++k) {
+        DenseMap<int, unsigned> cols;
+        for (unsigned s = 0; s < scs.size(); ++s) {
+          auto [it, ins] =
+              cols.try_emplace(scs[s].in[k], unsigned(colLayout[k].size()));
+          if (ins)
+            colLayout[k].push_back(scs[s].in[k]);
+          colOf[s][k] = it->second;
+        }
+      }
+      std::vector<DenseMap<int, std::vector<double>>> rows(numIn);
+      auto getRow = [&](unsigned k, int from) -> const std::vector<double> & {
+        auto [it, ins] = rows[k].try_emplace(from);
+        if (ins) {
+          it->second.reserve(colLayout[k].size());
+          for (int to : colLayout[k])
+            it->second.push_back(edgeCost(unsigned(items[v].op),
+                                          inEdges[v][k]->toOperand, from, to));
+        }
+        return it->second;
+      };
       // Live set after v.
       std::vector<unsigned> nextLive;
       for (unsigned u : live)
@@ -646,68 +781,99 @@ Expected<Plan> Instance::Impl::solve() {
       std::vector<int> livePos(n, -1);
       for (unsigned i = 0; i < live.size(); ++i)
         livePos[live[i]] = int(i);
-      StateMap next;
-      for (auto &[key, front] : states) {
+      double restT = restTime[v + 1] + outTime;
+      double restM = restMem[v + 1] + outMem;
+      // Destination fronts by (base key id, signature of v).
+      std::map<Key, unsigned> baseIds;
+      std::vector<const Key *> bases;
+      DenseMap<uint64_t, unsigned> slotOf;
+      std::vector<std::pair<uint64_t, Front>> slots;
+      std::vector<const std::vector<double> *> rowPtr(numIn);
+      for (State &st : states) {
         ++stats.statesVisited;
-        std::vector<int> fromL;
-        for (const SegEdge *e : inEdges[v])
-          fromL.push_back(layoutOf(e->from, key[livePos[e->from]],
-                                   e->fromOperand));
+        const Key &key = st.key;
+        for (unsigned k = 0; k < numIn; ++k) {
+          const SegEdge *e = inEdges[v][k];
+          rowPtr[k] =
+              &getRow(k, layoutOf(e->from, key[livePos[e->from]], e->fromOperand));
+        }
         Key base;
         for (unsigned u : nextLive)
           if (u != v)
             base.push_back(key[livePos[u]]);
-        for (const SC &sc : scs) {
+        auto [bit, bins] = baseIds.try_emplace(std::move(base),
+                                               unsigned(bases.size()));
+        if (bins)
+          bases.push_back(&bit->first);
+        uint64_t bi = uint64_t(bit->second) << 32;
+        for (unsigned s = 0; s < scs.size(); ++s) {
+          const SC &sc = scs[s];
           double add = sc.time;
-          for (unsigned k = 0; k < inEdges[v].size(); ++k)
-            add += edgeCost(unsigned(items[v].op), inEdges[v][k]->toOperand,
-                            fromL[k], sc.in[k]);
-          Key nk = base;
-          if (vLive)
-            nk.push_back(sc.sig);
-          Front &dst = next[nk];
-          for (const Point &pt : front) {
+          for (unsigned k = 0; k < numIn; ++k)
+            add += (*rowPtr[k])[colOf[s][k]];
+          uint64_t dk = bi | uint32_t(vLive ? sc.sig : 0);
+          Front *dst = nullptr;
+          for (const Point &pt : st.front) {
             Point np{pt.time + add, pt.mem + sc.mem,
                      std::max(pt.peak, sc.peak), -1};
+            if (!admissible(np, restT, restM))
+              continue;
+            if (!dst) {
+              auto [sit, sins] = slotOf.try_emplace(dk, unsigned(slots.size()));
+              if (sins)
+                slots.push_back({dk, Front()});
+              dst = &slots[sit->second].second;
+            }
             // Speculative node; reused when rejected.
             nodes.push_back({pt.node, -1, sc.cand >= 0 ? items[v].op : -1,
                              sc.cand});
             np.node = int32_t(nodes.size() - 1);
-            if (!insert(dst, np))
+            if (!insert(*dst, np))
               nodes.pop_back();
           }
         }
       }
-      for (auto it = next.begin(); it != next.end();)
-        it = it->second.empty() ? next.erase(it) : std::next(it);
+      std::vector<State> next;
+      next.reserve(slots.size());
+      for (auto &[dk, front] : slots) {
+        if (front.empty())
+          continue;
+        Key k = *bases[dk >> 32];
+        if (vLive)
+          k.push_back(int(uint32_t(dk)));
+        next.push_back({std::move(k), std::move(front)});
+      }
       if (options.maxStates && next.size() > options.maxStates) {
-        std::vector<std::pair<double, Key>> order;
-        for (auto &[k, f] : next) {
-          double best = std::numeric_limits<double>::infinity();
-          for (const Point &pt : f)
-            best = std::min(best, pt.time);
-          order.push_back({best, k});
-        }
-        llvm::sort(order, [](const auto &a, const auto &b) {
-          return a.first < b.first;
-        });
-        for (size_t i = options.maxStates; i < order.size(); ++i)
-          next.erase(order[i].second);
-        stats.droppedStates += order.size() - options.maxStates;
+        auto best = [](const State &s) {
+          double b = std::numeric_limits<double>::infinity();
+          for (const Point &pt : s.front)
+            b = std::min(b, pt.time);
+          return b;
+        };
+        std::vector<std::pair<double, unsigned>> order;
+        for (unsigned i = 0; i < next.size(); ++i)
+          order.push_back({best(next[i]), i});
+        std::nth_element(order.begin(), order.begin() + options.maxStates,
+                         order.end());
+        std::vector<State> kept;
+        for (unsigned i = 0; i < options.maxStates; ++i)
+          kept.push_back(std::move(next[order[i].second]));
+        stats.droppedStates += next.size() - options.maxStates;
+        next = std::move(kept);
       }
       states = std::move(next);
       live = std::move(nextLive);
     }
     // Re-key by the sticky operands' layouts.
     StateMap out;
-    for (auto &[key, front] : states) {
+    for (State &st : states) {
       Key k;
       for (auto [item, operand] : sticky) {
         unsigned pos = unsigned(find(live, item) - live.begin());
-        k.push_back(layoutOf(item, key[pos], operand));
+        k.push_back(layoutOf(item, st.key[pos], operand));
       }
       Front &dst = out[k];
-      for (const Point &pt : front)
+      for (const Point &pt : st.front)
         insert(dst, pt);
     }
     return out;
@@ -739,7 +905,9 @@ Expected<Plan> Instance::Impl::solve() {
       std::vector<std::pair<unsigned, unsigned>> sticky;
       if (hasLayers)
         sticky.push_back({pos[pre.back()], preOutOperand});
-      StateMap res = runSegment(items, edges, sticky);
+      StateMap res = runSegment(items, edges, sticky,
+                                layers * blockTimeLB + postTimeLB,
+                                layers * blockMemLB + postMemLB);
       for (auto &[k, f] : res) {
         if (hasLayers)
           preFront[k[0]] = f;
@@ -751,13 +919,11 @@ Expected<Plan> Instance::Impl::solve() {
     }
   }
 
-  std::vector<std::pair<int, int>> choices;
   Point bestPoint;
   bool found = false;
-  double bestTime = std::numeric_limits<double>::infinity();
+  double bestTime = inf;
   auto consider = [&](const Point &pt) {
     double total = pt.time + constantTime;
-    smallestMemory = std::min(smallestMemory, pt.mem + pt.peak);
     if (pt.mem + pt.peak <= limit && total < bestTime) {
       bestTime = total;
       bestPoint = pt;
@@ -769,6 +935,15 @@ Expected<Plan> Instance::Impl::solve() {
     for (const Point &pt : noLayerFront)
       consider(pt);
   } else {
+    // The pre section's exact minima tighten the bounds of the rest.
+    double preTime = inf, preMem = inf;
+    for (auto &[l, f] : preFront)
+      for (const Point &pt : f) {
+        preTime = std::min(preTime, pt.time);
+        preMem = std::min(preMem, pt.mem);
+      }
+    if (preFront.empty())
+      return err("no plan fits in the memory limit");
     // Anchors: every layout the carry can arrive in.
     std::set<int> anchorSet;
     for (auto &[l, f] : preFront)
@@ -794,20 +969,78 @@ Expected<Plan> Instance::Impl::solve() {
           edges.push_back({pos[e.producer], e.producerOperand, pos[e.consumer],
                            e.consumerOperand});
       }
-      StateMap res = runSegment(items, edges, {{0, 0}, {pos[*carry], carryOperand}});
+      StateMap res = runSegment(
+          items, edges, {{0, 0}, {pos[*carry], carryOperand}},
+          preTime + (layers - 1) * blockTimeLB + postTimeLB,
+          preMem + (layers - 1) * blockMemLB + postMemLB);
       for (auto &[k, f] : res)
         block[{k[0], k[1]}] = f;
+    }
+    // Min-plus product of Pareto matrices (PrimePar Eq. 14); the product
+    // stands for `count` layers.
+    auto product = [&](const Matrix &A, const Matrix &B, int64_t count) {
+      double restT = preTime + (layers - double(count)) * blockTimeLB +
+                     postTimeLB;
+      double restM =
+          preMem + (layers - double(count)) * blockMemLB + postMemLB;
+      std::map<int, std::vector<std::pair<int, const Front *>>> rows;
+      for (auto &[bc, f] : B)
+        rows[bc.first].push_back({bc.second, &f});
+      Matrix C;
+      for (auto &[ab, fa] : A) {
+        auto it = rows.find(ab.second);
+        if (it == rows.end())
+          continue;
+        for (auto &[c, fb] : it->second) {
+          Front *dst = nullptr;
+          for (const Point &pa : fa)
+            for (const Point &pb : *fb) {
+              Point sum{pa.time + pb.time, pa.mem + pb.mem,
+                        std::max(pa.peak, pb.peak), -1};
+              if (!admissible(sum, restT, restM))
+                continue;
+              if (!dst)
+                dst = &C[{ab.first, c}];
+              Point np = concat(pa, pb);
+              if (!insert(*dst, np))
+                nodes.pop_back();
+            }
+        }
+      }
+      for (auto it = C.begin(); it != C.end();)
+        it = it->second.empty() ? C.erase(it) : std::next(it);
+      return C;
+    };
+    // Repeated doubling: block^layers in O(log layers) products.
+    std::optional<Matrix> power;
+    int64_t powerCount = 0, baseCount = 1;
+    Matrix base = block;
+    for (int64_t r = P.layers; r > 0; r >>= 1) {
+      if (r & 1) {
+        powerCount += baseCount;
+        power = power ? product(*power, base, powerCount) : base;
+      }
+      if (r > 1) {
+        baseCount *= 2;
+        base = product(base, base, baseCount);
+      }
     }
     // Post.
     std::map<int, Front> postFront;
     {
       std::set<int> outs;
-      for (auto &[ab, f] : block)
+      double layersTime = inf, layersMem = inf;
+      for (auto &[ab, f] : *power) {
         outs.insert(ab.second);
+        for (const Point &pt : f) {
+          layersTime = std::min(layersTime, pt.time);
+          layersMem = std::min(layersMem, pt.mem);
+        }
+      }
       if (post.empty()) {
         for (int l : outs)
           postFront[l].push_back(Point{0, 0, 0, 0});
-      } else {
+      } else if (!outs.empty()) {
         std::vector<SegItem> items{{-1, std::vector<int>(outs.begin(), outs.end())}};
         std::vector<SegEdge> edges;
         std::map<unsigned, unsigned> pos;
@@ -824,43 +1057,11 @@ Expected<Plan> Instance::Impl::solve() {
             edges.push_back({pos[e.producer], e.producerOperand,
                              pos[e.consumer], e.consumerOperand});
         }
-        StateMap res = runSegment(items, edges, {{0, 0}});
+        StateMap res = runSegment(items, edges, {{0, 0}},
+                                  preTime + layersTime, preMem + layersMem);
         for (auto &[k, f] : res)
           postFront[k[0]] = f;
       }
-    }
-    // Min-plus product of Pareto matrices (PrimePar Eq. 14).
-    auto product = [&](const Matrix &A, const Matrix &B) {
-      std::map<int, std::vector<std::pair<int, const Front *>>> rows;
-      for (auto &[bc, f] : B)
-        rows[bc.first].push_back({bc.second, &f});
-      Matrix C;
-      for (auto &[ab, fa] : A) {
-        auto it = rows.find(ab.second);
-        if (it == rows.end())
-          continue;
-        for (auto &[c, fb] : it->second) {
-          Front &dst = C[{ab.first, c}];
-          for (const Point &pa : fa)
-            for (const Point &pb : *fb) {
-              Point np = concat(pa, pb);
-              if (!insert(dst, np))
-                nodes.pop_back();
-            }
-        }
-      }
-      for (auto it = C.begin(); it != C.end();)
-        it = it->second.empty() ? C.erase(it) : std::next(it);
-      return C;
-    };
-    // Repeated doubling: block^layers in O(log layers) products.
-    std::optional<Matrix> power;
-    Matrix base = block;
-    for (int64_t r = P.layers; r > 0; r >>= 1) {
-      if (r & 1)
-        power = power ? product(*power, base) : base;
-      if (r > 1)
-        base = product(base, base);
     }
     for (auto &[ab, f] : *power) {
       auto pre = preFront.find(ab.first);
@@ -873,7 +1074,6 @@ Expected<Plan> Instance::Impl::solve() {
             Point sum{a.time + b.time + c.time, a.mem + b.mem + c.mem,
                       std::max({a.peak, b.peak, c.peak}), -1};
             double total = sum.time + constantTime;
-            smallestMemory = std::min(smallestMemory, sum.mem + sum.peak);
             if (sum.mem + sum.peak <= limit && total < bestTime) {
               Point ab2 = concat(a, b);
               bestPoint = concat(ab2, c);
@@ -883,8 +1083,9 @@ Expected<Plan> Instance::Impl::solve() {
           }
     }
   }
-  if (!found)
+  if (!found || bestTime >= bound)
     return err("no plan fits in the memory limit");
+  std::vector<std::pair<int, int>> choices;
   walk(bestPoint.node, choices);
   const FlatGraph &g = flat;
   if (choices.size() != g.ops.size())
@@ -901,35 +1102,56 @@ Expected<Plan> Instance::Impl::solve() {
   return plan;
 }
 
-Expected<Plan> Instance::solveDP(DPStats *stats) {
+Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
   Impl &I = *impl;
   I.stats = {};
   I.nodes.resize(1);
-  Expected<Plan> plan = I.solve();
+  I.bound = bound;
+  Expected<Plan> plan =
+      I.smallestMemory > I.limit * (1 + 1e-9)
+          ? Expected<Plan>(err("no plan fits in the memory limit"))
+          : I.solve();
+  if (stats)
+    *stats = I.stats;
   if (!plan) {
-    // Nothing fits: find the smallest memory (fronts keep it) for the
-    // diagnostic.
     consumeError(plan.takeError());
-    I.ignoreLimit = true;
-    I.nodes.resize(1);
-    Expected<Plan> any = I.solve();
-    I.ignoreLimit = false;
-    if (!any)
-      consumeError(any.takeError());
-    if (stats)
-      *stats = I.stats;
+    if (I.smallestMemory <= I.limit * (1 + 1e-9))
+      return err("no plan beats the bound of " + std::to_string(bound) +
+                 " s");
     return err("no plan fits in " + std::to_string(I.limit) +
                " bytes per device");
   }
-  if (stats)
-    *stats = I.stats;
-  double dpTime = plan->cost.stepTime;
   Expected<PlanCost> pc = evaluate(plan->partitions);
   if (!pc)
     return pc.takeError();
   plan->cost = std::move(*pc);
-  (void)dpTime;
   return plan;
+}
+
+double Instance::getLowerBound() const { return impl->timeLB; }
+
+bool Instance::dominates(const Instance &other) const {
+  const Impl &a = *impl, &b = *other.impl;
+  if (a.config.microBatches != b.config.microBatches ||
+      a.config.mesh.axes.size() != b.config.mesh.axes.size() ||
+      a.cands.size() != b.cands.size() || a.constantTime > b.constantTime ||
+      a.limit != b.limit)
+    return false;
+  for (unsigned k = 0; k < a.config.mesh.axes.size(); ++k)
+    if (a.config.mesh.axes[k].size != b.config.mesh.axes[k].size)
+      return false;
+  for (unsigned i = 0; i < a.cands.size(); ++i) {
+    if (a.cands[i].size() != b.cands[i].size())
+      return false;
+    for (unsigned c = 0; c < a.cands[i].size(); ++c) {
+      const Cand &x = a.cands[i][c], &y = b.cands[i][c];
+      if (!(x.part == y.part) || x.layouts != y.layouts || x.time > y.time ||
+          x.stateBytes + x.actBytes > y.stateBytes + y.actBytes ||
+          x.peak > y.peak)
+        return false;
+    }
+  }
+  return true;
 }
 
 double Instance::getSmallestMemory() const { return impl->smallestMemory; }

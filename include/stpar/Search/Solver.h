@@ -27,6 +27,7 @@
 #include "llvm/Support/Error.h"
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,11 +115,29 @@ public:
   /// of the flattened operators. Fails above `maxCombinations`.
   llvm::Expected<Plan> bruteForce(double maxCombinations = 5e7);
 
-  /// The segmented frontier DP with doubling over identical layers.
-  llvm::Expected<Plan> solveDP(DPStats *stats = nullptr);
+  /// The segmented frontier DP with doubling over identical layers. With a
+  /// finite `bound` (seconds) it looks only for plans strictly faster than
+  /// it and fails when there is none; states that cannot beat it (time +
+  /// a lower bound of the rest >= bound) or cannot fit (memory + a lower
+  /// bound of the rest > limit) are dropped, which keeps the DP exact.
+  llvm::Expected<Plan> solveDP(DPStats *stats = nullptr,
+                               double bound =
+                                   std::numeric_limits<double>::infinity());
 
-  /// Smallest memory of any plan seen by the last solve (for "no plan fits"
-  /// diagnostics), bytes.
+  /// True when `other` has the same mesh, micro-batches and candidate
+  /// partitions and every candidate here costs no more time, additive memory
+  /// or transient memory than there (and the stage sends no more): then
+  /// every plan is at least as good here, so `other` need not be solved.
+  bool dominates(const Instance &other) const;
+
+  /// Lower bound of the objective of any plan of this configuration
+  /// (seconds): per-operator minimum times (re-layouts >= 0) plus the stage
+  /// sends.
+  double getLowerBound() const;
+
+  /// Smallest memory (bytes per device) of any plan of this configuration,
+  /// exact (memory does not depend on re-layouts): for "no plan fits"
+  /// diagnostics and to skip configurations that cannot fit.
   double getSmallestMemory() const;
   double getMemoryLimit() const;
   const FlatGraph &getFlatGraph() const;
@@ -135,17 +154,24 @@ private:
 struct SearchOptions {
   SolverOptions solver;
   unsigned maxMeshAxes = 3;
-  /// ZeRO stages searched. In this objective stage 1 dominates 0 and 2
-  /// dominates 1 (same traffic, fewer bytes, less optimizer time), so 2 and
-  /// 3 suffice for the optimum; 0 and 1 may be listed to see them.
-  std::vector<int> zeroStages = {2, 3};
+  /// ZeRO stages searched (the data-parallel axes' optimizer-state
+  /// sharding). A stage whose configuration is dominated candidate by
+  /// candidate by another stage of the same mesh (Instance::dominates; in
+  /// this objective stage 2 dominates 1 and 0: same traffic, fewer bytes,
+  /// no more optimizer time) is dropped without solving.
+  std::vector<int> zeroStages = {0, 1, 2, 3};
   bool pipeline = true;
   /// Recomputation settings tried.
   std::vector<bool> recompute = {false, true};
   /// Micro-batch counts tried per pipeline depth p > 1: p * 2^i (i <
   /// this), when they divide the batch.
   unsigned microBatchChoices = 2;
-  /// Called after each configuration (done, total) for progress output.
+  /// When not empty: only these logical mesh shapes (major first), without
+  /// pipeline stages. For Megatron, shape [a, b] is dp = a, tp = b and [n] is
+  /// tp = n.
+  std::vector<std::vector<int64_t>> meshShapes;
+  /// Called after each solved configuration (done, to solve at most) for
+  /// progress output.
   std::function<void(size_t, size_t)> progress;
 };
 
@@ -156,6 +182,12 @@ struct SearchResult {
   double smallestMemory = 0;
   double memoryLimit = 0;
   size_t configurations = 0;
+  /// Configurations whose DP ran (the others could not fit or could not
+  /// beat the best plan by their lower bound).
+  size_t solvedConfigurations = 0;
+  /// Configurations dropped because another ZeRO stage of the same mesh
+  /// dominates them.
+  size_t dominatedConfigurations = 0;
   DPStats stats;
 };
 

@@ -302,3 +302,59 @@ TEST(Baselines, ZeROStagesTradeMemoryForTraffic) {
 }
 
 } // namespace
+
+namespace {
+
+/// One linear layer y[b,k] = x[b,n] w[n,k] on a 2 x 2 mesh.
+Problem singleLinear(int64_t b, int64_t k, int64_t n) {
+  Problem p;
+  p.name = "linear";
+  p.cluster = "v100-sxm2-32g-4x8";
+  p.devices = 4;
+  p.batchLoop = "b";
+  Operator op;
+  op.name = "fc";
+  op.kind = OpKind::MatMul;
+  op.flopsPerPoint = 2;
+  op.loops = {{"b", b, LoopKind::Parallel, {}},
+              {"k", k, LoopKind::Parallel, {}},
+              {"n", n, LoopKind::Reduction, {}}};
+  op.operands = {{"x", OperandRole::Input, {0, 2}, 2, true},
+                 {"w", OperandRole::Parameter, {2, 1}, 2, true},
+                 {"y", OperandRole::Output, {0, 1}, 2, true}};
+  p.ops.push_back(op);
+  p.sections.push_back(Section::Pre);
+  return p;
+}
+
+TEST(Objective, TemporalHoldsOneBlockOfTheWeight) {
+  // On a q x q square the temporal primitive keeps one (N/q, K/q) block of W
+  // (and of dW and the optimizer states) per device, like the spatial split
+  // n{x0} k{x1}; neither replicates W. Model states and optimizer time must
+  // therefore be equal, for every ZeRO stage (no data-parallel axis here).
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = singleLinear(64, 512, 1024);
+  for (int z = 0; z <= 3; ++z) {
+    Config c;
+    c.mesh = makeSearchMesh(1, {2, 2});
+    c.zeroStage = z;
+    auto inst = Instance::create(p, cluster(), c, eff, {});
+    ASSERT_TRUE(bool(inst)) << toString(inst.takeError());
+    Partition spatial;
+    spatial.loopAxes = {{}, {2}, {1}}; // k on x1, n on x0
+    Partition temporal;
+    temporal.loopAxes = {{}, {}, {}};
+    temporal.temporal = TemporalPrimitive{1, 2, 0, 2, 1}; // M=b N=n K=k
+    Expected<PlanCost> s = (*inst)->evaluate({spatial});
+    Expected<PlanCost> t = (*inst)->evaluate({temporal});
+    ASSERT_TRUE(s && t);
+    double wBytes = 1024.0 * 512 * 2 / 4; // one block, fp16
+    double psi = wBytes / 2;
+    EXPECT_DOUBLE_EQ(t->stateBytes, getModelStateBytes(psi, 1, z).getTotal())
+        << "stage " << z;
+    EXPECT_DOUBLE_EQ(t->stateBytes, s->stateBytes) << "stage " << z;
+    EXPECT_DOUBLE_EQ(t->optimizer, s->optimizer) << "stage " << z;
+  }
+}
+
+} // namespace
