@@ -169,3 +169,114 @@ module attributes {stp.mesh = #mesh} {
     return %z : tensor<4x8x32xf32>
   }
 }
+
+// -----
+
+// A split reduction whose consumer wants the output split on the same axis:
+// reduce-scatter instead of all-reduce.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK: func.func @main(%[[A:[a-z0-9_]+]]: tensor<8x16xf32> {stp.split = {{\[\[\], \[0\]\]}}}, %[[W:[a-z0-9_]+]]: tensor<16x32xf32> {stp.split = {{\[\[0\], \[\]\]}}})
+// CHECK: %[[P:[a-z0-9_]+]] = linalg.matmul ins(%[[A]], %[[W]] : tensor<8x16xf32>, tensor<16x32xf32>)
+// CHECK-NEXT: %[[RS:[a-z0-9_]+]] = shard.reduce_scatter %[[P]] on @grid grid_axes = [0] scatter_axis = 0 {stp.plan_step = "linalg.matmul#3 forward: reduce-scatter of the partial sum over x0 (reduction loop k split) into dim 0 over x0 for linalg.generic#4"} : tensor<8x32xf32> -> tensor<2x32xf32>
+// CHECK: linalg.generic {{.*}} ins(%[[RS]] : tensor<2x32xf32>)
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%a: tensor<8x64xf32>, %w: tensor<64x32xf32>) -> tensor<8x32xf32> {
+    %cst = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<8x32xf32>
+    %z = linalg.fill ins(%cst : f32) outs(%e : tensor<8x32xf32>) -> tensor<8x32xf32>
+    %p = linalg.matmul {stp.spec = #stp.spec<#mesh, loops = ["m" = 8, "n" = 32, "k" = 64 reduction {"x0"}]>}
+      ins(%a, %w : tensor<8x64xf32>, tensor<64x32xf32>) outs(%z : tensor<8x32xf32>) -> tensor<8x32xf32>
+    %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%p : tensor<8x32xf32>) outs(%e : tensor<8x32xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["m" = 8 {"x0"}, "n" = 32]>} {
+    ^bb0(%x: f32, %o: f32):
+      %y = arith.negf %x : f32
+      linalg.yield %y : f32
+    } -> tensor<8x32xf32>
+    return %r : tensor<8x32xf32>
+  }
+}
+
+// -----
+
+// An embedding split along the hidden dim: the table stays replicated and
+// linalg.index of the split loop gets this device's block offset. A slice
+// across the split dim gathers it first; reshapes then follow the (now
+// replicated) layout. An op without a local rule (stp.topk) on a split
+// value runs replicated and says why.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+#ids = affine_map<(d0, d1, d2) -> (d0, d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+// CHECK: func.func @main(%[[IDS:[a-z0-9_]+]]: tensor<4x8xi64> {stp.split = {{\[\[\], \[\]\]}}}, %[[TABLE:[a-z0-9_]+]]: tensor<100x32xf32> {stp.split = {{\[\[\], \[\]\]}}})
+// CHECK: %[[E:[a-z0-9_]+]] = tensor.empty() : tensor<4x8x8xf32>
+// CHECK: %[[BLK:[a-z0-9_]+]] = shard.process_multi_index on @grid axes = [0] : index
+// CHECK: %[[OFF:[a-z0-9_]+]] = arith.muli %[[BLK]], %{{.*}} : index
+// CHECK: %[[EMB:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[IDS]] : tensor<4x8xi64>) outs(%[[E]] : tensor<4x8x8xf32>)
+// CHECK: %[[COL:[a-z0-9_]+]] = linalg.index 2 : index
+// CHECK-NEXT: %[[GCOL:[a-z0-9_]+]] = arith.addi %[[COL]], %[[OFF]] : index
+// CHECK-NEXT: tensor.extract %[[TABLE]][%{{.*}}, %[[GCOL]]] : tensor<100x32xf32>
+// CHECK: %[[G:[a-z0-9_]+]] = shard.all_gather %[[EMB]] on @grid grid_axes = [0] gather_axis = 2 {stp.plan_step = "tensor.extract_slice#2 forward: all-gather dim 2 over x0 for source of tensor.extract_slice#2 (produced by linalg.generic#1)"} : tensor<4x8x8xf32> -> tensor<4x8x32xf32>
+// CHECK-NEXT: tensor.extract_slice %[[G]][0, 0, 0] [4, 8, 16] [1, 1, 1]
+// CHECK: stp.topk %[[G]] {axis = 2 : i64, k = 2 : i64, largest = true, sorted = true, stp.fallback = "no local rule for this op"} : (tensor<4x8x32xf32>)
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%ids: tensor<4x8xi64>, %table: tensor<100x32xf32>) -> (tensor<4x8x2x8xf32>, tensor<4x8x2xf32>) {
+    %e = tensor.empty() : tensor<4x8x32xf32>
+    %emb = linalg.generic {indexing_maps = [#ids, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%ids : tensor<4x8xi64>) outs(%e : tensor<4x8x32xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 4, "s" = 8, "d2" = 32 {"x0"}, "d3" = 100 reduction]>} {
+    ^bb0(%in: i64, %out: f32):
+      %row = arith.index_cast %in : i64 to index
+      %col = linalg.index 2 : index
+      %v = tensor.extract %table[%row, %col] : tensor<100x32xf32>
+      linalg.yield %v : f32
+    } -> tensor<4x8x32xf32>
+    %s = tensor.extract_slice %emb[0, 0, 0] [4, 8, 16] [1, 1, 1] : tensor<4x8x32xf32> to tensor<4x8x16xf32>
+    %x = tensor.expand_shape %s [[0], [1], [2, 3]] output_shape [4, 8, 2, 8] : tensor<4x8x16xf32> into tensor<4x8x2x8xf32>
+    %v, %i = stp.topk %emb {axis = 2 : i64, k = 2 : i64, largest = true, sorted = true}
+        : (tensor<4x8x32xf32>) -> (tensor<4x8x2xf32>, tensor<4x8x2xi64>)
+    return %x, %v : tensor<4x8x2x8xf32>, tensor<4x8x2xf32>
+  }
+}
+
+// -----
+
+// Reshapes keep a batch split when it lands on the major dim of a group.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+// CHECK: func.func @main(%[[X:[a-z0-9_]+]]: tensor<2x8x32xf32> {stp.split = {{\[\[0\], \[\], \[\]\]}}})
+// CHECK: %[[R:[a-z0-9_]+]] = linalg.generic
+// CHECK: } -> tensor<2x8x32xf32>
+// CHECK-NEXT: %[[EX:[a-z0-9_]+]] = tensor.expand_shape %[[R]] {{\[\[0\], \[1\], \[2, 3\]\]}} output_shape [2, 8, 4, 8] : tensor<2x8x32xf32> into tensor<2x8x4x8xf32>
+// CHECK-NEXT: %[[CO:[a-z0-9_]+]] = tensor.collapse_shape %[[EX]] {{\[\[0, 1\], \[2\], \[3\]\]}} : tensor<2x8x4x8xf32> into tensor<16x4x8xf32>
+// CHECK-NEXT: shard.all_gather %[[CO]] on @grid grid_axes = [0] gather_axis = 0 {{.*}} : tensor<16x4x8xf32> -> tensor<64x4x8xf32>
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%x: tensor<8x8x32xf32>) -> tensor<64x4x8xf32> {
+    %e = tensor.empty() : tensor<8x8x32xf32>
+    %r = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x : tensor<8x8x32xf32>) outs(%e : tensor<8x8x32xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 8 {"x0"}, "s" = 8, "d2" = 32]>} {
+    ^bb0(%a: f32, %o: f32):
+      %y = arith.negf %a : f32
+      linalg.yield %y : f32
+    } -> tensor<8x8x32xf32>
+    %ex = tensor.expand_shape %r [[0], [1], [2, 3]] output_shape [8, 8, 4, 8] : tensor<8x8x32xf32> into tensor<8x8x4x8xf32>
+    %co = tensor.collapse_shape %ex [[0, 1], [2], [3]] : tensor<8x8x4x8xf32> into tensor<64x4x8xf32>
+    return %co : tensor<64x4x8xf32>
+  }
+}

@@ -96,6 +96,7 @@ enum class PlanKind {
   ExpandShape,
   CollapseShape,
   Softmax,
+  Concat,
   Lazy,
   Return,
   Replicated
@@ -217,6 +218,7 @@ private:
   FailureOr<OpPlan> planNorm(Operation *op, PartitionSpecAttr spec);
   FailureOr<OpPlan> planAttention(AttentionOp op, PartitionSpecAttr spec);
   OpPlan planView(Operation *op);
+  OpPlan planConcat(tensor::ConcatOp op);
   LogicalResult emit(Operation *op, OpPlan &plan);
   void emitTemporal(linalg::LinalgOp op, OpPlan &plan);
 
@@ -931,6 +933,26 @@ OpPlan Partitioner::planView(Operation *op) {
   return plan;
 }
 
+/// A concat keeps the first input's splits of the dims it does not
+/// concatenate along; every input is brought to that layout.
+OpPlan Partitioner::planConcat(tensor::ConcatOp op) {
+  OpPlan plan;
+  plan.kind = PlanKind::Concat;
+  auto type = getRankedTensor(op.getResult());
+  Sharding s = states.lookup(op->getOperand(0)).sharding;
+  s.partial.clear();
+  if (static_cast<int64_t>(s.dims.size()) != type.getRank())
+    s = Sharding::replicated(type.getRank());
+  s.dims[op.getDim()].clear();
+  for (Value input : op.getInputs())
+    if (!isValidFor(getRankedTensor(input), s))
+      s = Sharding::replicated(type.getRank());
+  for (unsigned i = 0; i < op->getNumOperands(); ++i)
+    plan.operands.push_back(s);
+  plan.results.push_back(s);
+  return plan;
+}
+
 FailureOr<OpPlan> Partitioner::planOp(Operation *op) {
   auto spec = op->getAttrOfType<PartitionSpecAttr>(STPDialect::kSpecAttrName);
   if (isLazy(op)) {
@@ -960,6 +982,8 @@ FailureOr<OpPlan> Partitioner::planOp(Operation *op) {
       return planView(op);
   if (isa<linalg::SoftmaxOp>(op))
     return planView(op);
+  if (auto concat = dyn_cast<tensor::ConcatOp>(op))
+    return planConcat(concat);
   OpPlan plan;
   plan.kind = PlanKind::Replicated;
   bool hasTensor = llvm::any_of(op->getResultTypes(), [](Type t) {
@@ -1146,6 +1170,16 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
     return success();
   }
   case PlanKind::Replicated: {
+    // Report only where the plan or the operands' layouts are overridden.
+    bool overrides =
+        op->hasAttr(STPDialect::kSpecAttrName) ||
+        llvm::any_of(op->getOperands(), [&](Value v) {
+          auto it = states.find(v);
+          return it != states.end() && !it->second.lazy &&
+                 !it->second.sharding.isReplicated();
+        });
+    if (!overrides)
+      plan.fallback.clear();
     plan.operands.clear();
     plan.results.clear();
     for (Value v : op->getOperands())
@@ -1160,6 +1194,7 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
   case PlanKind::Norm:
   case PlanKind::Attention:
   case PlanKind::Softmax:
+  case PlanKind::Concat:
     break;
   }
 
@@ -1214,7 +1249,9 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
     newOp->setAttr(STPDialect::kFallbackAttrName,
                    builder.getStringAttr(plan.fallback));
     ++numFallbackOps;
-  } else if (plan.kind != PlanKind::Replicated) {
+  } else if (llvm::any_of(plan.results, [](const Sharding &sharding) {
+               return !sharding.isReplicated();
+             })) {
     ++numSplitOps;
   }
   for (auto [i, result] : llvm::enumerate(op->getResults())) {
