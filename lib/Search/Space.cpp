@@ -185,6 +185,10 @@ std::vector<Partition> enumeratePartitions(const Operator &op, const Mesh &mesh,
     choice[a] = numLoops;
   };
   rec(0);
+  if (options.onlyTemporal &&
+      any_of(result, [](const Partition &p) { return p.temporal.has_value(); }))
+    llvm::erase_if(result,
+                   [](const Partition &p) { return !p.temporal.has_value(); });
   return result;
 }
 

@@ -59,6 +59,10 @@ struct SpaceOptions {
   bool temporal = true;
   /// Axes below this index are never assigned (axis 0 = "pp").
   unsigned firstAxis = 1;
+  /// Forcing (for plans made to test the partitioner, `stpar plan
+  /// --strategy temporal`): an operator that has temporal candidates keeps
+  /// only those.
+  bool onlyTemporal = false;
 };
 
 /// Every partition of `op` on `mesh`: each axis >= firstAxis is either

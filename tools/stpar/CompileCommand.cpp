@@ -1,0 +1,279 @@
+//===- CompileCommand.cpp - `stpar compile` ---------------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// `stpar compile MODEL.onnx --cluster C --dim NAME=VALUE ... [--devices N]
+// [--plan plan.json | --strategy S [--mesh AxB]] [--emit=plan,mlir,cuda,cpu]
+// [--stop-after=plan|partition|emit] -o OUTDIR`: the main job. Phases:
+//
+//   1. plan       import, analyse and search (or read --plan); writes
+//                 plan.json, plan.txt and planned.mlir (the IR with stp.mesh
+//                 and stp.spec)
+//   2. partition  -stp-partition: the per-device SPMD program
+//                 (docs/spmd-ir.md); writes partitioned.mlir
+//   3. emit       per-rank code: cuda/ (NCCL, cuBLAS, CUDA kernels) and
+//                 cpu/ (MPI, plain C++), docs/emitted-code.md
+//
+// Everything is written into a temporary directory next to OUTDIR and
+// renamed onto it at the end, so a failure never leaves a half-written
+// OUTDIR. An existing OUTDIR is replaced only when it is empty or an
+// earlier output of this command (it holds `.stpar-compile`).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+#include "ModelPlan.h"
+
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+using namespace llvm;
+
+static cl::SubCommand compileCmd(
+    "compile", "Plan, partition and emit per-rank code for an ONNX model");
+static cl::opt<std::string> compileInput(cl::Positional, cl::Required,
+                                         cl::desc("<model.onnx>"),
+                                         cl::sub(compileCmd));
+static cl::list<std::string>
+    compileDims("dim", cl::sub(compileCmd), cl::value_desc("NAME=VALUE"),
+                cl::desc("Bind a symbolic dim; the batch dim's value is the "
+                         "global batch of one step"));
+static cl::opt<std::string>
+    compileBatchDim("batch-dim", cl::sub(compileCmd), cl::value_desc("NAME"),
+                    cl::desc("The symbolic batch dim (default: the one --dim "
+                             "whose name contains 'batch')"));
+static cl::opt<std::string>
+    compileCluster("cluster", cl::sub(compileCmd), cl::Required,
+                   cl::desc("Cluster preset or JSON file"));
+static cl::opt<int64_t>
+    compileDevices("devices", cl::sub(compileCmd), cl::init(0),
+                   cl::desc("Devices (default: the cluster's; with --plan: "
+                            "must equal the plan's)"));
+static cl::opt<double>
+    compileMemoryLimit("memory-limit", cl::sub(compileCmd), cl::init(0),
+                       cl::desc("Per-device memory limit in bytes"));
+static cl::opt<std::string>
+    compilePlan("plan", cl::sub(compileCmd), cl::value_desc("plan.json"),
+                cl::desc("Use this plan (from `stpar plan -o`) instead of "
+                         "searching"));
+static cl::opt<std::string>
+    compileStrategy("strategy", cl::sub(compileCmd), cl::init("search"),
+                    cl::value_desc("NAME"),
+                    cl::desc(stpar::tools::kStrategyHelp));
+static cl::opt<std::string>
+    compileMesh("mesh", cl::sub(compileCmd), cl::value_desc("AxB..."),
+                cl::desc("Force the logical mesh shape (no pipeline stages); "
+                         "megatron: AxB = dp x tp"));
+static cl::list<std::string>
+    compileEmit("emit", cl::sub(compileCmd), cl::CommaSeparated,
+                cl::value_desc("plan,mlir,cuda,cpu"),
+                cl::desc("Outputs (default: all): plan (plan.json, "
+                         "plan.txt), mlir (planned.mlir, partitioned.mlir), "
+                         "cuda (cuda/), cpu (cpu/)"));
+static cl::opt<std::string>
+    compileStopAfter("stop-after", cl::sub(compileCmd), cl::init("emit"),
+                     cl::value_desc("plan|partition|emit"),
+                     cl::desc("Last phase to run"));
+static cl::opt<std::string> compileOutput("o", cl::sub(compileCmd),
+                                          cl::Required,
+                                          cl::value_desc("OUTDIR"),
+                                          cl::desc("Output directory"));
+
+static int fail(const Twine &message) {
+  errs() << "stpar: error: " << message << "\n";
+  return 1;
+}
+
+static void progress(const Twine &message) {
+  errs() << "stpar compile: " << message << "\n";
+}
+
+static const char *const kMarker = ".stpar-compile";
+
+/// Writes `text` to `dir`/`name`.
+static bool writeFile(StringRef dir, StringRef name,
+                      function_ref<void(raw_ostream &)> write) {
+  SmallString<256> path(dir);
+  sys::path::append(path, name);
+  std::error_code ec;
+  raw_fd_ostream os(path, ec, sys::fs::OF_Text);
+  if (ec) {
+    fail("cannot write '" + path + "': " + ec.message());
+    return false;
+  }
+  write(os);
+  return !os.has_error();
+}
+
+/// OUTDIR may be replaced: it does not exist, is empty, or holds the marker.
+static bool canReplace(StringRef dir) {
+  if (!sys::fs::exists(dir))
+    return true;
+  if (!sys::fs::is_directory(dir))
+    return false;
+  SmallString<256> marker(dir);
+  sys::path::append(marker, kMarker);
+  if (sys::fs::exists(marker))
+    return true;
+  std::error_code ec;
+  sys::fs::directory_iterator it(dir, ec);
+  return !ec && it == sys::fs::directory_iterator();
+}
+
+/// Runs `-stp-partition` on the planned module (in place).
+static bool partition(mlir::ModuleOp module) {
+  mlir::PassManager pm(module.getContext());
+  std::string errors;
+  raw_string_ostream es(errors);
+  if (mlir::failed(mlir::parsePassPipeline("builtin.module(stp-partition)",
+                                           pm, es))) {
+    fail("the partition pass is not available: " + es.str());
+    return false;
+  }
+  if (mlir::failed(pm.run(module))) {
+    fail("partitioning failed (see the errors above)");
+    return false;
+  }
+  return true;
+}
+
+static int runCompile() {
+  static const char *const phases[] = {"plan", "partition", "emit"};
+  if (!is_contained(phases, compileStopAfter))
+    return fail("unknown --stop-after '" + compileStopAfter +
+                "' (plan, partition or emit)");
+  StringSet<> emit;
+  for (const std::string &e : compileEmit) {
+    if (e != "plan" && e != "mlir" && e != "cuda" && e != "cpu")
+      return fail("unknown --emit '" + e + "' (plan, mlir, cuda or cpu)");
+    emit.insert(e);
+  }
+  if (emit.empty())
+    for (const char *e : {"plan", "mlir", "cuda", "cpu"})
+      emit.insert(e);
+  bool toPartition = compileStopAfter != "plan" &&
+                     (emit.count("mlir") || emit.count("cuda") ||
+                      emit.count("cpu"));
+  bool toEmit = compileStopAfter == "emit" &&
+                (emit.count("cuda") || emit.count("cpu"));
+  if (!compilePlan.empty() &&
+      (compileStrategy.getNumOccurrences() || !compileMesh.empty()))
+    return fail("--plan fixes the plan; --strategy and --mesh do not apply");
+  if (!canReplace(compileOutput))
+    return fail("'" + compileOutput +
+                "' exists and is not an earlier stpar compile output; "
+                "remove it or choose another -o");
+
+  stpar::tools::ModelPlanOptions o;
+  o.model = compileInput;
+  o.dims = compileDims;
+  o.batchDim = compileBatchDim;
+  o.cluster = compileCluster;
+  o.devices = compileDevices;
+  o.memoryLimit = compileMemoryLimit;
+  o.strategy = compileStrategy;
+  if (!compileMesh.empty()) {
+    Expected<std::vector<int64_t>> mesh =
+        stpar::tools::parseMeshShape(compileMesh);
+    if (!mesh)
+      return fail(toString(mesh.takeError()));
+    o.mesh = std::move(*mesh);
+  }
+  o.progress = true;
+
+  // Phase 1: the plan.
+  progress(compilePlan.empty() ? "plan: importing and searching"
+                               : "plan: importing and reading " +
+                                     compilePlan);
+  std::string table;
+  raw_string_ostream tableOS(table);
+  std::optional<stpar::tools::PlannedModel> planned =
+      compilePlan.empty() ? stpar::tools::planModel(o, tableOS)
+                          : stpar::tools::loadPlannedModel(o, compilePlan);
+  if (!planned)
+    return 1;
+  if (!compilePlan.empty())
+    tableOS << "plan " << compilePlan << " (" << planned->attached
+            << " op(s) carry stp.spec) on " << planned->devices
+            << " devices\n";
+  outs() << tableOS.str();
+  outs().flush();
+
+  // Everything goes to a fresh temporary directory first.
+  SmallString<256> absOut(compileOutput);
+  sys::fs::make_absolute(absOut);
+  SmallString<256> tmp;
+  std::string model = sys::path::filename(absOut).str();
+  std::error_code ec = sys::fs::createUniqueDirectory(
+      sys::path::parent_path(absOut) + "/." + model + ".tmp", tmp);
+  if (ec)
+    return fail("cannot create a directory next to '" + compileOutput +
+                "': " + ec.message());
+  llvm::scope_exit cleanup([&] {
+    if (!tmp.empty())
+      sys::fs::remove_directories(tmp);
+  });
+  if (!writeFile(tmp, kMarker, [&](raw_ostream &os) {
+        os << "written by stpar compile " << compileInput << "\n";
+      }))
+    return 1;
+  if (emit.count("plan")) {
+    if (!writeFile(tmp, "plan.json", [&](raw_ostream &os) {
+          os << formatv("{0:2}", planned->planJSON) << "\n";
+        }) ||
+        !writeFile(tmp, "plan.txt",
+                   [&](raw_ostream &os) { os << tableOS.str(); }))
+      return 1;
+  }
+  mlir::ModuleOp module = *planned->model.module;
+  if (emit.count("mlir") &&
+      !writeFile(tmp, "planned.mlir", [&](raw_ostream &os) {
+        module.print(os);
+        os << "\n";
+      }))
+    return 1;
+
+  // Phase 2: partition.
+  if (toPartition) {
+    progress("partition: -stp-partition");
+    if (!partition(module))
+      return 1;
+    if (emit.count("mlir") &&
+        !writeFile(tmp, "partitioned.mlir", [&](raw_ostream &os) {
+          module.print(os);
+          os << "\n";
+        }))
+      return 1;
+  }
+
+  // Phase 3: emit.
+  if (toEmit)
+    return fail("code emission (cuda/, cpu/) is not wired into stpar "
+                "compile yet; use --emit=plan,mlir or --stop-after=partition");
+
+  // Replace OUTDIR.
+  if (sys::fs::exists(absOut) && (ec = sys::fs::remove_directories(absOut)))
+    return fail("cannot replace '" + compileOutput + "': " + ec.message());
+  if ((ec = sys::fs::rename(tmp, absOut)))
+    return fail("cannot move the output to '" + compileOutput +
+                "': " + ec.message());
+  tmp.clear();
+  progress("wrote " + compileOutput);
+  return 0;
+}
+
+static stpar::tools::CommandRegistration reg(compileCmd, runCompile);
