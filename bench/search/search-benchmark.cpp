@@ -25,7 +25,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 using namespace llvm;
 using namespace stpar::cost;
@@ -54,15 +56,20 @@ double seconds(std::chrono::steady_clock::time_point a) {
 } // namespace
 
 int main(int argc, char **argv) {
-  bool quick = false, exact = false;
+  bool quick = false, exact = false, progress = false;
   std::string only;
+  int64_t onlyDevices = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
     else if (!std::strcmp(argv[i], "--exact"))
       exact = true;
+    else if (!std::strcmp(argv[i], "--progress"))
+      progress = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
+    else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc)
+      onlyDevices = std::atoll(argv[++i]);
   }
   EfficiencyModel eff = getDefaultEfficiency();
   struct Run {
@@ -92,13 +99,17 @@ int main(int argc, char **argv) {
          << ", states " << opts.solver.maxStates << ", front "
          << opts.solver.maxFront << " (0 = exact), mesh axes <= "
          << opts.maxMeshAxes << "\n";
-  outs() << format("%-12s %5s %9s %11s %11s %11s %11s %7s %7s %7s %7s  %s\n",
-                   "model", "devs", "search s", "plan ms", "megatron",
-                   "mega+sp", "spatial", "x mega", "x spat", "mem/mg",
-                   "configs", "plan");
+  outs() << format("%-12s %5s %7s %7s %10s %10s %10s %6s %6s %6s %6s "
+                   "%11s  %s\n",
+                   "model", "devs", "wall s", "cpu s", "plan ms", "megatron",
+                   "spatial", "x mega", "x spat", "mem/mg", "mem/sp",
+                   "configs", "plan (pp x mesh, micro-batches, ZeRO, "
+                   "recompute, temporal ops)");
   std::vector<double> speedups32;
   for (const Run &r : runs) {
     if (!only.empty() && !StringRef(r.model->name).contains(only))
+      continue;
+    if (onlyDevices && r.devices != onlyDevices)
       continue;
     Expected<Cluster> cluster = getPreset(r.cluster);
     if (!cluster) {
@@ -114,9 +125,19 @@ int main(int argc, char **argv) {
     shape.kvHeads = r.model->kvHeads;
     shape.gatedFFN = r.model->gated;
     Problem p = buildTransformerProblem(shape, r.cluster, r.devices);
+    SearchOptions timedOpts = opts;
+    if (progress)
+      timedOpts.progress = [&](size_t done, size_t total) {
+        errs() << "\r" << r.model->name << " " << r.devices << ": " << done
+               << "/" << total;
+      };
     auto t0 = std::chrono::steady_clock::now();
-    Expected<SearchResult> best = search(p, *cluster, eff, opts);
+    std::clock_t c0 = std::clock();
+    Expected<SearchResult> best = search(p, *cluster, eff, timedOpts);
     double searchTime = seconds(t0);
+    double searchCPU = double(std::clock() - c0) / CLOCKS_PER_SEC;
+    if (progress)
+      errs() << "\n";
     SearchOptions spatialOpts = opts;
     spatialOpts.solver.space.temporal = false;
     Expected<SearchResult> spatial = search(p, *cluster, eff, spatialOpts);
@@ -145,13 +166,25 @@ int main(int argc, char **argv) {
                           ? best->best->cost.getMemory() /
                                 megaPlan->cost.getMemory()
                           : NAN;
+    double memSpatial = best->best && spatial->best
+                            ? best->best->cost.getMemory() /
+                                  spatial->best->cost.getMemory()
+                            : NAN;
     std::string desc = "no plan fits";
     if (best->best) {
+      const Plan &plan = *best->best;
       desc = "";
-      for (const auto &a : best->best->config.mesh.axes)
+      for (const auto &a : plan.config.mesh.axes)
         desc += (desc.empty() ? "" : "x") + std::to_string(a.size);
-      desc += " m=" + std::to_string(best->best->config.microBatches) +
-              " z=" + std::to_string(best->best->config.zeroStage);
+      unsigned temporalOps = 0;
+      FlatGraph g = flatten(p);
+      for (unsigned i = 0; i < g.ops.size(); ++i)
+        if (plan.partitions[i].temporal && g.layerOf[i] <= 0)
+          ++temporalOps;
+      desc += " m=" + std::to_string(plan.config.microBatches) +
+              " z=" + std::to_string(plan.config.zeroStage) +
+              (plan.config.recompute ? " rc" : "") +
+              " t=" + std::to_string(temporalOps);
     } else {
       char buf[96];
       std::snprintf(buf, sizeof(buf), " (smallest %.1f GiB > %.1f GiB)",
@@ -159,14 +192,18 @@ int main(int argc, char **argv) {
                     best->memoryLimit / double(1 << 30));
       desc += buf;
     }
+    if (megaPlan)
+      desc += "; megatron " + megaPlan->label;
     if (r.devices == 32 && std::isfinite(speedup))
       speedups32.push_back(speedup);
-    outs() << format("%-12s %5lld %9.3f %11.2f %11.2f %11.2f %11.2f %7.3f "
-                     "%7.3f %7.3f %7zu  %s\n",
+    std::string configs = std::to_string(best->solvedConfigurations) + "/" +
+                          std::to_string(best->configurations);
+    outs() << format("%-12s %5lld %7.3f %7.3f %10.1f %10.1f %10.1f %6.3f "
+                     "%6.3f %6.3f %6.3f %11s  %s\n",
                      r.model->name, (long long)r.devices, searchTime,
-                     ms(*best), ms(*mega), ms(*megaSP), ms(*spatial), speedup,
-                     ms(*spatial) / ms(*best), memRatio, best->configurations,
-                     desc.c_str());
+                     searchCPU, ms(*best), megaBest, ms(*spatial), speedup,
+                     ms(*spatial) / ms(*best), memRatio, memSpatial,
+                     configs.c_str(), desc.c_str());
     outs().flush();
   }
   if (!speedups32.empty()) {

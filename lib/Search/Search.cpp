@@ -100,15 +100,17 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
   // each DP only for plans faster than the best so far, and the loop stops
   // at the first bound that cannot beat it. Configurations that cannot fit
   // are never solved.
-  // Configurations that differ only in the ZeRO stage share their partition
-  // tables; one whose every candidate costs at least as much time and memory
-  // as under another stage (e.g. stage 1 vs 2 when the objective charges
-  // them the same traffic) has no better plan and is dropped (exact).
+  // Configurations that differ only in the ZeRO stage or recomputation
+  // share their partition tables (Instance::create's `sameTables`); one
+  // whose every candidate costs at least as much time and memory as under
+  // another of them (e.g. ZeRO 1 vs 2 when the objective charges both the
+  // same traffic) has no better plan and is dropped (exact).
+  std::vector<size_t> groupOf(configs.size());
   std::vector<std::pair<double, size_t>> order;
   auto sameExceptZeRO = [&](size_t a, size_t b) {
     const Config &x = configs[a], &y = configs[b];
     if (x.mesh.axes.size() != y.mesh.axes.size() ||
-        x.microBatches != y.microBatches || x.recompute != y.recompute)
+        x.microBatches != y.microBatches)
       return false;
     for (size_t k = 0; k < x.mesh.axes.size(); ++k)
       if (x.mesh.axes[k].size != y.mesh.axes[k].size)
@@ -121,8 +123,10 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
       ++end;
     std::vector<std::unique_ptr<Instance>> group;
     for (size_t i = first; i < end; ++i) {
+      groupOf[i] = first;
       Expected<std::unique_ptr<Instance>> inst =
-          Instance::create(problem, cluster, configs[i], eff, options.solver);
+          Instance::create(problem, cluster, configs[i], eff, options.solver,
+                           group.empty() ? nullptr : group.front().get());
       if (!inst)
         return inst.takeError();
       result.memoryLimit = (*inst)->getMemoryLimit();
@@ -149,15 +153,30 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
     return a.first < b.first;
   });
   const double inf = std::numeric_limits<double>::infinity();
+  // Tables of recently solved groups (a few; they are large).
+  std::vector<std::pair<size_t, std::unique_ptr<Instance>>> recent;
   for (size_t n = 0; n < order.size(); ++n) {
     auto [lowerBound, i] = order[n];
     double bound = result.best ? result.best->cost.stepTime : inf;
     if (lowerBound >= bound)
       break;
-    Expected<std::unique_ptr<Instance>> inst =
-        Instance::create(problem, cluster, configs[i], eff, options.solver);
+    const Instance *same = nullptr;
+    for (auto &[g, rep] : recent)
+      if (g == groupOf[i])
+        same = rep.get();
+    Expected<std::unique_ptr<Instance>> inst = Instance::create(
+        problem, cluster, configs[i], eff, options.solver, same);
     if (!inst)
       return inst.takeError();
+    if (!same) {
+      Expected<std::unique_ptr<Instance>> rep = Instance::create(
+          problem, cluster, configs[i], eff, options.solver, inst->get());
+      if (!rep)
+        return rep.takeError();
+      if (recent.size() == 8)
+        recent.erase(recent.begin());
+      recent.push_back({groupOf[i], std::move(*rep)});
+    }
     DPStats stats;
     Expected<Plan> plan = (*inst)->solveDP(&stats, bound);
     ++result.solvedConfigurations;
@@ -344,7 +363,7 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
       plan.cost = std::move(*pc);
       plan.label = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
                    " dp=" + std::to_string(dp) + " m=" + std::to_string(m) +
-                   (rc ? " recompute" : "");
+                   (rc ? " recompute" : "") + (sequenceParallel ? " sp" : "");
       keepBest(result, std::move(plan));
     }
   }

@@ -48,16 +48,37 @@ static constexpr double kAdamBytesPerParam = 28;
 static constexpr int kExternal = -1;
 
 namespace {
+/// What one partition of one problem operator costs independently of the
+/// ZeRO stage, recomputation and pipeline weights: shared by every
+/// configuration with the same mesh and micro-batch count.
+struct Raw {
+  Partition part;
+  OperatorCost cost;
+  /// Forward collectives actually charged to the operator (0 for partial
+  /// sums left to the consuming edge), the temporal input skew.
+  double fwdComm = 0, skew = 0;
+  /// Per parameter: local parameter count, data-parallel ranks, and the
+  /// all-reduce / all-gather seconds of its gradient sync.
+  struct Sync {
+    double psi = 0;
+    int64_t ranks = 1;
+    double allReduce = 0, allGather = 0;
+  };
+  std::vector<Sync> syncs;
+  /// Bytes of the first input (the layer checkpoint when recomputing).
+  double firstInputBytes = 0;
+  /// Global layout id per operand (-1 where not an Input/Output).
+  std::vector<int> layouts;
+};
+
 /// One candidate of one problem operator under the configuration.
 struct Cand {
-  Partition part;
+  const Raw *raw = nullptr;
   /// Objective contributions (weighted).
   double time = 0, pipe = 0, sync = 0, opt = 0;
   double stateBytes = 0, actBytes = 0, peak = 0;
   /// Unweighted, for printing.
   double seconds = 0, bytes = 0;
-  /// Global layout id per operand (-1 where not an Input/Output).
-  std::vector<int> layouts;
 };
 
 struct Point {
@@ -73,23 +94,51 @@ struct Node {
 };
 } // namespace
 
-struct Instance::Impl {
+/// The part of an instance that depends only on the problem, the mesh and
+/// the micro-batch count (Instance::create's `sameTables`).
+struct Tables {
+  /// The problem with the batch loop divided by the micro-batches.
   Problem problem;
-  Cluster cluster;
-  Config config;
-  EfficiencyModel eff;
-  SolverOptions options;
   FlatGraph flat;
-  double limit = 0;
-  double slots = 1;
-  double constantTime = 0;
-  std::vector<std::vector<Cand>> cands;
   std::vector<bool> outputHasEdges;
   /// Layer operators reading the carry (first one only): the checkpoint.
   std::vector<bool> isCheckpoint;
   std::map<LayoutCode, int> layoutIds;
   std::vector<LayoutCode> layouts;
+  /// Re-layout seconds (unweighted) by consumer operand and layouts.
   DenseMap<uint64_t, double> edgeCache;
+  /// Per problem operator, every enumerated partition.
+  std::vector<std::vector<Raw>> raw;
+  /// What the tables were built for.
+  std::vector<int64_t> meshShape;
+  int64_t microBatches = 0;
+  bool temporal = true;
+  unsigned firstAxis = 1;
+};
+
+struct Instance::Impl {
+  std::shared_ptr<Tables> tables;
+  Problem &problem;
+  Cluster cluster;
+  Config config;
+  EfficiencyModel eff;
+  SolverOptions options;
+  FlatGraph &flat;
+  double limit = 0;
+  double slots = 1;
+  double constantTime = 0;
+  std::vector<std::vector<Cand>> cands;
+  std::vector<bool> &outputHasEdges;
+  std::vector<bool> &isCheckpoint;
+  std::map<LayoutCode, int> &layoutIds;
+  std::vector<LayoutCode> &layouts;
+  DenseMap<uint64_t, double> &edgeCache;
+
+  explicit Impl(std::shared_ptr<Tables> t)
+      : tables(std::move(t)), problem(tables->problem), flat(tables->flat),
+        outputHasEdges(tables->outputHasEdges),
+        isCheckpoint(tables->isCheckpoint), layoutIds(tables->layoutIds),
+        layouts(tables->layouts), edgeCache(tables->edgeCache) {}
   std::vector<Node> nodes;
   double smallestMemory = std::numeric_limits<double>::infinity();
   DPStats stats;
@@ -106,7 +155,8 @@ struct Instance::Impl {
 
   void computeBounds();
 
-  Error init();
+  /// Builds the shared tables (fresh) or checks them (reused).
+  Error init(bool fresh);
   int intern(const LayoutCode &code) {
     auto [it, inserted] = layoutIds.try_emplace(code, int(layouts.size()));
     if (inserted)
@@ -118,7 +168,8 @@ struct Instance::Impl {
                ? 1.0 / double(config.getStages())
                : 1.0;
   }
-  Expected<Cand> costCandidate(unsigned op, const Partition &part);
+  Expected<Raw> costRaw(unsigned op, const Partition &part);
+  Cand derive(unsigned op, const Raw &raw) const;
   double edgeSeconds(unsigned consumer, unsigned operand, int from, int to);
   double edgeCost(unsigned consumer, unsigned operand, int from, int to) {
     return weight(consumer) * slots * edgeSeconds(consumer, operand, from, to);
@@ -128,56 +179,100 @@ struct Instance::Impl {
   void walk(int32_t node, std::vector<std::pair<int, int>> &out) const;
 };
 
-Instance::Instance() : impl(std::make_unique<Impl>()) {}
+Instance::Instance() = default;
 Instance::~Instance() = default;
 
 Expected<std::unique_ptr<Instance>>
 Instance::create(const Problem &problem, const Cluster &cluster,
                  const Config &config, const EfficiencyModel &eff,
-                 const SolverOptions &options) {
+                 const SolverOptions &options, const Instance *sameTables) {
+  std::vector<int64_t> shape;
+  for (const MeshAxis &a : config.mesh.axes)
+    shape.push_back(a.size);
+  std::shared_ptr<Tables> tables;
+  if (sameTables) {
+    const Tables &t = *sameTables->impl->tables;
+    if (t.meshShape == shape && t.microBatches == config.microBatches &&
+        t.temporal == options.space.temporal &&
+        t.firstAxis == options.space.firstAxis &&
+        sameTables->impl->config.mesh.axes.size() == config.mesh.axes.size())
+      tables = sameTables->impl->tables;
+  }
+  bool fresh = !tables;
+  if (fresh) {
+    tables = std::make_shared<Tables>();
+    tables->problem = problem;
+    tables->meshShape = shape;
+    tables->microBatches = config.microBatches;
+    tables->temporal = options.space.temporal;
+    tables->firstAxis = options.space.firstAxis;
+  }
   std::unique_ptr<Instance> inst(new Instance());
+  inst->impl = std::make_unique<Impl>(std::move(tables));
   Impl &I = *inst->impl;
-  I.problem = problem;
   I.cluster = cluster;
   I.config = config;
   I.eff = eff;
   I.options = options;
-  if (Error e = I.init())
+  if (Error e = I.init(fresh))
     return std::move(e);
   return std::move(inst);
 }
 
-Error Instance::Impl::init() {
-  if (Error e = verifyProblem(problem))
-    return e;
+Error Instance::Impl::init(bool fresh) {
   int64_t m = config.microBatches, p = config.getStages();
   if (config.mesh.getNumDevices() > cluster.getNumDevices())
     return err("the mesh has " + Twine(config.mesh.getNumDevices()) +
                " devices but the cluster '" + cluster.name + "' only " +
                Twine(cluster.getNumDevices()));
-  // One micro-batch: divide the batch loop.
-  for (Operator &op : problem.ops)
-    for (LoopDim &l : op.loops)
-      if (!problem.batchLoop.empty() && l.name == problem.batchLoop) {
-        if (l.extent % m)
-          return err("micro-batches " + Twine(m) + " do not divide the batch " +
-                     Twine(l.extent));
-        l.extent /= m;
-      }
-  flat = flatten(problem);
   slots = double(m + p - 1);
   limit = problem.memoryLimit ? *problem.memoryLimit
                               : double(cluster.device.hbmCapacity);
-  // Which outputs feed edges (their partial sums are reduced by the edge).
-  outputHasEdges.assign(problem.ops.size(), false);
-  for (const Edge &e : problem.edges)
-    outputHasEdges[e.producer] = true;
-  std::optional<unsigned> lastPre;
-  for (unsigned i = 0; i < problem.ops.size(); ++i)
-    if (problem.sections[i] == Section::Pre)
-      lastPre = i;
-  if (lastPre && getCarryOp(problem))
-    outputHasEdges[*lastPre] = true;
+  if (fresh) {
+    if (Error e = verifyProblem(problem))
+      return e;
+    // One micro-batch: divide the batch loop.
+    for (Operator &op : problem.ops)
+      for (LoopDim &l : op.loops)
+        if (!problem.batchLoop.empty() && l.name == problem.batchLoop) {
+          if (l.extent % m)
+            return err("micro-batches " + Twine(m) +
+                       " do not divide the batch " + Twine(l.extent));
+          l.extent /= m;
+        }
+    flat = flatten(problem);
+  }
+  if (fresh) {
+    // Which outputs feed edges (their partial sums are reduced by the edge).
+    outputHasEdges.assign(problem.ops.size(), false);
+    for (const Edge &e : problem.edges)
+      outputHasEdges[e.producer] = true;
+    std::optional<unsigned> lastPre;
+    for (unsigned i = 0; i < problem.ops.size(); ++i)
+      if (problem.sections[i] == Section::Pre)
+        lastPre = i;
+    if (lastPre && getCarryOp(problem))
+      outputHasEdges[*lastPre] = true;
+    isCheckpoint.assign(problem.ops.size(), false);
+    std::optional<unsigned> first;
+    for (const Edge &e : problem.edges)
+      if (e.nextLayer && (!first || e.consumer < *first))
+        first = e.consumer;
+    if (first)
+      isCheckpoint[*first] = true;
+    tables->raw.resize(problem.ops.size());
+    for (unsigned i = 0; i < problem.ops.size(); ++i) {
+      for (const Partition &part :
+           enumeratePartitions(problem.ops[i], config.mesh, options.space)) {
+        Expected<Raw> r = costRaw(i, part);
+        if (!r)
+          return r.takeError();
+        tables->raw[i].push_back(std::move(*r));
+      }
+      if (tables->raw[i].empty())
+        return err("operator '" + problem.ops[i].name + "' has no partition");
+    }
+  }
   // Stage-boundary sends: the carry tensor, evenly split over a stage, sent
   // forward and its gradient backward, over the link between stages.
   if (p > 1) {
@@ -198,26 +293,11 @@ Error Instance::Impl::init() {
         }
     }
   }
-  isCheckpoint.assign(problem.ops.size(), false);
-  {
-    std::optional<unsigned> first;
-    for (const Edge &e : problem.edges)
-      if (e.nextLayer && (!first || e.consumer < *first))
-        first = e.consumer;
-    if (first)
-      isCheckpoint[*first] = true;
-  }
   cands.resize(problem.ops.size());
   for (unsigned i = 0; i < problem.ops.size(); ++i) {
-    for (const Partition &part :
-         enumeratePartitions(problem.ops[i], config.mesh, options.space)) {
-      Expected<Cand> c = costCandidate(i, part);
-      if (!c)
-        return c.takeError();
-      cands[i].push_back(std::move(*c));
-    }
-    if (cands[i].empty())
-      return err("operator '" + problem.ops[i].name + "' has no partition");
+    cands[i].reserve(tables->raw[i].size());
+    for (const Raw &r : tables->raw[i])
+      cands[i].push_back(derive(i, r));
   }
   nodes.push_back({}); // node 0: root
   computeBounds();
@@ -281,62 +361,82 @@ void Instance::Impl::computeBounds() {
     smallestMemory = 0;
 }
 
-Expected<Cand> Instance::Impl::costCandidate(unsigned i, const Partition &part) {
+Expected<Raw> Instance::Impl::costRaw(unsigned i, const Partition &part) {
   Operator op = problem.ops[i];
   applyPartition(op, part);
   Expected<OperatorCost> c = costOperator(op, config.mesh, cluster, eff);
   if (!c)
     return c.takeError();
-  Cand cand;
-  cand.part = part;
-  double fwdComm = c->forwardComm;
+  Raw raw;
+  raw.part = part;
+  raw.cost = *c;
+  raw.fwdComm = c->forwardComm;
   if ((op.kind == OpKind::MatMul || op.kind == OpKind::Embedding) &&
       outputHasEdges[i])
-    fwdComm = 0; // the consuming edge reduces the partial sums
-  double t = c->forward + c->backwardInput + c->backwardWeight + fwdComm +
-             c->backwardComm;
-  bool recompute =
-      config.recompute && problem.sections[i] == Section::Layer;
-  if (recompute)
-    t += c->forward + fwdComm;
+    raw.fwdComm = 0; // the consuming edge reduces the partial sums
   if (op.temporal) {
     // Skew of the input into the primitive's home layout: one shift.
     for (const Operand &o : op.operands)
       if (o.role == OperandRole::Input) {
         AxisPlacement pl = config.mesh.getPlacement(op.temporal->colAxis,
                                                     cluster.devicesPerNode);
-        t += getCollectiveTime(Collective::RingShift,
-                               getLocalElements(op, o, config.mesh) *
-                                   double(o.elementBytes),
-                               pl, cluster);
+        raw.skew = getCollectiveTime(Collective::RingShift,
+                                     getLocalElements(op, o, config.mesh) *
+                                         double(o.elementBytes),
+                                     pl, cluster);
         break;
       }
   }
-  double sync = 0, opt = 0, states = 0;
   for (const GradientSync &g : getGradientSyncs(op, config.mesh, 0u)) {
-    int64_t nd = 1;
+    Raw::Sync s;
     for (unsigned axis : g.axes)
-      nd *= config.mesh.axes[axis].size;
+      s.ranks *= config.mesh.axes[axis].size;
     // Parameters per device. For the temporal primitive `g.bytes` is one
     // (N/q, K/q) block, which is exactly what a device owns: W is cut into
     // q x q blocks, one per device of the square, and only moves around the
     // ring (no replicated W or dW, ../shared/DESIGN.md "Temporal
     // partition"); its gradient is replicated only over the axes outside
     // the square (g.axes).
-    double psi = g.bytes / 2;
-    double bytes = psi * 2;
-    states += getModelStateBytes(psi, nd, config.zeroStage).getTotal();
-    double s = getMultiAxisCollectiveTime(Collective::AllReduce, bytes, g.axes,
-                                          config.mesh, cluster);
-    if (config.zeroStage == 3)
-      s += getMultiAxisCollectiveTime(Collective::AllGather, bytes, g.axes,
-                                      config.mesh, cluster);
-    sync += s;
-    double updated = config.zeroStage >= 1 ? psi / double(nd) : psi;
+    s.psi = g.bytes / 2;
+    s.allReduce = getMultiAxisCollectiveTime(Collective::AllReduce, g.bytes,
+                                             g.axes, config.mesh, cluster);
+    s.allGather = getMultiAxisCollectiveTime(Collective::AllGather, g.bytes,
+                                             g.axes, config.mesh, cluster);
+    raw.syncs.push_back(s);
+  }
+  for (const Operand &o : op.operands)
+    if (o.role == OperandRole::Input) {
+      raw.firstInputBytes =
+          getLocalElements(op, o, config.mesh) * double(o.elementBytes);
+      break;
+    }
+  unsigned numAxes = unsigned(config.mesh.axes.size());
+  raw.layouts.assign(op.operands.size(), -1);
+  for (unsigned j = 0; j < op.operands.size(); ++j)
+    if (op.operands[j].role != OperandRole::Parameter)
+      raw.layouts[j] = intern(getOperandLayout(op, j, part, numAxes));
+  return raw;
+}
+
+Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
+  const OperatorCost &c = raw.cost;
+  Cand cand;
+  cand.raw = &raw;
+  double t = c.forward + c.backwardInput + c.backwardWeight + raw.fwdComm +
+             c.backwardComm + raw.skew;
+  bool recompute =
+      config.recompute && problem.sections[i] == Section::Layer;
+  if (recompute)
+    t += c.forward + raw.fwdComm;
+  double sync = 0, opt = 0, states = 0;
+  for (const Raw::Sync &s : raw.syncs) {
+    states += getModelStateBytes(s.psi, s.ranks, config.zeroStage).getTotal();
+    sync += s.allReduce + (config.zeroStage == 3 ? s.allGather : 0);
+    double updated = config.zeroStage >= 1 ? s.psi / double(s.ranks) : s.psi;
     opt += updated * kAdamBytesPerParam /
            (cluster.device.hbmBandwidth * eff.hbmEfficiency);
   }
-  double exposed = std::max(0.0, sync - (c->backwardInput + c->backwardWeight));
+  double exposed = std::max(0.0, sync - (c.backwardInput + c.backwardWeight));
   double w = weight(i);
   double inFlight = double(std::min<int64_t>(config.microBatches,
                                              config.getStages()));
@@ -345,27 +445,15 @@ Expected<Cand> Instance::Impl::costCandidate(unsigned i, const Partition &part) 
   cand.opt = w * opt;
   cand.time = cand.pipe + cand.sync + cand.opt;
   cand.stateBytes = w * states;
-  cand.actBytes = w * inFlight * c->stashBytes;
+  cand.actBytes = w * inFlight * c.stashBytes;
   if (recompute) {
-    double checkpoint = 0;
-    if (isCheckpoint[i])
-      for (const Operand &o : op.operands)
-        if (o.role == OperandRole::Input) {
-          checkpoint =
-              getLocalElements(op, o, config.mesh) * double(o.elementBytes);
-          break;
-        }
+    double checkpoint = isCheckpoint[i] ? raw.firstInputBytes : 0;
     cand.actBytes = w * inFlight * checkpoint +
-                    c->stashBytes / double(std::max<int64_t>(1, problem.layers));
+                    c.stashBytes / double(std::max<int64_t>(1, problem.layers));
   }
-  cand.peak = c->transientBytes;
+  cand.peak = c.transientBytes;
   cand.seconds = t;
-  cand.bytes = states + c->stashBytes;
-  unsigned numAxes = unsigned(config.mesh.axes.size());
-  cand.layouts.assign(op.operands.size(), -1);
-  for (unsigned j = 0; j < op.operands.size(); ++j)
-    if (op.operands[j].role != OperandRole::Parameter)
-      cand.layouts[j] = intern(getOperandLayout(op, j, part, numAxes));
+  cand.bytes = states + c.stashBytes;
   return cand;
 }
 
@@ -431,24 +519,36 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
   std::vector<Cand> chosen;
   pc.opSeconds.assign(g.ops.size(), 0);
   pc.opBytes.assign(g.ops.size(), 0);
+  // Costed partitions per problem operator (layer copies usually agree).
+  std::vector<std::vector<std::unique_ptr<Raw>>> costed(I.problem.ops.size());
   for (unsigned i = 0; i < g.ops.size(); ++i) {
-    Expected<Cand> c = I.costCandidate(g.original[i], partitions[i]);
-    if (!c)
-      return c.takeError();
-    pc.pipeline += c->pipe;
-    pc.exposedSync += c->sync;
-    pc.optimizer += c->opt;
-    pc.stateBytes += c->stateBytes;
-    pc.activationBytes += c->actBytes;
-    pc.transientBytes = std::max(pc.transientBytes, c->peak);
-    pc.opSeconds[i] = c->seconds;
-    pc.opBytes[i] = c->bytes;
-    chosen.push_back(std::move(*c));
+    unsigned op = g.original[i];
+    const Raw *raw = nullptr;
+    for (const auto &r : costed[op])
+      if (r->part == partitions[i])
+        raw = r.get();
+    if (!raw) {
+      Expected<Raw> r = I.costRaw(op, partitions[i]);
+      if (!r)
+        return r.takeError();
+      costed[op].push_back(std::make_unique<Raw>(std::move(*r)));
+      raw = costed[op].back().get();
+    }
+    Cand c = I.derive(op, *raw);
+    pc.pipeline += c.pipe;
+    pc.exposedSync += c.sync;
+    pc.optimizer += c.opt;
+    pc.stateBytes += c.stateBytes;
+    pc.activationBytes += c.actBytes;
+    pc.transientBytes = std::max(pc.transientBytes, c.peak);
+    pc.opSeconds[i] = c.seconds;
+    pc.opBytes[i] = c.bytes;
+    chosen.push_back(c);
   }
   for (const Edge &e : g.edges) {
     unsigned cons = g.original[e.consumer];
-    int from = chosen[e.producer].layouts[e.producerOperand];
-    int to = chosen[e.consumer].layouts[e.consumerOperand];
+    int from = chosen[e.producer].raw->layouts[e.producerOperand];
+    int to = chosen[e.consumer].raw->layouts[e.consumerOperand];
     double t = I.edgeCost(cons, e.consumerOperand, from, to);
     pc.pipeline += t;
     pc.relayout += t;
@@ -516,8 +616,8 @@ Expected<Plan> Instance::bruteForce(double maxCombinations) {
             const Cand &prod = I.cands[g.original[e->producer]]
                                       [choice[e->producer]];
             add += I.edgeCost(op, e->consumerOperand,
-                              prod.layouts[e->producerOperand],
-                              cand.layouts[e->consumerOperand]);
+                              prod.raw->layouts[e->producerOperand],
+                              cand.raw->layouts[e->consumerOperand]);
           }
           choice[i] = int(c);
           rec(i + 1, t + add, mem + cand.stateBytes + cand.actBytes,
@@ -531,7 +631,7 @@ Expected<Plan> Instance::bruteForce(double maxCombinations) {
   Plan plan;
   plan.config = I.config;
   for (unsigned i = 0; i < g.ops.size(); ++i)
-    plan.partitions.push_back(I.cands[g.original[i]][best[i]].part);
+    plan.partitions.push_back(I.cands[g.original[i]][best[i]].raw->part);
   Expected<PlanCost> pc = evaluate(plan.partitions);
   if (!pc)
     return pc.takeError();
@@ -695,10 +795,10 @@ Expected<Plan> Instance::Impl::solve() {
           const Cand &cand = cands[op][c];
           std::vector<int> tuple;
           for (unsigned operand : relevant[v])
-            tuple.push_back(cand.layouts[operand]);
+            tuple.push_back(cand.raw->layouts[operand]);
           std::vector<int> inL;
           for (const SegEdge *e : inEdges[v])
-            inL.push_back(cand.layouts[e->toOperand]);
+            inL.push_back(cand.raw->layouts[e->toOperand]);
           int sig = sigOf(v, tuple);
           SC sc{cand.time, cand.stateBytes + cand.actBytes, cand.peak, sig,
                 inL, int(c)};
@@ -949,7 +1049,7 @@ Expected<Plan> Instance::Impl::solve() {
     for (auto &[l, f] : preFront)
       anchorSet.insert(l);
     for (const Cand &c : cands[*carry])
-      anchorSet.insert(c.layouts[carryOperand]);
+      anchorSet.insert(c.raw->layouts[carryOperand]);
     std::vector<int> anchors(anchorSet.begin(), anchorSet.end());
     // Block.
     Matrix block;
@@ -1096,7 +1196,8 @@ Expected<Plan> Instance::Impl::solve() {
   for (unsigned i = 0; i < g.ops.size(); ++i) {
     if (unsigned(choices[i].first) != g.original[i])
       return err("internal error: DP choice order");
-    plan.partitions.push_back(cands[choices[i].first][choices[i].second].part);
+    plan.partitions.push_back(
+        cands[choices[i].first][choices[i].second].raw->part);
   }
   plan.cost.stepTime = bestTime;
   return plan;
@@ -1145,7 +1246,8 @@ bool Instance::dominates(const Instance &other) const {
       return false;
     for (unsigned c = 0; c < a.cands[i].size(); ++c) {
       const Cand &x = a.cands[i][c], &y = b.cands[i][c];
-      if (!(x.part == y.part) || x.layouts != y.layouts || x.time > y.time ||
+      if (!(x.raw->part == y.raw->part) ||
+          x.raw->layouts != y.raw->layouts || x.time > y.time ||
           x.stateBytes + x.actBytes > y.stateBytes + y.actBytes ||
           x.peak > y.peak)
         return false;

@@ -102,10 +102,15 @@ struct DPStats {
 /// cache.
 class Instance {
 public:
+  /// With `sameTables` built for the same problem, mesh shape, micro-batch
+  /// count and space options, its partition tables (per-operator costs
+  /// before the ZeRO stage, recomputation and pipeline weights) and
+  /// re-layout cache are shared instead of recomputed; the caller keeps the
+  /// problem identical.
   static llvm::Expected<std::unique_ptr<Instance>>
   create(const Problem &problem, const cost::Cluster &cluster,
          const Config &config, const cost::EfficiencyModel &eff,
-         const SolverOptions &options);
+         const SolverOptions &options, const Instance *sameTables = nullptr);
   ~Instance();
 
   /// Costs a full plan (partitions per flattened operator).
