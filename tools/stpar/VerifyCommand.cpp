@@ -1,0 +1,445 @@
+//===- VerifyCommand.cpp - `stpar verify` -----------------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Checks numerically that the partitioned program computes what the model
+// computes (DESIGN.md, "Correctness oracle"; docs/verify.md):
+//
+//   stpar verify MODEL.onnx --cluster C --dim NAME=VALUE ... [--devices N]
+//       [--plan plan.json] [--mesh AxB] [--strategy S] [--seed K]
+//       [--rtol 1e-4] [--atol 1e-5] [--inputs DIR] [--keep DIR]
+//
+// Phases, each a subprocess, each reported on stderr:
+//   1. compile  `stpar compile ... --emit=cpu -o WORK/compile` (this very
+//               executable);
+//   2. build    the CPU/MPI project WORK/compile/cpu with cmake + ninja -j2;
+//   3. inputs   random inputs (`ort-run.js gen-inputs`, fixed seed) or the
+//               ONNX test data of --inputs (`ort-run.js from-pb`);
+//   4. run      `mpirun --oversubscribe -np N stpar_program --weights W
+//               --inputs WORK/inputs --outputs WORK/outputs`;
+//   5. ort      the unpartitioned model on ONNX Runtime (`ort-run.js run`);
+//   6. compare  `ort-run.js compare`: one line per output (max abs and rel
+//               error, PASS/FAIL).
+// Exit code 0 only when every output passes. WORK is a fresh temporary
+// folder removed at the end, or --keep DIR (kept).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Commands.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace llvm;
+
+static cl::SubCommand verifyCmd(
+    "verify", "Run the partitioned CPU/MPI program and compare its outputs "
+              "with ONNX Runtime on the unpartitioned model");
+static cl::opt<std::string> verifyInput(cl::Positional, cl::Required,
+                                        cl::desc("<model.onnx>"),
+                                        cl::sub(verifyCmd));
+static cl::opt<std::string> verifyCluster("cluster", cl::sub(verifyCmd),
+                                          cl::Required,
+                                          cl::desc("Preset name or JSON file"));
+static cl::list<std::string>
+    verifyDims("dim", cl::sub(verifyCmd), cl::value_desc("NAME=VALUE"),
+               cl::desc("Bind a symbolic dim (as for stpar compile)"));
+static cl::opt<std::string> verifyBatchDim(
+    "batch-dim", cl::sub(verifyCmd), cl::value_desc("NAME"),
+    cl::desc("The symbolic batch dim (passed to stpar compile)"));
+static cl::opt<int64_t> verifyDevices(
+    "devices", cl::sub(verifyCmd), cl::init(0),
+    cl::desc("Devices = MPI ranks (passed to stpar compile)"));
+static cl::opt<std::string> verifyPlan("plan", cl::sub(verifyCmd),
+                                       cl::value_desc("plan.json"),
+                                       cl::desc("Use this plan (passed to "
+                                                "stpar compile)"));
+static cl::opt<std::string> verifyMesh("mesh", cl::sub(verifyCmd),
+                                       cl::value_desc("AxB..."),
+                                       cl::desc("Logical mesh shape (passed "
+                                                "to stpar compile)"));
+static cl::opt<std::string>
+    verifyStrategy("strategy", cl::sub(verifyCmd), cl::value_desc("NAME"),
+                   cl::desc("How the plan is chosen (passed to stpar "
+                            "compile): search, spatial, temporal, megatron, "
+                            "megatron-sp, dp"));
+static cl::opt<unsigned> verifySeed("seed", cl::sub(verifyCmd), cl::init(0),
+                                    cl::desc("Seed of the random inputs"));
+static cl::opt<double> verifyRtol(
+    "rtol", cl::sub(verifyCmd), cl::init(1e-4),
+    cl::desc("Relative tolerance of float outputs (default 1e-4)"));
+static cl::opt<double> verifyAtol(
+    "atol", cl::sub(verifyCmd), cl::init(1e-5),
+    cl::desc("Absolute tolerance of float outputs near zero (default 1e-5): "
+             "element error allowed = max(rtol * |expected|, atol)"));
+static cl::opt<std::string> verifyInputs(
+    "inputs", cl::sub(verifyCmd), cl::value_desc("DIR"),
+    cl::desc("Read the inputs from DIR/input_<i>.pb (ONNX TensorProto, the "
+             "backend-test layout) instead of generating them"));
+static cl::opt<std::string>
+    verifyKeep("keep", cl::sub(verifyCmd), cl::value_desc("DIR"),
+               cl::desc("Work in DIR and keep everything (compiled project, "
+                        "build, inputs, outputs, logs)"));
+static cl::opt<std::string>
+    verifyMpirun("mpirun", cl::sub(verifyCmd), cl::init("mpirun"),
+                 cl::desc("The mpirun to use (default: from PATH)"));
+static cl::opt<std::string>
+    verifyNode("node", cl::sub(verifyCmd), cl::init("node"),
+               cl::desc("The Node.js to use (default: from PATH)"));
+static cl::opt<unsigned> verifyTimeout(
+    "timeout", cl::sub(verifyCmd), cl::init(600),
+    cl::desc("Seconds each phase may take (default 600)"));
+
+namespace {
+
+/// One phase's subprocess: program, arguments, where its output goes.
+struct Step {
+  std::string program;
+  std::vector<std::string> args; // without argv[0]
+  /// stdout/stderr go to these files (empty: inherited).
+  std::string outLog, errLog;
+};
+
+/// The verification of one model: work folder, phases, failure reporting.
+class Verifier {
+public:
+  explicit Verifier(std::string work) : work(std::move(work)) {}
+
+  int run();
+
+private:
+  std::string path(const Twine &a, const Twine &b = "") const {
+    SmallString<256> p(work);
+    sys::path::append(p, a, b);
+    return std::string(p);
+  }
+  int fail(const Twine &message) const {
+    errs() << "stpar verify: error: " << message << "\n";
+    if (!verifyKeep.empty())
+      errs() << "stpar verify: note: files kept in " << work << "\n";
+    return 1;
+  }
+  /// Finds `name` on PATH (or takes it as a path); empty when missing.
+  std::string findProgram(StringRef name) const;
+  /// Runs `step`, printing `verify: [phase] ...` and its time on stderr.
+  /// Returns the exit code, or -1 when it could not start or timed out
+  /// (message in `error`).
+  int execute(StringRef phase, const Step &step, std::string &error) const;
+  /// The last `lines` lines of a log file, indented, for error messages.
+  std::string tail(StringRef file, unsigned lines = 25) const;
+
+  std::string work;
+};
+
+} // namespace
+
+std::string Verifier::findProgram(StringRef name) const {
+  if (name.contains('/'))
+    return sys::fs::can_execute(name) ? name.str() : "";
+  ErrorOr<std::string> found = sys::findProgramByName(name);
+  return found ? *found : "";
+}
+
+int Verifier::execute(StringRef phase, const Step &step,
+                      std::string &error) const {
+  std::vector<StringRef> argv{step.program};
+  for (const std::string &a : step.args)
+    argv.push_back(a);
+  std::string line = step.program;
+  for (const std::string &a : step.args)
+    line += " " + a;
+  errs() << "verify: [" << phase << "] " << line << "\n";
+  errs().flush();
+  outs().flush();
+  std::optional<StringRef> redirects[3] = {std::nullopt, std::nullopt,
+                                           std::nullopt};
+  if (!step.outLog.empty())
+    redirects[1] = StringRef(step.outLog);
+  if (!step.errLog.empty())
+    redirects[2] = StringRef(step.errLog);
+  auto start = std::chrono::steady_clock::now();
+  bool failedToStart = false;
+  int rc = sys::ExecuteAndWait(step.program, argv, /*Env=*/std::nullopt,
+                               redirects, verifyTimeout, /*MemoryLimit=*/0,
+                               &error, &failedToStart);
+  double seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  errs() << formatv("verify: [{0}] done in {1:F1} s (exit {2})\n", phase,
+                    seconds, rc);
+  if (failedToStart || rc == -1) {
+    if (error.empty())
+      error = "could not run " + step.program;
+    if (rc == -1 && !failedToStart)
+      error += formatv(" (timeout {0} s?)", unsigned(verifyTimeout)).str();
+    return -1;
+  }
+  return rc;
+}
+
+std::string Verifier::tail(StringRef file, unsigned lines) const {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> buffer = MemoryBuffer::getFile(file);
+  if (!buffer)
+    return "";
+  SmallVector<StringRef> all;
+  (*buffer)->getBuffer().rtrim().split(all, '\n');
+  std::string text;
+  size_t first = all.size() > lines ? all.size() - lines : 0;
+  for (size_t i = first; i < all.size(); ++i)
+    text += "    " + all[i].str() + "\n";
+  return text;
+}
+
+/// The ranks of the compiled program: plan.json's "devices" (the plan the
+/// program implements), else --devices, else the product of --mesh.
+static std::optional<int64_t> rankCount(StringRef planFile) {
+  if (ErrorOr<std::unique_ptr<MemoryBuffer>> buffer =
+          MemoryBuffer::getFile(planFile)) {
+    Expected<json::Value> plan = json::parse((*buffer)->getBuffer());
+    if (plan) {
+      if (const json::Object *object = plan->getAsObject())
+        if (std::optional<int64_t> devices = object->getInteger("devices"))
+          return devices;
+    } else {
+      consumeError(plan.takeError());
+    }
+  }
+  if (verifyDevices > 0)
+    return int64_t(verifyDevices);
+  if (!verifyMesh.empty()) {
+    int64_t product = 1;
+    SmallVector<StringRef> parts;
+    StringRef(verifyMesh).split(parts, 'x');
+    for (StringRef part : parts) {
+      int64_t size;
+      if (part.getAsInteger(10, size) || size <= 0)
+        return std::nullopt;
+      product *= size;
+    }
+    return product;
+  }
+  return std::nullopt;
+}
+
+int Verifier::run() {
+  std::string model = verifyInput;
+  if (!sys::fs::exists(model))
+    return fail("cannot open '" + model + "'");
+  if (!(verifyRtol > 0) || !(verifyAtol >= 0))
+    return fail("--rtol must be > 0 and --atol >= 0");
+
+  // Tools first: a missing one is reported before any work is done.
+  std::string node = findProgram(verifyNode);
+  if (node.empty())
+    return fail("Node.js ('" + verifyNode +
+                "') not found; run scripts/install-deps.sh");
+  std::string runner;
+  if (std::optional<std::string> env = sys::Process::GetEnv("STPAR_ORT_RUN"))
+    runner = *env;
+  else
+    runner = STPAR_SOURCE_DIR "/tools/ort-run/ort-run.js";
+  if (!sys::fs::exists(runner))
+    return fail("the ONNX Runtime runner '" + runner +
+                "' is missing (set STPAR_ORT_RUN)");
+  std::string mpirun = findProgram(verifyMpirun);
+  if (mpirun.empty())
+    return fail("mpirun ('" + verifyMpirun +
+                "') not found; run scripts/install-deps.sh (openmpi-bin)");
+  std::string cmake = findProgram("cmake");
+  std::string ninja = findProgram("ninja");
+  if (cmake.empty() || ninja.empty())
+    return fail("cmake and ninja are needed to build the emitted program");
+  std::string self = sys::fs::getMainExecutable(
+      "stpar", reinterpret_cast<void *>(&rankCount));
+  if (self.empty())
+    return fail("cannot find the stpar executable itself");
+
+  std::string error;
+  int rc;
+
+  // 1. Compile.
+  std::string compiled = path("compile");
+  Step compile{self, {"compile", model, "--cluster", verifyCluster}, "", ""};
+  for (const std::string &dim : verifyDims)
+    compile.args.insert(compile.args.end(), {"--dim", dim});
+  if (!verifyBatchDim.empty())
+    compile.args.insert(compile.args.end(), {"--batch-dim", verifyBatchDim});
+  if (verifyDevices > 0)
+    compile.args.insert(compile.args.end(),
+                        {"--devices", std::to_string(verifyDevices)});
+  if (!verifyPlan.empty())
+    compile.args.insert(compile.args.end(), {"--plan", verifyPlan});
+  if (!verifyMesh.empty())
+    compile.args.insert(compile.args.end(), {"--mesh", verifyMesh});
+  if (!verifyStrategy.empty())
+    compile.args.insert(compile.args.end(), {"--strategy", verifyStrategy});
+  compile.args.insert(compile.args.end(), {"--emit=cpu", "-o", compiled});
+  compile.outLog = path("compile.out.log");
+  compile.errLog = path("compile.err.log");
+  rc = execute("compile", compile, error);
+  if (rc != 0)
+    return fail(rc < 0 ? error
+                       : "stpar compile failed (exit " + std::to_string(rc) +
+                             "):\n" + tail(compile.errLog));
+
+  std::string cpuDir = path("compile", "cpu");
+  std::string ioFile = path("compile", "cpu/io.json");
+  if (!sys::fs::exists(cpuDir + "/CMakeLists.txt") ||
+      !sys::fs::exists(ioFile))
+    return fail("stpar compile wrote no CPU project with io.json in " +
+                cpuDir);
+  // The weights file: io.json's "weights" (relative to the project), else
+  // weights.bin.
+  std::string weights = cpuDir + "/weights.bin";
+  if (ErrorOr<std::unique_ptr<MemoryBuffer>> buffer =
+          MemoryBuffer::getFile(ioFile)) {
+    Expected<json::Value> io = json::parse((*buffer)->getBuffer());
+    if (!io)
+      return fail(ioFile + ": " + toString(io.takeError()));
+    if (const json::Object *object = io->getAsObject())
+      if (std::optional<StringRef> w = object->getString("weights"))
+        weights = sys::path::is_absolute(*w) ? w->str()
+                                             : cpuDir + "/" + w->str();
+  }
+  std::optional<int64_t> ranks = rankCount(path("compile", "plan.json"));
+  if (!ranks || *ranks <= 0)
+    return fail("cannot tell the number of ranks: no 'devices' in "
+                "plan.json and no --devices or --mesh");
+
+  // 2. Build.
+  std::string buildDir = path("build");
+  Step configure{cmake,
+                 {"-G", "Ninja", "-S", cpuDir, "-B", buildDir,
+                  "-DCMAKE_BUILD_TYPE=Release"},
+                 path("build.out.log"),
+                 path("build.err.log")};
+  rc = execute("build", configure, error);
+  if (rc != 0)
+    return fail(rc < 0 ? error
+                       : "cmake could not configure " + cpuDir + ":\n" +
+                             tail(configure.errLog) + tail(configure.outLog));
+  Step build{ninja, {"-C", buildDir, "-j2"}, path("ninja.out.log"),
+             path("ninja.err.log")};
+  rc = execute("build", build, error);
+  if (rc != 0)
+    return fail(rc < 0 ? error
+                       : "building the emitted program failed:\n" +
+                             tail(build.outLog) + tail(build.errLog));
+  std::string program = buildDir + "/stpar_program";
+  if (!sys::fs::can_execute(program))
+    return fail("the build produced no " + program);
+
+  // 3. Inputs.
+  std::string inputs = path("inputs");
+  Step gen{node, {runner}, "", path("inputs.err.log")};
+  if (verifyInputs.empty())
+    gen.args.insert(gen.args.end(),
+                    {"gen-inputs", "--model", model, "--io", ioFile, "--seed",
+                     std::to_string(verifySeed), "--outputs", inputs});
+  else
+    gen.args.insert(gen.args.end(), {"from-pb", "--io", ioFile, "--pb",
+                                     verifyInputs, "--outputs", inputs});
+  rc = execute("inputs", gen, error);
+  if (rc != 0)
+    return fail(rc < 0 ? error : "preparing the inputs failed:\n" +
+                                     tail(gen.errLog));
+  errs() << tail(gen.errLog, 64);
+
+  // 4. The partitioned program.
+  std::string outputs = path("outputs");
+  if (std::error_code ec = sys::fs::create_directories(outputs))
+    return fail("cannot create " + outputs + ": " + ec.message());
+  Step mpi{mpirun, {"--oversubscribe"}, path("mpirun.out.log"),
+           path("mpirun.err.log")};
+  if (geteuid() == 0)
+    mpi.args.push_back("--allow-run-as-root");
+  mpi.args.insert(mpi.args.end(),
+                  {"-np", std::to_string(*ranks), program, "--weights",
+                   weights, "--inputs", inputs, "--outputs", outputs});
+  rc = execute("run", mpi, error);
+  if (rc != 0)
+    return fail(rc < 0 ? error
+                       : "mpirun failed (exit " + std::to_string(rc) +
+                             "); its stderr ends with:\n" +
+                             tail(mpi.errLog) + "its stdout ends with:\n" +
+                             tail(mpi.outLog, 10));
+
+  // 5. The reference.
+  std::string reference = path("reference");
+  Step ort{node,
+           {runner, "run", "--model", model, "--io", ioFile, "--inputs",
+            inputs, "--outputs", reference},
+           "",
+           path("ort.err.log")};
+  rc = execute("ort", ort, error);
+  if (rc != 0)
+    return fail(rc < 0 ? error
+                       : "ONNX Runtime failed:\n" + tail(ort.errLog));
+
+  // 6. Compare (prints its table on our stdout).
+  Step compare{node,
+               {runner, "compare", "--io", ioFile, "--actual", outputs,
+                "--expected", reference, "--rtol",
+                formatv("{0}", double(verifyRtol)).str(), "--atol",
+                formatv("{0}", double(verifyAtol)).str()},
+               "",
+               path("compare.err.log")};
+  rc = execute("compare", compare, error);
+  if (rc < 0 || rc > 1)
+    return fail(rc < 0 ? error
+                       : "comparing the outputs failed:\n" +
+                             tail(compare.errLog));
+  if (rc == 1) {
+    errs() << "stpar verify: outputs differ from ONNX Runtime's\n";
+    if (!verifyKeep.empty())
+      errs() << "stpar verify: note: files kept in " << work << "\n";
+  }
+  return rc;
+}
+
+static int runVerify() {
+  std::string work;
+  bool keep = !verifyKeep.empty();
+  if (keep) {
+    work = verifyKeep;
+    if (std::error_code ec = sys::fs::create_directories(work)) {
+      errs() << "stpar verify: error: cannot create " << work << ": "
+             << ec.message() << "\n";
+      return 1;
+    }
+    SmallString<256> absolute(work);
+    sys::fs::make_absolute(absolute);
+    work = std::string(absolute);
+  } else {
+    SmallString<256> temp;
+    if (std::error_code ec =
+            sys::fs::createUniqueDirectory("stpar-verify", temp)) {
+      errs() << "stpar verify: error: cannot create a temporary folder: "
+             << ec.message() << "\n";
+      return 1;
+    }
+    work = std::string(temp);
+  }
+  int rc = Verifier(work).run();
+  if (!keep)
+    sys::fs::remove_directories(work);
+  return rc;
+}
+
+static stpar::tools::CommandRegistration reg(verifyCmd, runVerify);
