@@ -1,0 +1,1734 @@
+//===- CppEmitter.cpp - print the per-rank program as C++ -----------------===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// One printer for both targets. Tensors are `stpar_rt::Tensor<T>` values
+// (reference-counted buffers); every op that makes a tensor allocates its
+// result, except reshapes, which alias. linalg.generic becomes a function
+// (cpu: nested loops) or a kernel (cuda: one thread per point of the
+// parallel dims) whose body is the generic's payload printed as scalar C++;
+// on cuda, contractions go to cuBLAS. Collectives are printed as MPI calls
+// through the runtime (cpu) or as NCCL calls on the communication stream
+// with events to and from the compute stream (cuda).
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Target/Emit.h"
+
+#include "stpar/Dialect/STP/IR/STPAttrs.h"
+#include "stpar/Dialect/STP/IR/STPOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace stpar::target {
+
+std::optional<EmitTarget> parseEmitTarget(llvm::StringRef name) {
+  if (name == "cpu")
+    return EmitTarget::Cpu;
+  if (name == "cuda")
+    return EmitTarget::Cuda;
+  return std::nullopt;
+}
+
+llvm::StringRef getEmitTargetName(EmitTarget target) {
+  return target == EmitTarget::Cpu ? "cpu" : "cuda";
+}
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Types and literals
+//===----------------------------------------------------------------------===//
+
+struct ElementInfo {
+  const char *storage; ///< C++ type of a buffer element
+  const char *scalar;  ///< C++ type of a scalar value
+  int dtype;           ///< weights.bin code (-1: not a tensor element type)
+  const char *dtypeName;
+  const char *mpiOrNccl; ///< ncclDataType_t
+};
+
+std::optional<ElementInfo> getElementInfo(Type type) {
+  if (type.isF32())
+    return ElementInfo{"float", "float", 0, "float32", "ncclFloat32"};
+  if (type.isF64())
+    return ElementInfo{"double", "double", 1, "float64", "ncclFloat64"};
+  if (type.isIndex())
+    return ElementInfo{"int64_t", "int64_t", -1, "index", "ncclInt64"};
+  if (type.isInteger(64))
+    return ElementInfo{"int64_t", "int64_t", 2, "int64", "ncclInt64"};
+  if (type.isInteger(32))
+    return ElementInfo{"int32_t", "int32_t", 3, "int32", "ncclInt32"};
+  if (type.isInteger(8))
+    return ElementInfo{"int8_t", "int8_t", 4, "int8", "ncclInt8"};
+  if (type.isInteger(1))
+    return ElementInfo{"uint8_t", "bool", 5, "bool", "ncclUint8"};
+  return std::nullopt;
+}
+
+std::string shapeLiteral(ArrayRef<int64_t> shape) {
+  std::string s = "stpar_rt::Shape{";
+  llvm::raw_string_ostream os(s);
+  llvm::interleaveComma(shape, os);
+  os << "}";
+  return s;
+}
+
+std::string floatLiteral(const APFloat &value, Type type) {
+  double v = value.convertToDouble();
+  bool f32 = type.isF32();
+  if (std::isnan(v))
+    return f32 ? "NAN" : "double(NAN)";
+  if (std::isinf(v))
+    return std::string(v < 0 ? "-" : "") + (f32 ? "INFINITY" : "double(INFINITY)");
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  if (f32)
+    os << llvm::format("%.9g", v);
+  else
+    os << llvm::format("%.17g", v);
+  if (s.find_first_of(".eE") == std::string::npos)
+    s += ".0";
+  if (f32)
+    s += "f";
+  return s;
+}
+
+std::string intLiteral(int64_t v) {
+  if (v == std::numeric_limits<int64_t>::min())
+    return "(-INT64_C(9223372036854775807) - 1)";
+  return "INT64_C(" + std::to_string(v) + ")";
+}
+
+std::string locString(Location loc) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  loc.print(os);
+  // Keep comments on one line and free of "*/".
+  for (char &c : s)
+    if (c == '\n')
+      c = ' ';
+  return s;
+}
+
+RankedTensorType tensorType(Value v) {
+  return dyn_cast<RankedTensorType>(v.getType());
+}
+
+/// A null `const stpar_rt::Tensor<T> *` for an absent optional operand.
+std::string typedNull(RankedTensorType like) {
+  return std::string("static_cast<const stpar_rt::Tensor<") +
+         getElementInfo(like.getElementType())->storage + "> *>(nullptr)";
+}
+
+/// The block indices of a dim split over grid axes (stp.split).
+using SplitAxes = SmallVector<SmallVector<int64_t>>;
+
+FailureOr<SplitAxes> getSplit(DictionaryAttr attrs, int64_t rank,
+                              Location loc) {
+  SplitAxes split(rank);
+  if (!attrs)
+    return split;
+  Attribute a = attrs.get("stp.split");
+  if (!a)
+    return split;
+  auto dims = dyn_cast<ArrayAttr>(a);
+  if (!dims || static_cast<int64_t>(dims.size()) != rank)
+    return emitError(loc) << "stp.split must have one entry per tensor dim",
+           failure();
+  for (auto [i, d] : llvm::enumerate(dims)) {
+    auto axes = dyn_cast<ArrayAttr>(d);
+    if (!axes)
+      return emitError(loc) << "stp.split entries must be arrays", failure();
+    for (Attribute ax : axes) {
+      auto ia = dyn_cast<IntegerAttr>(ax);
+      if (!ia)
+        return emitError(loc) << "stp.split axes must be integers", failure();
+      split[i].push_back(ia.getInt());
+    }
+  }
+  return split;
+}
+
+//===----------------------------------------------------------------------===//
+// The printer
+//===----------------------------------------------------------------------===//
+
+class Printer {
+public:
+  Printer(ModuleOp module, EmitTarget target)
+      : module(module), cuda(target == EmitTarget::Cuda), target(target) {}
+
+  FailureOr<EmittedProgram> run();
+
+private:
+  // Output.
+  llvm::raw_ostream &line() {
+    for (int i = 0; i < indent; ++i)
+      bodyOs << "  ";
+    return bodyOs;
+  }
+
+  // Names.
+  std::string define(Value v) {
+    std::string n = "v" + std::to_string(nextId++);
+    names[v] = n;
+    return n;
+  }
+  std::string name(Value v) {
+    auto it = names.find(v);
+    if (it != names.end())
+      return it->second;
+    return "<?>";
+  }
+  std::string ofr(OpFoldResult r) {
+    if (auto a = dyn_cast<Attribute>(r))
+      return intLiteral(cast<IntegerAttr>(a).getInt());
+    return name(cast<Value>(r));
+  }
+  std::string ofrList(ArrayRef<OpFoldResult> rs) {
+    std::string s = "stpar_rt::Shape{";
+    for (auto [i, r] : llvm::enumerate(rs))
+      s += (i ? ", " : "") + ofr(r);
+    return s + "}";
+  }
+
+  LogicalResult emitFunction();
+  LogicalResult emitBlock(Block &block);
+  LogicalResult emitOp(Operation *op);
+  void waitFor(Operation *op);
+  LogicalResult emitScalar(Operation *op,
+                           llvm::function_ref<std::string(Value)> nameOf,
+                           std::string &expr);
+  LogicalResult emitGeneric(linalg::GenericOp op);
+  bool emitGemm(linalg::GenericOp op, StringRef result);
+  LogicalResult emitCollective(Operation *op);
+  LogicalResult emitFor(scf::ForOp op);
+  std::string newTensor(Value v, StringRef init = "");
+  std::string groupAxes(ArrayRef<int16_t> axes);
+  std::string blockOffsets(RankedTensorType local, const SplitAxes &split);
+
+  ModuleOp module;
+  bool cuda;
+  EmitTarget target;
+  func::FuncOp func;
+  SmallVector<int64_t> gridShape;
+
+  std::string constants, kernels, body;
+  llvm::raw_string_ostream constOs{constants}, kernelOs{kernels},
+      bodyOs{body};
+  int indent = 1;
+  DenseMap<Value, std::string> names;
+  int nextId = 0, nextKernel = 0, nextEvent = 0, nextConst = 0;
+  /// cuda: values written on the communication stream whose event the
+  /// compute stream has not waited for yet.
+  llvm::MapVector<Value, int> pending;
+  /// Double buffers of the shifts in the loop being printed.
+  DenseMap<Operation *, std::string> doubleBuffers;
+  std::string loopParity;
+  std::string ioInputs, ioOutputs;
+};
+
+std::string Printer::newTensor(Value v, StringRef init) {
+  auto type = tensorType(v);
+  auto info = getElementInfo(type.getElementType());
+  std::string n = define(v);
+  if (!init.empty())
+    line() << "auto " << n << " = stpar_rt::clone(ctx, " << init << ");\n";
+  else
+    line() << "auto " << n << " = stpar_rt::alloc<" << info->storage
+           << ">(ctx, " << type.getNumElements() << ");\n";
+  return n;
+}
+
+std::string Printer::groupAxes(ArrayRef<int16_t> axes) {
+  std::string s = "stpar_rt::Shape{";
+  for (auto [i, a] : llvm::enumerate(axes))
+    s += (i ? ", " : "") + std::to_string(a);
+  return s + "}";
+}
+
+std::string Printer::blockOffsets(RankedTensorType local,
+                                  const SplitAxes &split) {
+  std::string s = "stpar_rt::Shape{";
+  for (int64_t d = 0; d < local.getRank(); ++d) {
+    if (d)
+      s += ", ";
+    if (split[d].empty()) {
+      s += "0";
+      continue;
+    }
+    s += "ctx.groupIndex(stpar_rt::Shape{";
+    for (auto [i, a] : llvm::enumerate(split[d]))
+      s += (i ? ", " : "") + std::to_string(a);
+    s += "}) * " + std::to_string(local.getDimSize(d));
+  }
+  return s + "}";
+}
+
+//===----------------------------------------------------------------------===//
+// Scalar ops (generic payloads and index math)
+//===----------------------------------------------------------------------===//
+
+const char *mathName(Operation *op) {
+  return llvm::TypeSwitch<Operation *, const char *>(op)
+      .Case<math::ExpOp>([](auto) { return "exp"; })
+      .Case<math::Exp2Op>([](auto) { return "exp2"; })
+      .Case<math::ExpM1Op>([](auto) { return "expm1"; })
+      .Case<math::LogOp>([](auto) { return "log"; })
+      .Case<math::Log2Op>([](auto) { return "log2"; })
+      .Case<math::Log1pOp>([](auto) { return "log1p"; })
+      .Case<math::SqrtOp>([](auto) { return "sqrt"; })
+      .Case<math::TanhOp>([](auto) { return "tanh"; })
+      .Case<math::ErfOp>([](auto) { return "erf"; })
+      .Case<math::SinOp>([](auto) { return "sin"; })
+      .Case<math::CosOp>([](auto) { return "cos"; })
+      .Case<math::TanOp>([](auto) { return "tan"; })
+      .Case<math::AtanOp>([](auto) { return "atan"; })
+      .Case<math::AbsFOp>([](auto) { return "fabs"; })
+      .Case<math::FloorOp>([](auto) { return "floor"; })
+      .Case<math::CeilOp>([](auto) { return "ceil"; })
+      .Case<math::RoundOp>([](auto) { return "round"; })
+      .Case<math::PowFOp>([](auto) { return "pow"; })
+      .Case<math::Atan2Op>([](auto) { return "atan2"; })
+      .Default([](auto) { return nullptr; });
+}
+
+LogicalResult
+Printer::emitScalar(Operation *op,
+                    llvm::function_ref<std::string(Value)> nameOf,
+                    std::string &expr) {
+  auto a = [&](unsigned i) { return nameOf(op->getOperand(i)); };
+  auto bin = [&](StringRef o) {
+    expr = "(" + a(0) + " " + o.str() + " " + a(1) + ")";
+    return success();
+  };
+  auto call = [&](StringRef f) {
+    expr = f.str() + "(";
+    for (unsigned i = 0; i < op->getNumOperands(); ++i)
+      expr += (i ? ", " : "") + a(i);
+    expr += ")";
+    return success();
+  };
+  Type resultType = op->getNumResults() ? op->getResult(0).getType() : Type();
+  auto cast = [&]() {
+    auto info = getElementInfo(resultType);
+    if (!info)
+      return failure();
+    expr = std::string("static_cast<") + info->scalar + ">(" + a(0) + ")";
+    return success();
+  };
+  if (const char *m = mathName(op)) {
+    std::string f = m;
+    if (resultType.isF32())
+      f += "f";
+    else if (!resultType.isF64())
+      return failure();
+    return call(f);
+  }
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](arith::ConstantOp c) -> LogicalResult {
+        if (auto f = dyn_cast<FloatAttr>(c.getValue())) {
+          if (!f.getType().isF32() && !f.getType().isF64())
+            return failure();
+          expr = floatLiteral(f.getValue(), f.getType());
+          return success();
+        }
+        if (auto i = dyn_cast<IntegerAttr>(c.getValue())) {
+          if (i.getType().isInteger(1))
+            expr = i.getValue().isZero() ? "false" : "true";
+          else
+            expr = intLiteral(i.getValue().getSExtValue());
+          return success();
+        }
+        return failure();
+      })
+      .Case<arith::AddFOp, arith::AddIOp>([&](auto) { return bin("+"); })
+      .Case<arith::SubFOp, arith::SubIOp>([&](auto) { return bin("-"); })
+      .Case<arith::MulFOp, arith::MulIOp>([&](auto) { return bin("*"); })
+      .Case<arith::DivFOp, arith::DivSIOp>([&](auto) { return bin("/"); })
+      .Case<arith::RemSIOp>([&](auto) { return bin("%"); })
+      .Case<arith::AndIOp>([&](auto) { return bin("&"); })
+      .Case<arith::OrIOp>([&](auto) { return bin("|"); })
+      .Case<arith::XOrIOp>([&](auto) { return bin("^"); })
+      .Case<arith::ShLIOp>([&](auto) { return bin("<<"); })
+      .Case<arith::ShRSIOp>([&](auto) { return bin(">>"); })
+      .Case([&](arith::RemFOp) {
+        return call(resultType.isF32() ? "fmodf" : "fmod");
+      })
+      .Case([&](arith::NegFOp) {
+        expr = "(-" + a(0) + ")";
+        return success();
+      })
+      .Case([&](math::RsqrtOp) {
+        expr = std::string("(1 / ") + (resultType.isF32() ? "sqrtf(" : "sqrt(") +
+               a(0) + "))";
+        return success();
+      })
+      .Case([&](math::FmaOp) {
+        return call(resultType.isF32() ? "fmaf" : "fma");
+      })
+      .Case([&](arith::MaximumFOp) { return call("stpar_rt::maximumf"); })
+      .Case([&](arith::MinimumFOp) { return call("stpar_rt::minimumf"); })
+      .Case([&](arith::MaxNumFOp) { return call("stpar_rt::maxnumf"); })
+      .Case([&](arith::MinNumFOp) { return call("stpar_rt::minnumf"); })
+      .Case([&](arith::MaxSIOp) { return call("stpar_rt::maxsi"); })
+      .Case([&](arith::MinSIOp) { return call("stpar_rt::minsi"); })
+      .Case([&](arith::FloorDivSIOp) { return call("stpar_rt::floordivsi"); })
+      .Case([&](arith::CeilDivSIOp) { return call("stpar_rt::ceildivsi"); })
+      .Case([&](arith::SelectOp) {
+        expr = "(" + a(0) + " ? " + a(1) + " : " + a(2) + ")";
+        return success();
+      })
+      .Case([&](arith::CmpFOp c) -> LogicalResult {
+        std::string x = a(0), y = a(1);
+        auto ord = [&](StringRef o) {
+          return "(" + x + " " + o.str() + " " + y + ")";
+        };
+        auto unord = [&](StringRef negated) {
+          return "!(" + x + " " + negated.str() + " " + y + ")";
+        };
+        using P = arith::CmpFPredicate;
+        switch (c.getPredicate()) {
+        case P::OEQ: expr = ord("=="); break;
+        case P::OGT: expr = ord(">"); break;
+        case P::OGE: expr = ord(">="); break;
+        case P::OLT: expr = ord("<"); break;
+        case P::OLE: expr = ord("<="); break;
+        case P::ONE: expr = "(" + ord("<") + " || " + ord(">") + ")"; break;
+        case P::UEQ: expr = "!(" + ord("<") + " || " + ord(">") + ")"; break;
+        case P::UGT: expr = unord("<="); break;
+        case P::UGE: expr = unord("<"); break;
+        case P::ULT: expr = unord(">="); break;
+        case P::ULE: expr = unord(">"); break;
+        case P::UNE: expr = ord("!="); break;
+        case P::ORD: expr = "(" + ord("==") + " && " + "(" + y + " == " + y + "))"; expr = "((" + x + " == " + x + ") && (" + y + " == " + y + "))"; break;
+        case P::UNO: expr = "((" + x + " != " + x + ") || (" + y + " != " + y + "))"; break;
+        case P::AlwaysTrue: expr = "true"; break;
+        case P::AlwaysFalse: expr = "false"; break;
+        }
+        return success();
+      })
+      .Case([&](arith::CmpIOp c) -> LogicalResult {
+        using P = arith::CmpIPredicate;
+        switch (c.getPredicate()) {
+        case P::eq: return bin("==");
+        case P::ne: return bin("!=");
+        case P::slt: return bin("<");
+        case P::sle: return bin("<=");
+        case P::sgt: return bin(">");
+        case P::sge: return bin(">=");
+        case P::ult:
+        case P::ule:
+        case P::ugt:
+        case P::uge: {
+          const char *o = c.getPredicate() == P::ult   ? "<"
+                          : c.getPredicate() == P::ule ? "<="
+                          : c.getPredicate() == P::ugt ? ">"
+                                                       : ">=";
+          expr = "(static_cast<uint64_t>(" + a(0) + ") " + o +
+                 " static_cast<uint64_t>(" + a(1) + "))";
+          return success();
+        }
+        }
+        return failure();
+      })
+      .Case<arith::IndexCastOp, arith::IndexCastUIOp, arith::SIToFPOp,
+            arith::FPToSIOp, arith::ExtFOp, arith::TruncFOp, arith::ExtSIOp,
+            arith::FPToUIOp>([&](auto) { return cast(); })
+      .Case<arith::UIToFPOp, arith::ExtUIOp>([&](auto) -> LogicalResult {
+        // Unsigned source: go through the unsigned type of its width.
+        Type src = op->getOperand(0).getType();
+        if (src.isInteger(1)) {
+          if (failed(cast()))
+            return failure();
+          return success();
+        }
+        auto info = getElementInfo(resultType);
+        unsigned width = src.getIntOrFloatBitWidth();
+        expr = std::string("static_cast<") + info->scalar + ">(static_cast<uint" +
+               std::to_string(width) + "_t>(" + a(0) + "))";
+        return success();
+      })
+      .Case([&](arith::TruncIOp) -> LogicalResult {
+        if (resultType.isInteger(1)) {
+          expr = "((" + a(0) + " & 1) != 0)";
+          return success();
+        }
+        return cast();
+      })
+      .Default([&](Operation *) { return failure(); });
+}
+
+//===----------------------------------------------------------------------===//
+// linalg.generic
+//===----------------------------------------------------------------------===//
+
+/// Row-major strides of a static shape.
+SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> s(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;)
+    s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
+std::string affineString(AffineExpr e, ArrayRef<std::string> dims) {
+  switch (e.getKind()) {
+  case AffineExprKind::DimId:
+    return dims[cast<AffineDimExpr>(e).getPosition()];
+  case AffineExprKind::Constant:
+    return std::to_string(cast<AffineConstantExpr>(e).getValue());
+  case AffineExprKind::SymbolId:
+    return "<symbol>";
+  default:
+    break;
+  }
+  auto b = cast<AffineBinaryOpExpr>(e);
+  std::string l = affineString(b.getLHS(), dims),
+              r = affineString(b.getRHS(), dims);
+  switch (e.getKind()) {
+  case AffineExprKind::Add:
+    return "(" + l + " + " + r + ")";
+  case AffineExprKind::Mul:
+    return "(" + l + " * " + r + ")";
+  case AffineExprKind::FloorDiv:
+    return "stpar_rt::floordivsi<int64_t>(" + l + ", " + r + ")";
+  case AffineExprKind::CeilDiv:
+    return "stpar_rt::ceildivsi<int64_t>(" + l + ", " + r + ")";
+  case AffineExprKind::Mod:
+    return "stpar_rt::affine_mod<int64_t>(" + l + ", " + r + ")";
+  default:
+    return "<?>";
+  }
+}
+
+/// Linear element index of an operand of shape `shape` at `map(dims)`.
+std::string linearIndex(AffineMap map, ArrayRef<int64_t> shape,
+                        ArrayRef<std::string> dims) {
+  SmallVector<int64_t> strides = stridesOf(shape);
+  std::string s;
+  for (unsigned i = 0; i < map.getNumResults(); ++i) {
+    AffineExpr e = map.getResult(i);
+    if (auto c = dyn_cast<AffineConstantExpr>(e); c && c.getValue() == 0)
+      continue;
+    if (!s.empty())
+      s += " + ";
+    s += affineString(e, dims);
+    if (strides[i] != 1)
+      s += " * " + std::to_string(strides[i]);
+  }
+  return s.empty() ? "0" : s;
+}
+
+/// Element strides of operand `map` (shape `shape`) per loop dim; nullopt
+/// when the map is not a projected permutation.
+std::optional<SmallVector<int64_t>> loopStrides(AffineMap map,
+                                                ArrayRef<int64_t> shape) {
+  if (!map.isProjectedPermutation(/*allowZeroInResults=*/false))
+    return std::nullopt;
+  SmallVector<int64_t> strides = stridesOf(shape);
+  SmallVector<int64_t> result(map.getNumDims(), 0);
+  for (unsigned i = 0; i < map.getNumResults(); ++i)
+    result[cast<AffineDimExpr>(map.getResult(i)).getPosition()] = strides[i];
+  return result;
+}
+
+/// Collapses loop dims `group` of one operand into one (size, stride);
+/// nullopt when they are not one contiguous run or only partly present.
+std::optional<std::pair<int64_t, int64_t>>
+collapse(ArrayRef<unsigned> group, ArrayRef<int64_t> loopSizes,
+         ArrayRef<int64_t> strides) {
+  int64_t size = 1;
+  SmallVector<unsigned> present;
+  for (unsigned d : group) {
+    size *= loopSizes[d];
+    if (strides[d] != 0 || loopSizes[d] == 1)
+      present.push_back(d);
+  }
+  if (present.empty())
+    return std::make_pair(size, int64_t(0));
+  if (present.size() != group.size())
+    return std::nullopt;
+  SmallVector<unsigned> sorted(group.begin(), group.end());
+  llvm::sort(sorted, [&](unsigned a, unsigned b) {
+    return strides[a] > strides[b];
+  });
+  for (size_t i = 0; i + 1 < sorted.size(); ++i)
+    if (loopSizes[sorted[i]] != 1 &&
+        strides[sorted[i]] != strides[sorted[i + 1]] * loopSizes[sorted[i + 1]])
+      return std::nullopt;
+  return std::make_pair(size, strides[sorted.back()]);
+}
+
+bool Printer::emitGemm(linalg::GenericOp op, StringRef result) {
+  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
+      !linalg::isaContractionOpInterface(op))
+    return false;
+  auto outType = tensorType(op.getResult(0));
+  auto aType = tensorType(op.getDpsInputOperand(0)->get());
+  auto bType = tensorType(op.getDpsInputOperand(1)->get());
+  if (!aType || !bType || !outType.getElementType().isF32() ||
+      !aType.getElementType().isF32() || !bType.getElementType().isF32())
+    return false;
+  FailureOr<linalg::ContractionDimensions> dims =
+      linalg::inferContractionDims(op);
+  if (failed(dims) || dims->m.empty() || dims->n.empty() || dims->k.empty())
+    return false;
+  SmallVector<int64_t> sizes = op.getStaticLoopRanges();
+  auto maps = op.getIndexingMapsArray();
+  auto sa = loopStrides(maps[0], aType.getShape());
+  auto sb = loopStrides(maps[1], bType.getShape());
+  auto sc = loopStrides(maps[2], outType.getShape());
+  if (!sa || !sb || !sc)
+    return false;
+  auto group = [&](ArrayRef<unsigned> g, ArrayRef<int64_t> s) {
+    return collapse(g, sizes, s);
+  };
+  auto am = group(dims->m, *sa), ak = group(dims->k, *sa),
+       bk = group(dims->k, *sb), bn = group(dims->n, *sb),
+       cm = group(dims->m, *sc), cn = group(dims->n, *sc),
+       ab = group(dims->batch, *sa), bb = group(dims->batch, *sb),
+       cb = group(dims->batch, *sc);
+  if (!am || !ak || !bk || !bn || !cm || !cn || !ab || !bb || !cb)
+    return false;
+  // Operands must hold their matrix dims (a stride-0 m/n/k is a broadcast
+  // cuBLAS cannot express).
+  if (am->second == 0 || ak->second == 0 || bk->second == 0 ||
+      bn->second == 0 || cm->second == 0 || cn->second == 0)
+    return false;
+  int64_t M = am->first, N = bn->first, K = ak->first, batch = cb->first;
+  // Column-major view: C^T (N x M) = B^T(N x K) * A^T(K x M) when C is
+  // row-major in n; C (M x N) = A * B when it is column-major in m.
+  struct Operand {
+    std::string ptr;
+    int64_t rowStride, colStride, batchStride;
+  };
+  Operand x, y;
+  int64_t rows, cols, ldc;
+  std::string aPtr = name(op.getDpsInputOperand(0)->get()) + ".data()";
+  std::string bPtr = name(op.getDpsInputOperand(1)->get()) + ".data()";
+  if (cn->second == 1) {
+    rows = N;
+    cols = M;
+    ldc = cm->second;
+    x = {bPtr, bn->second, bk->second, bb->second}; // X(n,k)
+    y = {aPtr, ak->second, am->second, ab->second}; // Y(k,m)
+  } else if (cm->second == 1) {
+    rows = M;
+    cols = N;
+    ldc = cn->second;
+    x = {aPtr, am->second, ak->second, ab->second}; // X(m,k)
+    y = {bPtr, bk->second, bn->second, bb->second}; // Y(k,n)
+  } else {
+    return false;
+  }
+  auto lead = [](const Operand &o, int64_t r, int64_t c, bool &trans,
+                 int64_t &ld) {
+    if (o.rowStride == 1 && o.colStride >= r) {
+      trans = false;
+      ld = o.colStride;
+      return true;
+    }
+    if (o.colStride == 1 && o.rowStride >= c) {
+      trans = true;
+      ld = o.rowStride;
+      return true;
+    }
+    return false;
+  };
+  bool tx, ty;
+  int64_t ldx, ldy;
+  if (!lead(x, rows, K, tx, ldx) || !lead(y, K, cols, ty, ldy) || ldc < rows)
+    return false;
+  line() << "stpar_rt::gemm(ctx, " << (tx ? "true" : "false") << ", "
+         << (ty ? "true" : "false") << ", " << rows << ", " << cols << ", "
+         << K << ", " << x.ptr << ", " << ldx << ", " << x.batchStride << ", "
+         << y.ptr << ", " << ldy << ", " << y.batchStride << ", " << result
+         << ".data(), " << ldc << ", " << cb->second << ", " << batch
+         << ");\n";
+  return true;
+}
+
+LogicalResult Printer::emitGeneric(linalg::GenericOp op) {
+  Block &payload = op.getRegion().front();
+  SmallVector<int64_t> sizes = op.getStaticLoopRanges();
+  SmallVector<utils::IteratorType> iters = op.getIteratorTypesArray();
+  unsigned numLoops = sizes.size();
+  bool hasReduction = llvm::any_of(
+      iters, [](auto t) { return t == utils::IteratorType::reduction; });
+  for (int64_t s : sizes)
+    if (ShapedType::isDynamic(s))
+      return op.emitError("cannot emit a linalg.generic with dynamic loop "
+                          "ranges");
+  auto maps = op.getIndexingMapsArray();
+  unsigned numIn = op.getNumDpsInputs(), numOut = op.getNumDpsInits();
+  // Outputs may only be indexed by parallel dims (one thread per point).
+  for (unsigned o = 0; o < numOut; ++o)
+    for (AffineExpr e : maps[numIn + o].getResults())
+      if (auto d = dyn_cast<AffineDimExpr>(e);
+          !d || iters[d.getPosition()] != utils::IteratorType::parallel)
+        return op.emitError("cannot emit a linalg.generic whose outputs are "
+                            "not indexed by parallel dims alone");
+
+  // Results.
+  SmallVector<std::string> results;
+  SmallVector<bool> needInit;
+  for (unsigned o = 0; o < numOut; ++o) {
+    bool init = hasReduction ||
+                !payload.getArgument(numIn + o).use_empty();
+    needInit.push_back(init);
+    results.push_back(newTensor(op.getResult(o),
+                                init ? name(op.getDpsInitOperand(o)->get())
+                                     : ""));
+  }
+  if (cuda && emitGemm(op, results[0]))
+    return success();
+
+  // Captured values.
+  llvm::SetVector<Value> captures;
+  op.getRegion().walk([&](Operation *inner) {
+    for (Value v : inner->getOperands())
+      if (!op->isAncestor(v.getParentBlock()->getParentOp()) ||
+          v.getParentBlock()->getParentOp() == op.getOperation()
+              ? !op.getRegion().isAncestor(v.getParentRegion())
+              : false)
+        captures.insert(v);
+  });
+
+  std::string fn = "generic" + std::to_string(nextKernel++);
+  std::string params, args;
+  auto addParam = [&](StringRef decl, StringRef arg) {
+    if (!params.empty()) {
+      params += ", ";
+      args += ", ";
+    }
+    params += decl.str();
+    args += arg.str();
+  };
+  const char *restrict_ = cuda ? "__restrict__" : "__restrict";
+  for (unsigned i = 0; i < numIn; ++i) {
+    Value v = op.getDpsInputOperand(i)->get();
+    if (auto t = tensorType(v)) {
+      auto info = getElementInfo(t.getElementType());
+      addParam(std::string("const ") + info->storage + " *" + restrict_ +
+                   " in" + std::to_string(i),
+               name(v) + ".data()");
+    } else {
+      auto info = getElementInfo(v.getType());
+      addParam(std::string(info->scalar) + " in" + std::to_string(i), name(v));
+    }
+  }
+  for (unsigned o = 0; o < numOut; ++o) {
+    auto info = getElementInfo(tensorType(op.getResult(o)).getElementType());
+    addParam(std::string(info->storage) + " *" + restrict_ + " out" +
+                 std::to_string(o),
+             results[o] + ".data()");
+  }
+  DenseMap<Value, std::string> local;
+  for (auto [i, v] : llvm::enumerate(captures)) {
+    std::string c = "cap" + std::to_string(i);
+    local[v] = c;
+    if (auto t = tensorType(v)) {
+      auto info = getElementInfo(t.getElementType());
+      addParam(std::string("const ") + info->storage + " *" + c, name(v) + ".data()");
+    } else {
+      auto info = getElementInfo(v.getType());
+      if (!info)
+        return op.emitError("cannot emit a captured value of type ")
+               << v.getType();
+      addParam(std::string(info->scalar) + " " + c, name(v));
+    }
+  }
+
+  // The function / kernel.
+  std::string text;
+  llvm::raw_string_ostream k(text);
+  k << "// " << locString(op.getLoc()) << "\n";
+  k << (cuda ? "__global__ void " : "static void ") << fn << "(" << params
+    << ") {\n";
+  SmallVector<std::string> dims;
+  for (unsigned d = 0; d < numLoops; ++d)
+    dims.push_back("d" + std::to_string(d));
+  int depth = 1;
+  auto ind = [&]() -> llvm::raw_ostream & {
+    for (int i = 0; i < depth; ++i)
+      k << "  ";
+    return k;
+  };
+  int64_t parallelPoints = 1;
+  for (unsigned d = 0; d < numLoops; ++d)
+    if (iters[d] == utils::IteratorType::parallel)
+      parallelPoints *= sizes[d];
+  if (cuda) {
+    ind() << "int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + "
+             "threadIdx.x;\n";
+    ind() << "if (tid >= " << parallelPoints << ") return;\n";
+    for (unsigned d = numLoops; d-- > 0;) {
+      if (iters[d] != utils::IteratorType::parallel)
+        continue;
+      ind() << "const int64_t d" << d << " = tid % " << sizes[d]
+            << "; tid /= " << sizes[d] << ";\n";
+    }
+  } else {
+    for (unsigned d = 0; d < numLoops; ++d) {
+      if (iters[d] != utils::IteratorType::parallel)
+        continue;
+      ind() << "for (int64_t d" << d << " = 0; d" << d << " < " << sizes[d]
+            << "; ++d" << d << ") {\n";
+      ++depth;
+    }
+  }
+  // Accumulators.
+  for (unsigned o = 0; o < numOut; ++o) {
+    auto t = tensorType(op.getResult(o));
+    auto info = getElementInfo(t.getElementType());
+    std::string idx = linearIndex(maps[numIn + o], t.getShape(), dims);
+    local[payload.getArgument(numIn + o)] = "acc" + std::to_string(o);
+    ind() << info->scalar << " acc" << o << " = "
+          << (needInit[o] ? "out" + std::to_string(o) + "[" + idx + "]"
+                          : std::string(info->scalar) + "()")
+          << ";\n";
+  }
+  int parallelDepth = depth;
+  for (unsigned d = 0; d < numLoops; ++d) {
+    if (iters[d] != utils::IteratorType::reduction)
+      continue;
+    ind() << "for (int64_t d" << d << " = 0; d" << d << " < " << sizes[d]
+          << "; ++d" << d << ") {\n";
+    ++depth;
+  }
+  for (unsigned i = 0; i < numIn; ++i) {
+    BlockArgument arg = payload.getArgument(i);
+    if (arg.use_empty())
+      continue;
+    Value v = op.getDpsInputOperand(i)->get();
+    auto info = getElementInfo(arg.getType());
+    std::string a = "a" + std::to_string(i);
+    local[arg] = a;
+    if (auto t = tensorType(v))
+      ind() << "const " << info->scalar << " " << a << " = in" << i << "["
+            << linearIndex(maps[i], t.getShape(), dims) << "];\n";
+    else
+      ind() << "const " << info->scalar << " " << a << " = in" << i << ";\n";
+  }
+  int tmp = 0;
+  auto nameOf = [&](Value v) -> std::string {
+    auto it = local.find(v);
+    return it != local.end() ? it->second : "<?>";
+  };
+  for (Operation &inner : payload) {
+    if (auto yield = dyn_cast<linalg::YieldOp>(inner)) {
+      for (auto [o, v] : llvm::enumerate(yield.getOperands()))
+        ind() << "acc" << o << " = " << nameOf(v) << ";\n";
+      continue;
+    }
+    if (inner.getNumResults() != 1)
+      return inner.emitError("cannot emit '")
+             << inner.getName() << "' in a linalg.generic body";
+    auto info = getElementInfo(inner.getResult(0).getType());
+    if (!info)
+      return inner.emitError("cannot emit a value of type ")
+             << inner.getResult(0).getType();
+    std::string expr;
+    if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
+      expr = dims[index.getDim()];
+    } else if (auto extract = dyn_cast<tensor::ExtractOp>(inner)) {
+      auto t = extract.getTensor().getType();
+      SmallVector<int64_t> strides = stridesOf(t.getShape());
+      std::string idx;
+      for (auto [i, v] : llvm::enumerate(extract.getIndices()))
+        idx += (i ? " + " : "") + nameOf(v) + " * " + std::to_string(strides[i]);
+      expr = nameOf(extract.getTensor()) + "[" + (idx.empty() ? "0" : idx) + "]";
+    } else if (failed(emitScalar(&inner, nameOf, expr))) {
+      return inner.emitError("cannot emit '")
+             << inner.getName() << "' in a linalg.generic body for the "
+             << getEmitTargetName(target) << " target";
+    }
+    std::string n = "s" + std::to_string(tmp++);
+    local[inner.getResult(0)] = n;
+    ind() << "const " << info->scalar << " " << n << " = " << expr << ";\n";
+  }
+  while (depth > parallelDepth) {
+    --depth;
+    ind() << "}\n";
+  }
+  for (unsigned o = 0; o < numOut; ++o) {
+    auto t = tensorType(op.getResult(o));
+    auto info = getElementInfo(t.getElementType());
+    ind() << "out" << o << "[" << linearIndex(maps[numIn + o], t.getShape(), dims)
+          << "] = static_cast<" << info->storage << ">(acc" << o << ");\n";
+  }
+  while (depth > 1) {
+    --depth;
+    ind() << "}\n";
+  }
+  k << "}\n\n";
+  kernelOs << text;
+  if (cuda)
+    line() << fn << "<<<" << (parallelPoints + 255) / 256
+           << ", 256, 0, ctx.compute>>>(" << args << ");\n"
+           << std::string(indent * 2, ' ') << "STP_CUDA(cudaGetLastError());\n";
+  else
+    line() << fn << "(" << args << ");\n";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+const char *ncclOp(shard::ReductionKind kind) {
+  switch (kind) {
+  case shard::ReductionKind::Sum: return "ncclSum";
+  case shard::ReductionKind::Max: return "ncclMax";
+  case shard::ReductionKind::Min: return "ncclMin";
+  case shard::ReductionKind::Product: return "ncclProd";
+  default: return nullptr;
+  }
+}
+const char *cpuOp(shard::ReductionKind kind) {
+  switch (kind) {
+  case shard::ReductionKind::Sum: return "stpar_rt::Reduction::Sum";
+  case shard::ReductionKind::Max: return "stpar_rt::Reduction::Max";
+  case shard::ReductionKind::Min: return "stpar_rt::Reduction::Min";
+  case shard::ReductionKind::Product: return "stpar_rt::Reduction::Product";
+  default: return nullptr;
+  }
+}
+
+LogicalResult Printer::emitCollective(Operation *op) {
+  if (auto step = op->getAttrOfType<StringAttr>("stp.plan_step"))
+    line() << "// stp.plan_step: " << step.getValue() << "\n";
+  else
+    line() << "// stp.plan_step: (none)\n";
+  Value input = op->getOperand(0);
+  auto inType = tensorType(input);
+  auto info = getElementInfo(inType.getElementType());
+  std::string in = name(input);
+  std::string inShape = shapeLiteral(inType.getShape());
+  int64_t n = inType.getNumElements();
+
+  if (auto slice = dyn_cast<shard::AllSliceOp>(op)) {
+    std::string out = newTensor(slice.getResult());
+    line() << "stpar_rt::allSlice(ctx, " << groupAxes(slice.getGridAxes())
+           << ", " << in << ".data(), " << out << ".data(), " << inShape
+           << ", " << slice.getSliceAxis().getSExtValue() << ");\n";
+    return success();
+  }
+  // Result buffer (a shift in a double-buffered loop writes its double
+  // buffer).
+  Value result = op->getResult(0);
+  std::string out;
+  if (auto it = doubleBuffers.find(op); it != doubleBuffers.end()) {
+    out = define(result);
+    line() << "auto " << out << " = " << it->second << "[" << loopParity
+           << "]; // double buffer\n";
+  } else {
+    out = newTensor(result);
+  }
+  std::string type = info->mpiOrNccl;
+
+  if (!cuda) {
+    llvm::TypeSwitch<Operation *>(op)
+        .Case([&](shard::AllReduceOp o) {
+          line() << "stpar_rt::allReduce(ctx, " << groupAxes(o.getGridAxes())
+                 << ", " << cpuOp(o.getReduction()) << ", " << in
+                 << ".data(), " << out << ".data(), " << n << ");\n";
+        })
+        .Case([&](shard::AllGatherOp o) {
+          line() << "stpar_rt::allGather(ctx, " << groupAxes(o.getGridAxes())
+                 << ", " << in << ".data(), " << out << ".data(), " << inShape
+                 << ", " << o.getGatherAxis().getSExtValue() << ");\n";
+        })
+        .Case([&](shard::ReduceScatterOp o) {
+          line() << "stpar_rt::reduceScatter(ctx, "
+                 << groupAxes(o.getGridAxes()) << ", "
+                 << cpuOp(o.getReduction()) << ", " << in << ".data(), "
+                 << out << ".data(), " << inShape << ", "
+                 << o.getScatterAxis().getSExtValue() << ");\n";
+        })
+        .Case([&](shard::AllToAllOp o) {
+          line() << "stpar_rt::allToAll(ctx, " << groupAxes(o.getGridAxes())
+                 << ", " << in << ".data(), " << out << ".data(), " << inShape
+                 << ", " << o.getSplitAxis().getSExtValue() << ", "
+                 << o.getConcatAxis().getSExtValue() << ");\n";
+        })
+        .Case([&](shard::ShiftOp o) {
+          line() << "stpar_rt::shift(ctx, " << o.getShiftAxis().getSExtValue()
+                 << ", " << o.getOffset() << ", "
+                 << (o.getRotate() ? "true" : "false") << ", " << in
+                 << ".data(), " << out << ".data(), " << n << ");\n";
+        });
+    return success();
+  }
+
+  // cuda: the communication stream waits for the input, runs the
+  // collective and records an event the compute stream waits for before
+  // the result's first use.
+  int ready = nextEvent++, done = nextEvent++;
+  line() << "STP_CUDA(cudaEventRecord(ctx.events[" << ready
+         << "], ctx.compute));\n";
+  line() << "STP_CUDA(cudaStreamWaitEvent(ctx.comm, ctx.events[" << ready
+         << "], 0));\n";
+  std::string ptype = std::string(info->storage);
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](shard::AllReduceOp o) {
+        line() << "STP_NCCL(ncclAllReduce(" << in << ".data(), " << out
+               << ".data(), " << n << ", " << type << ", "
+               << ncclOp(o.getReduction()) << ", ctx.nccl("
+               << groupAxes(o.getGridAxes()) << "), ctx.comm));\n";
+      })
+      .Case([&](shard::AllGatherOp o) {
+        std::string axes = groupAxes(o.getGridAxes());
+        int64_t dim = o.getGatherAxis().getSExtValue();
+        int64_t pre = 1;
+        for (int64_t d = 0; d < dim; ++d)
+          pre *= inType.getDimSize(d);
+        line() << "{\n";
+        ++indent;
+        line() << "const int64_t g = ctx.groupSize(" << axes << ");\n";
+        line() << "auto gathered = stpar_rt::alloc<" << ptype << ">(ctx, g * "
+               << n << ");\n";
+        line() << "STP_NCCL(ncclAllGather(" << in << ".data(), gathered.data(), "
+               << n << ", " << type << ", ctx.nccl(" << axes
+               << "), ctx.comm));\n";
+        line() << "stpar_rt::swap01(ctx.comm, gathered.data(), " << out
+               << ".data(), g, " << pre << ", " << n / pre << ");\n";
+        --indent;
+        line() << "}\n";
+      })
+      .Case([&](shard::ReduceScatterOp o) {
+        std::string axes = groupAxes(o.getGridAxes());
+        int64_t dim = o.getScatterAxis().getSExtValue();
+        int64_t pre = 1;
+        for (int64_t d = 0; d < dim; ++d)
+          pre *= inType.getDimSize(d);
+        line() << "{\n";
+        ++indent;
+        line() << "const int64_t g = ctx.groupSize(" << axes << ");\n";
+        line() << "auto blocks = stpar_rt::alloc<" << ptype << ">(ctx, " << n
+               << ");\n";
+        line() << "stpar_rt::swap01(ctx.comm, " << in << ".data(), blocks.data(), "
+               << pre << ", g, " << n / pre << " / g);\n";
+        line() << "STP_NCCL(ncclReduceScatter(blocks.data(), " << out
+               << ".data(), " << n << " / g, " << type << ", "
+               << ncclOp(o.getReduction()) << ", ctx.nccl(" << axes
+               << "), ctx.comm));\n";
+        --indent;
+        line() << "}\n";
+      })
+      .Case([&](shard::AllToAllOp o) {
+        std::string axes = groupAxes(o.getGridAxes());
+        int64_t split = o.getSplitAxis().getSExtValue();
+        int64_t concat = o.getConcatAxis().getSExtValue();
+        int64_t preS = 1, preC = 1;
+        for (int64_t d = 0; d < split; ++d)
+          preS *= inType.getDimSize(d);
+        for (int64_t d = 0; d < concat; ++d)
+          preC *= tensorType(result).getDimSize(d);
+        line() << "{\n";
+        ++indent;
+        line() << "const int64_t g = ctx.groupSize(" << axes
+               << "), chunk = " << n << " / g;\n";
+        line() << "auto send = stpar_rt::alloc<" << ptype << ">(ctx, " << n
+               << "), recv = stpar_rt::alloc<" << ptype << ">(ctx, " << n
+               << ");\n";
+        line() << "stpar_rt::swap01(ctx.comm, " << in << ".data(), send.data(), "
+               << preS << ", g, " << n / preS << " / g);\n";
+        line() << "STP_NCCL(ncclGroupStart());\n";
+        line() << "for (int64_t j = 0; j < g; ++j) {\n";
+        line() << "  STP_NCCL(ncclSend(send.data() + j * chunk, chunk, " << type
+               << ", static_cast<int>(j), ctx.nccl(" << axes
+               << "), ctx.comm));\n";
+        line() << "  STP_NCCL(ncclRecv(recv.data() + j * chunk, chunk, " << type
+               << ", static_cast<int>(j), ctx.nccl(" << axes
+               << "), ctx.comm));\n";
+        line() << "}\n";
+        line() << "STP_NCCL(ncclGroupEnd());\n";
+        line() << "stpar_rt::swap01(ctx.comm, recv.data(), " << out
+               << ".data(), g, " << preC << ", chunk / " << preC << ");\n";
+        --indent;
+        line() << "}\n";
+      })
+      .Case([&](shard::ShiftOp o) {
+        int64_t axis = o.getShiftAxis().getSExtValue();
+        std::string rot = o.getRotate() ? "true" : "false";
+        line() << "{\n";
+        ++indent;
+        line() << "const int to = ctx.neighbor(" << axis << ", " << o.getOffset()
+               << ", " << rot << "), from = ctx.neighbor(" << axis << ", "
+               << -o.getOffset() << ", " << rot << ");\n";
+        line() << "STP_NCCL(ncclGroupStart());\n";
+        line() << "if (to >= 0) STP_NCCL(ncclSend(" << in << ".data(), " << n
+               << ", " << type << ", to, ctx.world, ctx.comm));\n";
+        line() << "if (from >= 0) STP_NCCL(ncclRecv(" << out << ".data(), " << n
+               << ", " << type << ", from, ctx.world, ctx.comm));\n";
+        line() << "STP_NCCL(ncclGroupEnd());\n";
+        --indent;
+        line() << "}\n";
+      });
+  line() << "STP_CUDA(cudaEventRecord(ctx.events[" << done
+         << "], ctx.comm));\n";
+  pending[result] = done;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Blocks, loops and the other ops
+//===----------------------------------------------------------------------===//
+
+void Printer::waitFor(Operation *op) {
+  if (!cuda || pending.empty())
+    return;
+  SmallVector<Value> used;
+  op->walk([&](Operation *inner) {
+    for (Value v : inner->getOperands())
+      if (pending.count(v))
+        used.push_back(v);
+  });
+  for (Value v : used) {
+    auto it = pending.find(v);
+    if (it == pending.end())
+      continue;
+    line() << "STP_CUDA(cudaStreamWaitEvent(ctx.compute, ctx.events["
+           << it->second << "], 0)); // " << name(v) << " arrived\n";
+    pending.erase(it);
+  }
+}
+
+bool isCollective(Operation *op) {
+  return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
+             shard::AllSliceOp, shard::AllToAllOp, shard::ShiftOp>(op);
+}
+
+LogicalResult Printer::emitBlock(Block &block) {
+  // Double-buffered transfers whose operands are ready when the block
+  // starts go first, so they overlap the block's compute.
+  SmallVector<Operation *> order, late;
+  for (Operation &op : block) {
+    bool early = op.hasAttr("stp.double_buffer") && isCollective(&op) &&
+                 llvm::all_of(op.getOperands(), [&](Value v) {
+                   return v.getParentBlock() != &block || isa<BlockArgument>(v);
+                 });
+    (early ? order : late).push_back(&op);
+  }
+  order.append(late.begin(), late.end());
+  for (Operation *op : order) {
+    waitFor(op);
+    if (failed(emitOp(op)))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult Printer::emitFor(scf::ForOp op) {
+  // Iteration arguments become variables assigned at the yield.
+  SmallVector<std::string> iters;
+  for (auto [init, arg] :
+       llvm::zip(op.getInitArgs(), op.getRegionIterArgs())) {
+    std::string n = define(arg);
+    iters.push_back(n);
+    line() << "auto " << n << " = " << name(init) << ";\n";
+  }
+  std::string iv = define(op.getInductionVar());
+  std::string step = "step" + std::to_string(nextId++);
+  // Double buffers for the shifts of the next step's operands.
+  DenseMap<Operation *, std::string> saved = doubleBuffers;
+  std::string savedParity = loopParity;
+  for (Operation &inner : op.getBody()->without_terminator()) {
+    if (!inner.hasAttr("stp.double_buffer") || !isa<shard::ShiftOp>(inner))
+      continue;
+    auto t = tensorType(inner.getResult(0));
+    auto info = getElementInfo(t.getElementType());
+    std::string db = "db" + std::to_string(nextId++);
+    line() << "stpar_rt::Tensor<" << info->storage << "> " << db
+           << "[2] = {stpar_rt::alloc<" << info->storage << ">(ctx, "
+           << t.getNumElements() << "), stpar_rt::alloc<" << info->storage
+           << ">(ctx, " << t.getNumElements() << ")};\n";
+    doubleBuffers[&inner] = db;
+  }
+  loopParity = step + " & 1";
+  line() << "int64_t " << step << " = 0;\n";
+  line() << "for (int64_t " << iv << " = " << name(op.getLowerBound()) << "; "
+         << iv << " < " << name(op.getUpperBound()) << "; " << iv
+         << " += " << name(op.getStep()) << ", ++" << step << ") {\n";
+  ++indent;
+  if (failed(emitBlock(*op.getBody())))
+    return failure();
+  --indent;
+  line() << "}\n";
+  doubleBuffers = saved;
+  loopParity = savedParity;
+  for (auto [res, it] : llvm::zip(op.getResults(), iters)) {
+    std::string n = define(res);
+    line() << "auto " << n << " = " << it << ";\n";
+  }
+  return success();
+}
+
+LogicalResult Printer::emitOp(Operation *op) {
+  line() << "// " << op->getName() << " " << locString(op->getLoc()) << "\n";
+  auto unsupported = [&]() {
+    return op->emitError("cannot emit '")
+           << op->getName() << "' for the " << getEmitTargetName(target)
+           << " target (unsupported op)";
+  };
+  for (Type t : op->getResultTypes()) {
+    Type e = getElementTypeOrSelf(t);
+    if (!getElementInfo(e))
+      return op->emitError("cannot emit '")
+             << op->getName() << "': element type " << e
+             << " is not supported by the " << getEmitTargetName(target)
+             << " target";
+    if (auto rt = dyn_cast<RankedTensorType>(t); rt && !rt.hasStaticShape())
+      return op->emitError("cannot emit '")
+             << op->getName() << "': dynamic shapes are not supported";
+  }
+  if (isCollective(op))
+    return emitCollective(op);
+
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](arith::ConstantOp c) -> LogicalResult {
+        if (auto t = tensorType(c.getResult())) {
+          auto info = getElementInfo(t.getElementType());
+          auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+          if (!dense)
+            return unsupported();
+          std::string n = define(c.getResult());
+          auto lit = [&](Attribute a) {
+            if (auto f = dyn_cast<FloatAttr>(a))
+              return floatLiteral(f.getValue(), t.getElementType());
+            auto i = cast<IntegerAttr>(a);
+            if (t.getElementType().isInteger(1))
+              return std::string(i.getValue().isZero() ? "0" : "1");
+            return intLiteral(i.getValue().getSExtValue());
+          };
+          if (dense.isSplat()) {
+            line() << "auto " << n << " = stpar_rt::full<" << info->storage
+                   << ">(ctx, " << t.getNumElements() << ", "
+                   << lit(dense.getSplatValue<Attribute>()) << ");\n";
+            return success();
+          }
+          std::string k = "kConst" + std::to_string(nextConst++);
+          constOs << "static const " << info->storage << " " << k << "[] = {";
+          int col = 0;
+          for (Attribute a : dense.getValues<Attribute>()) {
+            constOs << (col ? ", " : "") << lit(a);
+            if (++col % 8 == 0)
+              constOs << "\n    ";
+          }
+          constOs << "};\n";
+          line() << "auto " << n << " = stpar_rt::fromHost<" << info->storage
+                 << ">(ctx, " << k << ", " << t.getNumElements() << ");\n";
+          return success();
+        }
+        std::string expr;
+        if (failed(emitScalar(op, [&](Value v) { return name(v); }, expr)))
+          return unsupported();
+        auto info = getElementInfo(c.getType());
+        line() << "const " << info->scalar << " " << define(c.getResult())
+               << " = " << expr << ";\n";
+        return success();
+      })
+      .Case([&](tensor::EmptyOp e) {
+        newTensor(e.getResult());
+        return success();
+      })
+      .Case<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::CastOp>(
+          [&](Operation *r) {
+            line() << "auto " << define(r->getResult(0)) << " = "
+                   << name(r->getOperand(0)) << "; // same buffer\n";
+            return success();
+          })
+      .Case([&](tensor::ExtractSliceOp s) {
+        std::string out = newTensor(s.getResult());
+        line() << "stpar_rt::extractSlice(ctx, " << name(s.getSource()) << ", "
+               << shapeLiteral(s.getSourceType().getShape()) << ", " << out
+               << ", " << ofrList(s.getMixedOffsets()) << ", "
+               << ofrList(s.getMixedSizes()) << ", "
+               << ofrList(s.getMixedStrides()) << ");\n";
+        return success();
+      })
+      .Case([&](tensor::InsertSliceOp s) {
+        std::string out = newTensor(s.getResult(), name(s.getDest()));
+        line() << "stpar_rt::insertSlice(ctx, " << name(s.getSource()) << ", "
+               << out << ", " << shapeLiteral(s.getDestType().getShape())
+               << ", " << ofrList(s.getMixedOffsets()) << ", "
+               << ofrList(s.getMixedSizes()) << ", "
+               << ofrList(s.getMixedStrides()) << ");\n";
+        return success();
+      })
+      .Case([&](tensor::ExtractOp e) {
+        auto t = e.getTensor().getType();
+        SmallVector<int64_t> strides = stridesOf(t.getShape());
+        std::string idx;
+        for (auto [i, v] : llvm::enumerate(e.getIndices()))
+          idx += (i ? " + " : "") + name(v) + " * " + std::to_string(strides[i]);
+        auto info = getElementInfo(e.getType());
+        line() << "const " << info->scalar << " " << define(e.getResult())
+               << " = stpar_rt::readScalar(ctx, " << name(e.getTensor()) << ", "
+               << (idx.empty() ? "0" : idx) << ");\n";
+        return success();
+      })
+      .Case([&](tensor::ConcatOp c) {
+        auto info = getElementInfo(c.getType().getElementType());
+        std::string out = newTensor(c.getResult());
+        std::string parts, shapes;
+        for (auto [i, v] : llvm::enumerate(c.getInputs())) {
+          parts += (i ? ", " : "") + name(v);
+          shapes += (i ? ", " : "") + shapeLiteral(tensorType(v).getShape());
+        }
+        line() << "stpar_rt::concat(ctx, std::vector<stpar_rt::Tensor<"
+               << info->storage << ">>{" << parts
+               << "}, std::vector<stpar_rt::Shape>{" << shapes << "}, " << out
+               << ", " << c.getDim() << ");\n";
+        return success();
+      })
+      .Case([&](linalg::FillOp f) -> LogicalResult {
+        auto t = tensorType(f.getResult(0));
+        if (!t)
+          return unsupported();
+        auto info = getElementInfo(t.getElementType());
+        line() << "auto " << define(f.getResult(0)) << " = stpar_rt::full<"
+               << info->storage << ">(ctx, " << t.getNumElements() << ", "
+               << "static_cast<" << info->storage << ">("
+               << name(f.getInputs()[0]) << "));\n";
+        return success();
+      })
+      .Case([&](linalg::TransposeOp tr) {
+        std::string out = newTensor(tr.getResult()[0]);
+        line() << "stpar_rt::transpose(ctx, " << name(tr.getInput()) << ", "
+               << out << ", "
+               << shapeLiteral(tr.getInput().getType().getShape()) << ", "
+               << shapeLiteral(tr.getPermutation()) << ");\n";
+        return success();
+      })
+      .Case([&](linalg::SoftmaxOp s) {
+        std::string out = newTensor(s.getResult()[0]);
+        line() << "stpar_rt::softmax(ctx, " << name(s.getInput()) << ", " << out
+               << ", " << shapeLiteral(s.getInputOperandType().getShape())
+               << ", " << s.getDimension() << ");\n";
+        return success();
+      })
+      .Case([&](linalg::GenericOp g) { return emitGeneric(g); })
+      .Case([&](stp::LayerNormOp ln) {
+        std::string out = newTensor(ln.getResult());
+        std::string bias =
+            ln.getBias() ? "&" + name(ln.getBias())
+                         : typedNull(tensorType(ln.getInput()));
+        line() << "stpar_rt::layerNorm(ctx, " << name(ln.getInput()) << ", "
+               << name(ln.getScale()) << ", "
+               << shapeLiteral(tensorType(ln.getScale()).getShape()) << ", "
+               << bias << ", "
+               << shapeLiteral(ln.getBias() ? tensorType(ln.getBias()).getShape()
+                                            : ArrayRef<int64_t>())
+               << ", " << out << ", "
+               << shapeLiteral(tensorType(ln.getInput()).getShape()) << ", "
+               << ln.getAxis() << ", "
+               << floatLiteral(ln.getEpsilonAttr().getValue(),
+                               Float32Type::get(op->getContext()))
+               << ");\n";
+        return success();
+      })
+      .Case([&](stp::RMSNormOp rn) {
+        std::string out = newTensor(rn.getResult());
+        line() << "stpar_rt::rmsNorm(ctx, " << name(rn.getInput()) << ", "
+               << name(rn.getScale()) << ", "
+               << shapeLiteral(tensorType(rn.getScale()).getShape()) << ", "
+               << out << ", "
+               << shapeLiteral(tensorType(rn.getInput()).getShape()) << ", "
+               << rn.getAxis() << ", "
+               << floatLiteral(rn.getEpsilonAttr().getValue(),
+                               Float32Type::get(op->getContext()))
+               << ");\n";
+        return success();
+      })
+      .Case([&](stp::AttentionOp at) {
+        auto q = tensorType(at.getQuery()).getShape();
+        auto k = tensorType(at.getKey()).getShape();
+        auto v = tensorType(at.getValue()).getShape();
+        std::string out = newTensor(at.getResult());
+        std::string mask = at.getMask()
+                               ? "&" + name(at.getMask())
+                               : typedNull(tensorType(at.getQuery()));
+        line() << "stpar_rt::attention(ctx, " << name(at.getQuery()) << ", "
+               << name(at.getKey()) << ", " << name(at.getValue()) << ", "
+               << mask << ", "
+               << shapeLiteral(at.getMask() ? tensorType(at.getMask()).getShape()
+                                            : ArrayRef<int64_t>())
+               << ", " << out << ", " << q[0] << ", " << q[1] << ", " << q[2]
+               << ", " << q[3] << ", " << k[1] << ", " << k[2] << ", " << v[3]
+               << ", "
+               << floatLiteral(at.getScaleAttr().getValue(),
+                               Float32Type::get(op->getContext()))
+               << ", " << (at.getCausal() ? "true" : "false") << ");\n";
+        return success();
+      })
+      .Case([&](stp::TopKOp tk) {
+        std::string values = newTensor(tk.getValues());
+        std::string indices = newTensor(tk.getIndices());
+        line() << "stpar_rt::topk(ctx, " << name(tk.getInput()) << ", "
+               << values << ", " << indices << ", "
+               << shapeLiteral(tensorType(tk.getInput()).getShape()) << ", "
+               << tk.getAxis() << ", " << tk.getK() << ", "
+               << (tk.getLargest() ? "true" : "false") << ");\n";
+        return success();
+      })
+      .Case([&](stp::ScatterElementsOp sc) -> LogicalResult {
+        int reduction = llvm::StringSwitch<int>(sc.getReduction())
+                            .Case("none", 0)
+                            .Case("add", 1)
+                            .Case("mul", 2)
+                            .Case("max", 3)
+                            .Case("min", 4)
+                            .Default(-1);
+        if (reduction < 0)
+          return unsupported();
+        std::string out = newTensor(sc.getResult(), name(sc.getData()));
+        line() << "stpar_rt::scatterElements(ctx, " << out << ", "
+               << shapeLiteral(tensorType(sc.getData()).getShape()) << ", "
+               << name(sc.getIndices()) << ", " << name(sc.getUpdates())
+               << ", " << shapeLiteral(tensorType(sc.getIndices()).getShape())
+               << ", " << sc.getAxis() << ", " << reduction << ");\n";
+        return success();
+      })
+      .Case([&](shard::ProcessMultiIndexOp p) {
+        SmallVector<int64_t> axes(p.getAxes().begin(), p.getAxes().end());
+        if (axes.empty())
+          for (size_t a = 0; a < gridShape.size(); ++a)
+            axes.push_back(a);
+        for (auto [r, a] : llvm::zip(p.getResult(), axes))
+          line() << "const int64_t " << define(r) << " = ctx.coords[" << a
+                 << "];\n";
+        return success();
+      })
+      .Case([&](shard::ProcessLinearIndexOp p) {
+        line() << "const int64_t " << define(p.getResult())
+               << " = ctx.rank;\n";
+        return success();
+      })
+      .Case([&](shard::GridShapeOp p) {
+        SmallVector<int64_t> axes(p.getAxes().begin(), p.getAxes().end());
+        if (axes.empty())
+          for (size_t a = 0; a < gridShape.size(); ++a)
+            axes.push_back(a);
+        for (auto [r, a] : llvm::zip(p.getResult(), axes))
+          line() << "const int64_t " << define(r) << " = " << gridShape[a]
+                 << ";\n";
+        return success();
+      })
+      .Case([&](scf::ForOp f) { return emitFor(f); })
+      .Case([&](scf::YieldOp y) -> LogicalResult {
+        auto forOp = dyn_cast<scf::ForOp>(y->getParentOp());
+        if (!forOp)
+          return unsupported();
+        // Read all yielded values before assigning (they may permute).
+        SmallVector<std::string> tmps;
+        for (Value v : y.getOperands()) {
+          std::string t = "next" + std::to_string(nextId++);
+          line() << "auto " << t << " = " << name(v) << ";\n";
+          tmps.push_back(t);
+        }
+        for (auto [arg, t] : llvm::zip(forOp.getRegionIterArgs(), tmps))
+          line() << name(arg) << " = " << t << ";\n";
+        return success();
+      })
+      .Case([&](func::ReturnOp r) -> LogicalResult {
+        for (auto [i, v] : llvm::enumerate(r.getOperands()))
+          line() << "stpar_rt::storeOutput(ctx, " << i << ", " << name(v)
+                 << ");\n";
+        return success();
+      })
+      .Default([&](Operation *) -> LogicalResult {
+        if (op->getNumResults() == 1 && op->getNumRegions() == 0 &&
+            !isa<RankedTensorType>(op->getResult(0).getType())) {
+          std::string expr;
+          if (succeeded(
+                  emitScalar(op, [&](Value v) { return name(v); }, expr))) {
+            auto info = getElementInfo(op->getResult(0).getType());
+            line() << "const " << info->scalar << " "
+                   << define(op->getResult(0)) << " = " << expr << ";\n";
+            return success();
+          }
+        }
+        return unsupported();
+      });
+}
+
+//===----------------------------------------------------------------------===//
+// The function, io.json, CMakeLists.txt
+//===----------------------------------------------------------------------===//
+
+std::string jsonString(StringRef s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += llvm::formatv("\\u{0:x4}", int(c)).str();
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string jsonEntry(StringRef name, StringRef file, StringRef dtype,
+                      ArrayRef<int64_t> shape) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "{\"name\": " << jsonString(name) << ", \"file\": \"" << file
+     << "\", \"dtype\": \"" << dtype << "\", \"shape\": [";
+  llvm::interleaveComma(shape, os);
+  os << "]}";
+  return s;
+}
+
+LogicalResult Printer::emitFunction() {
+  int inputIndex = 0;
+  for (BlockArgument arg : func.getArguments()) {
+    auto local = tensorType(arg);
+    if (!local || !local.hasStaticShape())
+      return func.emitError("cannot emit argument #")
+             << arg.getArgNumber() << ": it is not a statically shaped tensor";
+    auto info = getElementInfo(local.getElementType());
+    if (!info || info->dtype < 0)
+      return func.emitError("cannot emit argument #")
+             << arg.getArgNumber() << ": element type "
+             << local.getElementType() << " is not supported";
+    DictionaryAttr attrs = func.getArgAttrDict(arg.getArgNumber());
+    FailureOr<SplitAxes> split = getSplit(attrs, local.getRank(), func.getLoc());
+    if (failed(split))
+      return failure();
+    SmallVector<int64_t> global(local.getShape());
+    for (int64_t d = 0; d < local.getRank(); ++d)
+      for (int64_t a : (*split)[d]) {
+        if (a < 0 || a >= static_cast<int64_t>(gridShape.size()))
+          return func.emitError("stp.split of argument #")
+                 << arg.getArgNumber() << " names grid axis " << a
+                 << ", which the grid does not have";
+        global[d] *= gridShape[a];
+      }
+    std::string n = define(arg);
+    if (auto param = func.getArgAttrOfType<stp::ParamAttr>(arg.getArgNumber(),
+                                                      "stp.param")) {
+      line() << "// %arg" << arg.getArgNumber() << ": stp.param "
+             << param.getName().getValue() << "\n";
+      line() << "auto " << n << " = stpar_rt::loadParam<" << info->storage
+             << ">(ctx, " << arg.getArgNumber() << ", "
+             << jsonString(param.getName().getValue()) << ", " << info->dtype
+             << ", " << shapeLiteral(global) << ", "
+             << shapeLiteral(local.getShape()) << ", "
+             << blockOffsets(local, *split) << ");\n";
+      continue;
+    }
+    StringRef onnxName;
+    if (auto s = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                   "stp.name"))
+      onnxName = s.getValue();
+    line() << "// %arg" << arg.getArgNumber() << ": input " << inputIndex
+           << " " << onnxName << "\n";
+    line() << "auto " << n << " = stpar_rt::loadInput<" << info->storage
+           << ">(ctx, " << inputIndex << ", " << shapeLiteral(global) << ", "
+           << shapeLiteral(local.getShape()) << ", "
+           << blockOffsets(local, *split) << ");\n";
+    if (!ioInputs.empty())
+      ioInputs += ",\n    ";
+    ioInputs += jsonEntry(onnxName, "input_" + std::to_string(inputIndex) + ".bin",
+                          info->dtypeName, global);
+    ++inputIndex;
+  }
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    auto t = dyn_cast<RankedTensorType>(func.getResultTypes()[i]);
+    if (!t || !t.hasStaticShape())
+      return func.emitError("cannot emit result #")
+             << i << ": it is not a statically shaped tensor";
+    auto info = getElementInfo(t.getElementType());
+    if (!info || info->dtype < 0)
+      return func.emitError("cannot emit result #")
+             << i << ": element type " << t.getElementType()
+             << " is not supported";
+    FailureOr<SplitAxes> split =
+        getSplit(func.getResultAttrDict(i), t.getRank(), func.getLoc());
+    if (failed(split))
+      return failure();
+    if (llvm::any_of(*split, [](auto &axes) { return !axes.empty(); }))
+      return func.emitError("result #")
+             << i << " is split (stp.split); results must be replicated";
+    StringRef onnxName;
+    if (auto s = func.getResultAttrOfType<StringAttr>(i, "stp.name"))
+      onnxName = s.getValue();
+    if (!ioOutputs.empty())
+      ioOutputs += ",\n    ";
+    ioOutputs += jsonEntry(onnxName, "output_" + std::to_string(i) + ".bin",
+                           info->dtypeName, t.getShape());
+  }
+  return emitBlock(func.getBody().front());
+}
+
+std::string cmakeFor(bool cuda) {
+  std::string s =
+      "# Generated by stpar emit. Builds the per-rank program stpar_program.\n"
+      "cmake_minimum_required(VERSION 3.18)\n";
+  if (!cuda) {
+    s += "project(stpar_program LANGUAGES CXX)\n"
+         "if(NOT CMAKE_BUILD_TYPE)\n"
+         "  set(CMAKE_BUILD_TYPE Release)\n"
+         "endif()\n"
+         "set(CMAKE_CXX_STANDARD 17)\n"
+         "set(CMAKE_CXX_STANDARD_REQUIRED ON)\n"
+         "find_package(MPI REQUIRED COMPONENTS CXX)\n"
+         "add_executable(stpar_program program.cpp)\n"
+         "target_include_directories(stpar_program PRIVATE "
+         "${CMAKE_CURRENT_SOURCE_DIR})\n"
+         "target_link_libraries(stpar_program PRIVATE MPI::MPI_CXX)\n";
+    return s;
+  }
+  s += "project(stpar_program LANGUAGES CXX)\n"
+       "enable_language(CUDA)\n"
+       "if(NOT CMAKE_BUILD_TYPE)\n"
+       "  set(CMAKE_BUILD_TYPE Release)\n"
+       "endif()\n"
+       "set(CMAKE_CXX_STANDARD 17)\n"
+       "set(CMAKE_CUDA_STANDARD 17)\n"
+       "find_package(CUDAToolkit REQUIRED)\n"
+       "find_package(MPI REQUIRED COMPONENTS CXX)\n"
+       "find_path(NCCL_INCLUDE_DIR nccl.h\n"
+       "  HINTS $ENV{NCCL_HOME}/include ${CUDAToolkit_INCLUDE_DIRS})\n"
+       "find_library(NCCL_LIBRARY nccl\n"
+       "  HINTS $ENV{NCCL_HOME}/lib ${CUDAToolkit_LIBRARY_DIR}\n"
+       "        ${CUDAToolkit_LIBRARY_ROOT}/lib ${CUDAToolkit_TARGET_DIR}/lib)\n"
+       "if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)\n"
+       "  message(FATAL_ERROR \"NCCL not found (set NCCL_HOME)\")\n"
+       "endif()\n"
+       "add_executable(stpar_program program.cu)\n"
+       "set_target_properties(stpar_program PROPERTIES CUDA_ARCHITECTURES "
+       "\"80;90\")\n"
+       "target_include_directories(stpar_program PRIVATE "
+       "${CMAKE_CURRENT_SOURCE_DIR} ${NCCL_INCLUDE_DIR})\n"
+       "target_link_libraries(stpar_program PRIVATE CUDA::cudart CUDA::cublas "
+       "MPI::MPI_CXX ${NCCL_LIBRARY})\n";
+  return s;
+}
+
+FailureOr<EmittedProgram> Printer::run() {
+  func = module.lookupSymbol<func::FuncOp>("main");
+  if (!func) {
+    auto funcs = module.getOps<func::FuncOp>();
+    if (std::distance(funcs.begin(), funcs.end()) == 1)
+      func = *funcs.begin();
+  }
+  if (!func || func.isExternal())
+    return module.emitError("cannot emit: the module has no function @main "
+                            "(or more than one function)"),
+           failure();
+  bool partitioned = module->hasAttr("stp.partitioned");
+  SmallVector<shard::GridOp> grids(module.getOps<shard::GridOp>());
+  if (!partitioned) {
+    Operation *shardOp = nullptr;
+    module.walk([&](Operation *op) {
+      if (!shardOp && isa<shard::ShardDialect>(op->getDialect()))
+        shardOp = op;
+    });
+    if (shardOp)
+      return shardOp->emitError("cannot emit '")
+                 << shardOp->getName()
+                 << "': the module is not partitioned (no stp.partitioned "
+                    "attribute) but holds shard ops",
+             failure();
+  } else {
+    if (grids.size() != 1)
+      return module.emitError("cannot emit: a partitioned module must hold "
+                              "exactly one shard.grid"),
+             failure();
+    gridShape.assign(grids[0].getShape().begin(), grids[0].getShape().end());
+    if (llvm::any_of(gridShape, [](int64_t s) { return s <= 0; }))
+      return grids[0].emitError("cannot emit a grid with dynamic or empty "
+                                "axes"),
+             failure();
+  }
+  if (failed(emitFunction()))
+    return failure();
+
+  EmittedProgram p;
+  p.sourceName = cuda ? "program.cu" : "program.cpp";
+  llvm::raw_string_ostream os(p.source);
+  os << "// Generated by stpar emit --target " << getEmitTargetName(target)
+     << " from " << locString(func.getLoc()) << ". Do not edit.\n"
+     << "// Per-rank program on a grid of shape [";
+  llvm::interleaveComma(gridShape, os);
+  os << "] (" << (partitioned ? "partitioned" : "unpartitioned: one rank")
+     << "). Run: mpirun -np N ./stpar_program --weights W.bin --inputs INDIR "
+        "--outputs OUTDIR\n";
+  os << (cuda ? "#include \"stpar_cuda_runtime.cuh\"\n"
+              : "#include \"stpar_runtime.h\"\n")
+     << "\nnamespace {\n\n"
+     << constants << (constants.empty() ? "" : "\n") << kernels
+     << "void run(stpar_rt::Context &ctx) {\n"
+     << body << "}\n\n} // namespace\n\n"
+     << "int main(int argc, char **argv) {\n"
+     << "  stpar_rt::Context ctx(argc, argv, " << shapeLiteral(gridShape);
+  if (cuda)
+    os << ", " << nextEvent;
+  os << ");\n  run(ctx);\n  return 0;\n}\n";
+  p.cmakeLists = cmakeFor(cuda);
+  p.ioJson = "{\"inputs\": [\n    " + ioInputs + "],\n \"outputs\": [\n    " +
+             ioOutputs + "]}\n";
+  p.runtimeFiles = {"common/stpar_io.h", "common/stpar_scalar.h"};
+  p.runtimeFiles.push_back(cuda ? "cuda/stpar_cuda_runtime.cuh"
+                                : "cpu/stpar_runtime.h");
+  return p;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Legalization
+//===----------------------------------------------------------------------===//
+
+LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
+  IRRewriter rewriter(module.getContext());
+  SmallVector<linalg::LinalgOp> named;
+  module.walk([&](linalg::LinalgOp op) {
+    if (!isa<linalg::GenericOp, linalg::FillOp, linalg::TransposeOp>(op))
+      named.push_back(op);
+  });
+  for (linalg::LinalgOp op : named) {
+    rewriter.setInsertionPoint(op);
+    if (failed(linalg::generalizeNamedOp(rewriter, op)))
+      return op->emitError("cannot emit '")
+             << op->getName() << "' for the "
+             << getEmitTargetName(target)
+             << " target (it has no linalg.generic form)";
+  }
+  return success();
+}
+
+FailureOr<EmittedProgram> emitProgram(ModuleOp module, EmitTarget target) {
+  Printer printer(module, target);
+  return printer.run();
+}
+
+} // namespace stpar::target

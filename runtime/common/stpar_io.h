@@ -1,0 +1,205 @@
+//===- stpar_io.h - files of emitted stpar programs --------------*- C++ -*-===//
+//
+// Part of stpar. Copied next to every program `stpar emit` writes.
+// Command line, weights.bin index, block reads of global tensors, outputs.
+// The formats are documented in docs/emitted-code.md.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STPAR_RUNTIME_IO_H
+#define STPAR_RUNTIME_IO_H
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace stpar_rt {
+
+using Shape = std::vector<int64_t>;
+
+[[noreturn]] inline void fatal(const std::string &message) {
+  std::fprintf(stderr, "stpar_program: error: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+inline int64_t numElements(const Shape &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+struct Options {
+  std::string weights, inputs, outputs;
+};
+
+inline Options parseOptions(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        fatal("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--weights")
+      o.weights = value();
+    else if (a == "--inputs")
+      o.inputs = value();
+    else if (a == "--outputs")
+      o.outputs = value();
+    else
+      fatal("unknown argument '" + a +
+            "' (usage: stpar_program --weights W.bin --inputs INDIR "
+            "--outputs OUTDIR)");
+  }
+  return o;
+}
+
+/// Reads the block of a row-major global tensor that starts at `offsets`
+/// and has shape `local` from `file` (data starting at byte `base`) into
+/// `dst`, one contiguous innermost run at a time.
+inline void readBlock(std::FILE *file, const std::string &what, uint64_t base,
+                      size_t elementSize, const Shape &global,
+                      const Shape &local, const Shape &offsets, void *dst) {
+  size_t rank = global.size();
+  // Merge trailing dims that are read whole into one run.
+  size_t inner = rank;
+  int64_t run = 1;
+  while (inner > 0 && local[inner - 1] == global[inner - 1] &&
+         offsets[inner - 1] == 0) {
+    run *= global[inner - 1];
+    --inner;
+  }
+  if (inner > 0) {
+    run *= local[inner - 1];
+  }
+  size_t outer = inner > 0 ? inner - 1 : 0;
+  Shape strides(rank, 1);
+  for (size_t d = rank; d-- > 1;)
+    strides[d - 1] = strides[d] * global[d];
+  int64_t runs = 1;
+  for (size_t d = 0; d < outer; ++d)
+    runs *= local[d];
+  Shape idx(outer, 0);
+  char *out = static_cast<char *>(dst);
+  for (int64_t r = 0; r < runs; ++r) {
+    int64_t start = 0;
+    for (size_t d = 0; d < outer; ++d)
+      start += (offsets[d] + idx[d]) * strides[d];
+    if (inner > 0)
+      start += offsets[inner - 1] * strides[inner - 1];
+    if (std::fseek(file, static_cast<long>(base + start * elementSize),
+                   SEEK_SET) != 0 ||
+        std::fread(out, elementSize, run, file) != static_cast<size_t>(run))
+      fatal("cannot read " + what + " (file too short?)");
+    out += run * elementSize;
+    for (size_t d = outer; d-- > 0;) {
+      if (++idx[d] < local[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/// The index of weights.bin.
+class Weights {
+public:
+  struct Entry {
+    uint32_t dtype = 0;
+    Shape dims;
+    uint64_t offset = 0, nbytes = 0;
+    std::string name;
+  };
+
+  void open(const std::string &path) {
+    this->path = path;
+    file = std::fopen(path.c_str(), "rb");
+    if (!file)
+      fatal("cannot open weights file '" + path + "'");
+    char magic[8];
+    uint64_t count = 0;
+    if (std::fread(magic, 1, 8, file) != 8 ||
+        std::memcmp(magic, "STPARW01", 8) != 0 ||
+        std::fread(&count, 8, 1, file) != 1)
+      fatal("'" + path + "' is not an stpar weights file");
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t arg = 0;
+      uint32_t rank = 0, nameLength = 0;
+      Entry e;
+      bool ok = std::fread(&arg, 8, 1, file) == 1 &&
+                std::fread(&e.dtype, 4, 1, file) == 1 &&
+                std::fread(&rank, 4, 1, file) == 1;
+      e.dims.resize(rank);
+      ok = ok && (rank == 0 || std::fread(e.dims.data(), 8, rank, file) == rank);
+      ok = ok && std::fread(&e.offset, 8, 1, file) == 1 &&
+           std::fread(&e.nbytes, 8, 1, file) == 1 &&
+           std::fread(&nameLength, 4, 1, file) == 1;
+      e.name.resize(nameLength);
+      ok = ok && (nameLength == 0 ||
+                  std::fread(&e.name[0], 1, nameLength, file) == nameLength);
+      if (!ok)
+        fatal("truncated index in '" + path + "'");
+      entries[arg] = e;
+    }
+  }
+  ~Weights() {
+    if (file)
+      std::fclose(file);
+  }
+
+  /// Reads this rank's block of parameter `arg` into `dst`.
+  void read(uint64_t arg, const char *name, uint32_t dtype, size_t elementSize,
+            const Shape &global, const Shape &local, const Shape &offsets,
+            void *dst) {
+    auto it = entries.find(arg);
+    if (it == entries.end())
+      fatal(std::string("weights file has no parameter '") + name + "'");
+    const Entry &e = it->second;
+    if (e.name != name || e.dtype != dtype || e.dims != global)
+      fatal(std::string("weights file entry of '") + name +
+            "' has another name, dtype or shape than the program expects");
+    readBlock(file, std::string("parameter '") + name + "'", e.offset,
+              elementSize, global, local, offsets, dst);
+  }
+
+private:
+  std::string path;
+  std::FILE *file = nullptr;
+  std::map<uint64_t, Entry> entries;
+};
+
+/// Reads this rank's block of `INDIR/input_<index>.bin`.
+inline void readInput(const Options &o, int index, size_t elementSize,
+                      const Shape &global, const Shape &local,
+                      const Shape &offsets, void *dst) {
+  std::string path = o.inputs + "/input_" + std::to_string(index) + ".bin";
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    fatal("cannot open input file '" + path + "'");
+  std::fseek(f, 0, SEEK_END);
+  long size = std::ftell(f);
+  if (size != static_cast<long>(numElements(global) * elementSize))
+    fatal("'" + path + "' has " + std::to_string(size) + " bytes, expected " +
+          std::to_string(numElements(global) * elementSize));
+  readBlock(f, path, 0, elementSize, global, local, offsets, dst);
+  std::fclose(f);
+}
+
+/// Writes `OUTDIR/output_<index>.bin`.
+inline void writeOutput(const Options &o, int index, const void *data,
+                        size_t bytes) {
+  std::string path = o.outputs + "/output_" + std::to_string(index) + ".bin";
+  std::FILE *f = std::fopen(path.c_str(), "wb");
+  if (!f || std::fwrite(data, 1, bytes, f) != bytes)
+    fatal("cannot write '" + path + "'");
+  std::fclose(f);
+}
+
+} // namespace stpar_rt
+
+#endif // STPAR_RUNTIME_IO_H

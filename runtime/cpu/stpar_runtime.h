@@ -1,0 +1,624 @@
+//===- stpar_runtime.h - runtime of the cpu target --------------*- C++ -*-===//
+//
+// Part of stpar. Copied next to every program `stpar emit --target cpu`
+// writes. Tensors, the device grid over MPI, the collectives of the shard
+// dialect and the stp ops as plain loops. Row-major, statically shaped.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STPAR_RUNTIME_CPU_H
+#define STPAR_RUNTIME_CPU_H
+
+#include "stpar_io.h"
+#include "stpar_scalar.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+namespace stpar_rt {
+
+/// A reference-counted host buffer of `size` elements.
+template <typename T> struct Tensor {
+  std::shared_ptr<T> buffer;
+  int64_t size = 0;
+  T *data() const { return buffer.get(); }
+};
+
+template <typename T> Tensor<T> alloc(int64_t n) {
+  Tensor<T> t;
+  t.size = n;
+  t.buffer = std::shared_ptr<T>(new T[n > 0 ? n : 1](),
+                                std::default_delete<T[]>());
+  return t;
+}
+template <typename T> Tensor<T> clone(const Tensor<T> &src) {
+  Tensor<T> t = alloc<T>(src.size);
+  std::copy(src.data(), src.data() + src.size, t.data());
+  return t;
+}
+template <typename T> Tensor<T> fromHost(const T *values, int64_t n) {
+  Tensor<T> t = alloc<T>(n);
+  std::copy(values, values + n, t.data());
+  return t;
+}
+template <typename T> Tensor<T> full(int64_t n, T value) {
+  Tensor<T> t = alloc<T>(n);
+  std::fill(t.data(), t.data() + n, value);
+  return t;
+}
+
+template <typename T> struct MpiType;
+template <> struct MpiType<float> { static MPI_Datatype get() { return MPI_FLOAT; } };
+template <> struct MpiType<double> { static MPI_Datatype get() { return MPI_DOUBLE; } };
+template <> struct MpiType<int64_t> { static MPI_Datatype get() { return MPI_INT64_T; } };
+template <> struct MpiType<int32_t> { static MPI_Datatype get() { return MPI_INT32_T; } };
+template <> struct MpiType<int16_t> { static MPI_Datatype get() { return MPI_INT16_T; } };
+template <> struct MpiType<int8_t> { static MPI_Datatype get() { return MPI_INT8_T; } };
+template <> struct MpiType<uint8_t> { static MPI_Datatype get() { return MPI_UINT8_T; } };
+
+enum class Reduction { Sum, Max, Min, Product };
+inline MPI_Op mpiOp(Reduction r) {
+  switch (r) {
+  case Reduction::Sum: return MPI_SUM;
+  case Reduction::Max: return MPI_MAX;
+  case Reduction::Min: return MPI_MIN;
+  case Reduction::Product: return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+/// This process's place on the device grid and its communicators.
+class Context {
+public:
+  Context(int &argc, char **&argv, Shape gridShape)
+      : gridShape(std::move(gridShape)) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    options = parseOptions(argc, argv);
+    if (size != numElements(this->gridShape))
+      fatal("this program runs on " +
+            std::to_string(numElements(this->gridShape)) +
+            " ranks (the grid), started on " + std::to_string(size));
+    coords.assign(this->gridShape.size(), 0);
+    int64_t r = rank;
+    for (size_t a = this->gridShape.size(); a-- > 0;) {
+      coords[a] = r % this->gridShape[a];
+      r /= this->gridShape[a];
+    }
+    if (!options.weights.empty())
+      weights.open(options.weights);
+  }
+  ~Context() {
+    for (auto &entry : comms)
+      MPI_Comm_free(&entry.second);
+    MPI_Finalize();
+  }
+
+  /// Linear index of this device among the group over `axes` (major
+  /// first): the block it holds of a dim split over `axes`.
+  int64_t groupIndex(const Shape &axes) const {
+    int64_t index = 0;
+    for (int64_t a : axes)
+      index = index * gridShape[a] + coords[a];
+    return index;
+  }
+  int64_t groupSize(const Shape &axes) const {
+    int64_t n = 1;
+    for (int64_t a : axes)
+      n *= gridShape[a];
+    return n;
+  }
+  /// The communicator of the devices that differ only in `axes`, ranked
+  /// by groupIndex (MPI_Comm_split by the other coordinates).
+  MPI_Comm comm(const Shape &axes) {
+    auto it = comms.find(axes);
+    if (it != comms.end())
+      return it->second;
+    int64_t color = 0;
+    for (size_t a = 0; a < gridShape.size(); ++a)
+      if (std::find(axes.begin(), axes.end(), int64_t(a)) == axes.end())
+        color = color * gridShape[a] + coords[a];
+    MPI_Comm c;
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(color),
+                   static_cast<int>(groupIndex(axes)), &c);
+    comms[axes] = c;
+    return c;
+  }
+  /// World rank of the device at `coords` with axis `axis` moved by
+  /// `offset` (ring); -1 when it falls off a non-rotating grid.
+  int neighbor(int64_t axis, int64_t offset, bool rotate) const {
+    Shape c = coords;
+    int64_t n = gridShape[axis];
+    c[axis] += offset;
+    if (c[axis] < 0 || c[axis] >= n) {
+      if (!rotate)
+        return -1;
+      c[axis] = ((c[axis] % n) + n) % n;
+    }
+    int64_t r = 0;
+    for (size_t a = 0; a < gridShape.size(); ++a)
+      r = r * gridShape[a] + c[a];
+    return static_cast<int>(r);
+  }
+
+  Shape gridShape, coords;
+  int rank = 0, size = 1;
+  Options options;
+  Weights weights;
+
+private:
+  std::map<Shape, MPI_Comm> comms;
+};
+
+//===----------------------------------------------------------------------===//
+// Layout helpers
+//===----------------------------------------------------------------------===//
+
+inline int64_t prod(const Shape &s, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t i = begin; i < end; ++i)
+    n *= s[i];
+  return n;
+}
+
+/// out[b][a][c] = in[a][b][c].
+template <typename T>
+void swap01(const T *in, T *out, int64_t a, int64_t b, int64_t c) {
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j)
+      std::copy(in + (i * b + j) * c, in + (i * b + j + 1) * c,
+                out + (j * a + i) * c);
+}
+
+/// linalg.transpose: result dim i is input dim perm[i].
+template <typename T>
+void transpose(const T *in, T *out, const Shape &inShape, const Shape &perm) {
+  size_t rank = inShape.size();
+  Shape inStrides(rank, 1), outShape(rank);
+  for (size_t d = rank; d-- > 1;)
+    inStrides[d - 1] = inStrides[d] * inShape[d];
+  for (size_t i = 0; i < rank; ++i)
+    outShape[i] = inShape[perm[i]];
+  int64_t n = numElements(inShape);
+  Shape idx(rank, 0);
+  for (int64_t o = 0; o < n; ++o) {
+    int64_t src = 0;
+    for (size_t i = 0; i < rank; ++i)
+      src += idx[i] * inStrides[perm[i]];
+    out[o] = in[src];
+    for (size_t i = rank; i-- > 0;) {
+      if (++idx[i] < outShape[i])
+        break;
+      idx[i] = 0;
+    }
+  }
+}
+
+/// tensor.extract_slice (and insert_slice with `insert`): the strided block
+/// of `big` (shape `bigShape`) at offsets/sizes/strides <-> `small`.
+template <typename T>
+void sliceCopy(T *big, const Shape &bigShape, T *small, const Shape &offsets,
+               const Shape &sizes, const Shape &strides, bool insert) {
+  size_t rank = bigShape.size();
+  Shape bigStrides(rank, 1);
+  for (size_t d = rank; d-- > 1;)
+    bigStrides[d - 1] = bigStrides[d] * bigShape[d];
+  int64_t n = numElements(sizes);
+  Shape idx(rank, 0);
+  for (int64_t s = 0; s < n; ++s) {
+    int64_t b = 0;
+    for (size_t d = 0; d < rank; ++d)
+      b += (offsets[d] + idx[d] * strides[d]) * bigStrides[d];
+    if (insert)
+      big[b] = small[s];
+    else
+      small[s] = big[b];
+    for (size_t d = rank; d-- > 0;) {
+      if (++idx[d] < sizes[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/// tensor.concat of `parts` (shapes equal but for `dim`) along `dim`.
+template <typename T>
+void concat(const std::vector<const T *> &parts, const std::vector<Shape> &shapes,
+            T *out, int64_t dim) {
+  int64_t outer = prod(shapes[0], 0, dim);
+  int64_t total = 0;
+  for (const Shape &s : shapes)
+    total += prod(s, dim, s.size());
+  int64_t offset = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    int64_t chunk = prod(shapes[p], dim, shapes[p].size());
+    for (int64_t o = 0; o < outer; ++o)
+      std::copy(parts[p] + o * chunk, parts[p] + (o + 1) * chunk,
+                out + o * total + offset);
+    offset += chunk;
+  }
+}
+
+/// Strides (in elements) for reading a tensor of shape `from` broadcast
+/// (numpy rules, right-aligned) to `to`: 0 on broadcast dims.
+inline Shape broadcastStrides(const Shape &from, const Shape &to) {
+  Shape strides(to.size(), 0);
+  int64_t stride = 1;
+  for (size_t i = 0; i < from.size(); ++i) {
+    size_t f = from.size() - 1 - i, t = to.size() - 1 - i;
+    strides[t] = from[f] == 1 ? 0 : stride;
+    stride *= from[f];
+  }
+  return strides;
+}
+inline int64_t broadcastOffset(int64_t linear, const Shape &to,
+                               const Shape &strides) {
+  int64_t offset = 0;
+  for (size_t d = to.size(); d-- > 0;) {
+    offset += (linear % to[d]) * strides[d];
+    linear /= to[d];
+  }
+  return offset;
+}
+
+//===----------------------------------------------------------------------===//
+// Ops
+//===----------------------------------------------------------------------===//
+
+/// linalg.softmax along `dim`.
+template <typename T>
+void softmax(const T *in, T *out, const Shape &shape, int64_t dim) {
+  int64_t outer = prod(shape, 0, dim), n = shape[dim],
+          inner = prod(shape, dim + 1, shape.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      const T *x = in + o * n * inner + i;
+      T *y = out + o * n * inner + i;
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t k = 0; k < n; ++k)
+        m = std::max(m, x[k * inner]);
+      T s = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        y[k * inner] = std::exp(x[k * inner] - m);
+        s += y[k * inner];
+      }
+      for (int64_t k = 0; k < n; ++k)
+        y[k * inner] /= s;
+    }
+}
+
+/// stp.layer_norm (bias may be null) and stp.rms_norm (`rms`): the dims
+/// from `axis` on (`inner` elements, shape `innerShape`) are normalized;
+/// scale/bias broadcast to innerShape.
+template <typename T>
+void norm(const T *x, const T *scale, const Shape &scaleShape, const T *bias,
+          const Shape &biasShape, T *y, const Shape &shape, int64_t axis,
+          float epsilon, bool rms) {
+  Shape innerShape(shape.begin() + axis, shape.end());
+  int64_t outer = prod(shape, 0, axis), inner = numElements(innerShape);
+  Shape ss = broadcastStrides(scaleShape, innerShape);
+  Shape bs = bias ? broadcastStrides(biasShape, innerShape) : Shape();
+  for (int64_t o = 0; o < outer; ++o) {
+    const T *xr = x + o * inner;
+    T *yr = y + o * inner;
+    double mean = 0, var = 0;
+    if (!rms) {
+      for (int64_t i = 0; i < inner; ++i)
+        mean += xr[i];
+      mean /= inner;
+    }
+    for (int64_t i = 0; i < inner; ++i)
+      var += (xr[i] - mean) * (xr[i] - mean);
+    var /= inner;
+    double inv = 1.0 / std::sqrt(var + epsilon);
+    for (int64_t i = 0; i < inner; ++i) {
+      double v = (xr[i] - mean) * inv * scale[broadcastOffset(i, innerShape, ss)];
+      if (bias)
+        v += bias[broadcastOffset(i, innerShape, bs)];
+      yr[i] = static_cast<T>(v);
+    }
+  }
+}
+
+/// stp.attention. q [B,Hq,Sq,D], k [B,Hkv,Skv,D], v [B,Hkv,Skv,Dv], mask
+/// (may be null) broadcast to [B,Hq,Sq,Skv], out [B,Hq,Sq,Dv].
+template <typename T>
+void attention(const T *q, const T *k, const T *v, const T *mask,
+               const Shape &maskShape, T *out, int64_t B, int64_t Hq,
+               int64_t Sq, int64_t D, int64_t Hkv, int64_t Skv, int64_t Dv,
+               float scale, bool causal) {
+  Shape scoreShape = {B, Hq, Sq, Skv};
+  Shape ms = mask ? broadcastStrides(maskShape, scoreShape) : Shape();
+  std::vector<double> s(Skv);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      int64_t hk = h / (Hq / Hkv);
+      for (int64_t i = 0; i < Sq; ++i) {
+        const T *qr = q + ((b * Hq + h) * Sq + i) * D;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < Skv; ++j) {
+          if (causal && j > i + (Skv - Sq)) {
+            s[j] = -std::numeric_limits<double>::infinity();
+            continue;
+          }
+          const T *kr = k + ((b * Hkv + hk) * Skv + j) * D;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += double(qr[d]) * kr[d];
+          dot *= scale;
+          if (mask)
+            dot += mask[broadcastOffset(((b * Hq + h) * Sq + i) * Skv + j,
+                                        scoreShape, ms)];
+          s[j] = dot;
+          m = std::max(m, dot);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < Skv; ++j) {
+          s[j] = (s[j] == -std::numeric_limits<double>::infinity())
+                     ? 0
+                     : std::exp(s[j] - m);
+          sum += s[j];
+        }
+        T *o = out + ((b * Hq + h) * Sq + i) * Dv;
+        for (int64_t e = 0; e < Dv; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < Skv; ++j)
+            acc += s[j] * v[((b * Hkv + hk) * Skv + j) * Dv + e];
+          o[e] = static_cast<T>(acc / sum);
+        }
+      }
+    }
+}
+
+/// stp.topk along `axis`.
+template <typename T>
+void topk(const T *in, T *values, int64_t *indices, const Shape &shape,
+          int64_t axis, int64_t k, bool largest) {
+  int64_t outer = prod(shape, 0, axis), n = shape[axis],
+          inner = prod(shape, axis + 1, shape.size());
+  std::vector<int64_t> order(n);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      const T *x = in + o * n * inner + i;
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return largest ? x[a * inner] > x[b * inner] : x[a * inner] < x[b * inner];
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        values[(o * k + j) * inner + i] = x[order[j] * inner];
+        indices[(o * k + j) * inner + i] = order[j];
+      }
+    }
+}
+
+/// stp.scatter_elements; `out` already holds a copy of data.
+template <typename T, typename I>
+void scatterElements(T *out, const Shape &dataShape, const I *indices,
+                     const T *updates, const Shape &indexShape, int64_t axis,
+                     int reduction) {
+  size_t rank = dataShape.size();
+  Shape strides(rank, 1);
+  for (size_t d = rank; d-- > 1;)
+    strides[d - 1] = strides[d] * dataShape[d];
+  int64_t n = numElements(indexShape);
+  Shape idx(rank, 0);
+  for (int64_t p = 0; p < n; ++p) {
+    int64_t target = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t c = idx[d];
+      if (int64_t(d) == axis) {
+        c = static_cast<int64_t>(indices[p]);
+        if (c < 0)
+          c += dataShape[d];
+      }
+      target += c * strides[d];
+    }
+    T &t = out[target];
+    switch (reduction) {
+    case 0: t = updates[p]; break;
+    case 1: t += updates[p]; break;
+    case 2: t *= updates[p]; break;
+    case 3: t = std::max(t, updates[p]); break;
+    case 4: t = std::min(t, updates[p]); break;
+    }
+    for (size_t d = rank; d-- > 0;) {
+      if (++idx[d] < indexShape[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives (shard dialect semantics, docs/spmd-ir.md)
+//===----------------------------------------------------------------------===//
+
+template <typename T>
+void allReduce(Context &ctx, const Shape &axes, Reduction r, const T *in,
+               T *out, int64_t n) {
+  MPI_Allreduce(in, out, static_cast<int>(n), MpiType<T>::get(), mpiOp(r),
+                ctx.comm(axes));
+}
+
+/// Concatenates the group's blocks (local shape `shape`) along `dim`.
+template <typename T>
+void allGather(Context &ctx, const Shape &axes, const T *in, T *out,
+               const Shape &shape, int64_t dim) {
+  int64_t g = ctx.groupSize(axes), n = numElements(shape);
+  std::vector<T> tmp(g * n);
+  MPI_Allgather(in, static_cast<int>(n), MpiType<T>::get(), tmp.data(),
+                static_cast<int>(n), MpiType<T>::get(), ctx.comm(axes));
+  int64_t pre = prod(shape, 0, dim);
+  swap01(tmp.data(), out, g, pre, n / pre);
+}
+
+/// Sums over the group and keeps this device's block of `dim` (input
+/// shape `shape`).
+template <typename T>
+void reduceScatter(Context &ctx, const Shape &axes, Reduction r, const T *in,
+                   T *out, const Shape &shape, int64_t dim) {
+  int64_t g = ctx.groupSize(axes), n = numElements(shape);
+  int64_t pre = prod(shape, 0, dim);
+  std::vector<T> tmp(n);
+  swap01(in, tmp.data(), pre, g, n / pre / g);
+  MPI_Reduce_scatter_block(tmp.data(), out, static_cast<int>(n / g),
+                           MpiType<T>::get(), mpiOp(r), ctx.comm(axes));
+}
+
+/// Keeps this device's block of `dim` (input shape `shape`).
+template <typename T>
+void allSlice(Context &ctx, const Shape &axes, const T *in, T *out,
+              const Shape &shape, int64_t dim) {
+  int64_t g = ctx.groupSize(axes), gi = ctx.groupIndex(axes);
+  int64_t pre = prod(shape, 0, dim), x = numElements(shape) / pre / g;
+  for (int64_t p = 0; p < pre; ++p)
+    std::copy(in + (p * g + gi) * x, in + (p * g + gi + 1) * x, out + p * x);
+}
+
+/// Splits `splitDim` into group-size blocks, sends block j to member j and
+/// concatenates the received blocks along `concatDim`.
+template <typename T>
+void allToAll(Context &ctx, const Shape &axes, const T *in, T *out,
+              const Shape &shape, int64_t splitDim, int64_t concatDim) {
+  int64_t g = ctx.groupSize(axes), n = numElements(shape), chunk = n / g;
+  int64_t preS = prod(shape, 0, splitDim);
+  std::vector<T> send(n), recv(n);
+  swap01(in, send.data(), preS, g, n / preS / g);
+  MPI_Alltoall(send.data(), static_cast<int>(chunk), MpiType<T>::get(),
+               recv.data(), static_cast<int>(chunk), MpiType<T>::get(),
+               ctx.comm(axes));
+  Shape block = shape;
+  block[splitDim] /= g;
+  int64_t preC = prod(block, 0, concatDim);
+  swap01(recv.data(), out, g, preC, chunk / preC);
+}
+
+/// shard.shift: the value at position p along `axis` moves to p + offset.
+template <typename T>
+void shift(Context &ctx, int64_t axis, int64_t offset, bool rotate,
+           const T *in, T *out, int64_t n) {
+  int to = ctx.neighbor(axis, offset, rotate);
+  int from = ctx.neighbor(axis, -offset, rotate);
+  MPI_Sendrecv(in, static_cast<int>(n), MpiType<T>::get(),
+               to < 0 ? MPI_PROC_NULL : to, 0, out, static_cast<int>(n),
+               MpiType<T>::get(), from < 0 ? MPI_PROC_NULL : from, 0,
+               MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
+
+} // namespace stpar_rt
+
+
+
+//===----------------------------------------------------------------------===//
+// The entry points the emitted program calls (same names and arguments as
+// the cuda target's runtime; the context carries the grid and, there, the
+// streams).
+//===----------------------------------------------------------------------===//
+#ifndef STPAR_RUNTIME_CPU_ENTRY_POINTS
+#define STPAR_RUNTIME_CPU_ENTRY_POINTS
+namespace stpar_rt {
+template <typename T> Tensor<T> alloc(Context &, int64_t n) { return alloc<T>(n); }
+template <typename T> Tensor<T> clone(Context &, const Tensor<T> &t) { return clone(t); }
+template <typename T> Tensor<T> fromHost(Context &, const T *v, int64_t n) {
+  return fromHost(v, n);
+}
+template <typename T> Tensor<T> full(Context &, int64_t n, T v) { return full(n, v); }
+template <typename T> T readScalar(Context &, const Tensor<T> &t, int64_t i) {
+  return t.data()[i];
+}
+template <typename T>
+Tensor<T> loadParam(Context &ctx, uint64_t arg, const char *name, uint32_t dtype,
+                    const Shape &global, const Shape &local, const Shape &offsets) {
+  Tensor<T> t = alloc<T>(numElements(local));
+  ctx.weights.read(arg, name, dtype, sizeof(T), global, local, offsets, t.data());
+  return t;
+}
+template <typename T>
+Tensor<T> loadInput(Context &ctx, int index, const Shape &global,
+                    const Shape &local, const Shape &offsets) {
+  Tensor<T> t = alloc<T>(numElements(local));
+  readInput(ctx.options, index, sizeof(T), global, local, offsets, t.data());
+  return t;
+}
+template <typename T>
+void storeOutput(Context &ctx, int index, const Tensor<T> &t) {
+  if (ctx.rank == 0)
+    writeOutput(ctx.options, index, t.data(), t.size * sizeof(T));
+}
+template <typename T>
+void transpose(Context &, const Tensor<T> &in, Tensor<T> &out, const Shape &s,
+               const Shape &perm) {
+  transpose(in.data(), out.data(), s, perm);
+}
+template <typename T>
+void extractSlice(Context &, const Tensor<T> &in, const Shape &inShape,
+                  Tensor<T> &out, const Shape &offsets, const Shape &sizes,
+                  const Shape &strides) {
+  sliceCopy(in.data(), inShape, out.data(), offsets, sizes, strides, false);
+}
+template <typename T>
+void insertSlice(Context &, const Tensor<T> &src, Tensor<T> &dest,
+                 const Shape &destShape, const Shape &offsets,
+                 const Shape &sizes, const Shape &strides) {
+  sliceCopy(dest.data(), destShape, src.data(), offsets, sizes, strides, true);
+}
+template <typename T>
+void concat(Context &, const std::vector<Tensor<T>> &parts,
+            const std::vector<Shape> &shapes, Tensor<T> &out, int64_t dim) {
+  std::vector<const T *> ptrs;
+  for (const Tensor<T> &p : parts)
+    ptrs.push_back(p.data());
+  concat(ptrs, shapes, out.data(), dim);
+}
+template <typename T>
+void softmax(Context &, const Tensor<T> &in, Tensor<T> &out, const Shape &s,
+             int64_t dim) {
+  softmax(in.data(), out.data(), s, dim);
+}
+template <typename T>
+void layerNorm(Context &, const Tensor<T> &x, const Tensor<T> &scale,
+               const Shape &scaleShape, const Tensor<T> *bias,
+               const Shape &biasShape, Tensor<T> &y, const Shape &shape,
+               int64_t axis, float eps) {
+  norm(x.data(), scale.data(), scaleShape, bias ? bias->data() : nullptr,
+       biasShape, y.data(), shape, axis, eps, false);
+}
+template <typename T>
+void rmsNorm(Context &, const Tensor<T> &x, const Tensor<T> &scale,
+             const Shape &scaleShape, Tensor<T> &y, const Shape &shape,
+             int64_t axis, float eps) {
+  norm(x.data(), scale.data(), scaleShape, (const T *)nullptr, Shape(),
+       y.data(), shape, axis, eps, true);
+}
+template <typename T>
+void attention(Context &, const Tensor<T> &q, const Tensor<T> &k,
+               const Tensor<T> &v, const Tensor<T> *mask, const Shape &maskShape,
+               Tensor<T> &out, int64_t B, int64_t Hq, int64_t Sq, int64_t D,
+               int64_t Hkv, int64_t Skv, int64_t Dv, float scale, bool causal) {
+  attention(q.data(), k.data(), v.data(), mask ? mask->data() : nullptr,
+            maskShape, out.data(), B, Hq, Sq, D, Hkv, Skv, Dv, scale, causal);
+}
+template <typename T>
+void topk(Context &, const Tensor<T> &in, Tensor<T> &values,
+          Tensor<int64_t> &indices, const Shape &shape, int64_t axis,
+          int64_t k, bool largest) {
+  topk(in.data(), values.data(), indices.data(), shape, axis, k, largest);
+}
+template <typename T, typename I>
+void scatterElements(Context &, Tensor<T> &out, const Shape &dataShape,
+                     const Tensor<I> &indices, const Tensor<T> &updates,
+                     const Shape &indexShape, int64_t axis, int reduction) {
+  scatterElements(out.data(), dataShape, indices.data(), updates.data(),
+                  indexShape, axis, reduction);
+}
+} // namespace stpar_rt
+#endif // STPAR_RUNTIME_CPU_ENTRY_POINTS
+#endif // STPAR_RUNTIME_CPU_H
