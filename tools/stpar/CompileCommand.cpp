@@ -27,6 +27,7 @@
 #include "ModelPlan.h"
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/InitAll.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Verifier.h"
@@ -136,10 +137,11 @@ static bool canReplace(StringRef dir) {
 
 /// Runs `-stp-partition` on the planned module (in place).
 static bool partition(mlir::ModuleOp module) {
+  stpar::registerAllPasses();
   mlir::PassManager pm(module.getContext());
   std::string errors;
   raw_string_ostream es(errors);
-  if (mlir::failed(mlir::parsePassPipeline("builtin.module(stp-partition)",
+  if (mlir::failed(mlir::parsePassPipeline("stp-partition",
                                            pm, es))) {
     fail("the partition pass is not available: " + es.str());
     return false;
