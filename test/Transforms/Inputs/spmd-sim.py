@@ -1,0 +1,596 @@
+"""Numerical check of -stp-partition: runs a planned module (unpartitioned,
+one device) and its partitioned SPMD program (all devices of the grid in
+lock step, collectives simulated with the docs/spmd-ir.md semantics) with
+numpy on the same random inputs, and compares every result on every rank.
+
+usage: spmd-sim.py GLOBAL.mlir PARTITIONED.mlir   (both in generic form:
+       stpar-opt --mlir-print-op-generic; several modules separated by
+       "// -----" lines, as -split-input-file prints them, are compared
+       pairwise)
+Prints "ok: N results match on P ranks" or the first mismatch (exit 1).
+Covers the ops the importer, -stp-normalize and -stp-partition produce on
+the tests and shared models; an unknown op is an error.
+"""
+import itertools
+import math
+import re
+import sys
+
+import numpy as np
+
+SENTINEL = -9223372036854775808
+
+
+# --------------------------------------------------------------------------
+# Parsing (generic op form, one op per line, regions as "({" ... "})")
+# --------------------------------------------------------------------------
+
+class Op:
+    def __init__(self):
+        self.results, self.name, self.operands = [], "", []
+        self.text, self.regions, self.types = "", [], ""
+
+
+def split_top(text, sep=","):
+    out, depth, cur, quote = [], 0, "", False
+    for ch in text:
+        if ch == '"':
+            quote = not quote
+        if not quote:
+            if ch in "([{<":
+                depth += 1
+            elif ch in ")]}>":
+                depth -= 1
+        if ch == sep and depth == 0 and not quote:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur)
+    return [s.strip() for s in out]
+
+
+OP_RE = re.compile(r'^\s*(?:(%[\w#:]+(?:, %[\w#:]+)*) = )?"([\w.]+)"\((.*?)\)(.*)$')
+
+
+def parse_results(text):
+    if not text:
+        return []
+    out = []
+    for r in text.split(", "):
+        if ":" in r:
+            name, n = r.split(":")
+            out += [f"{name}#{i}" for i in range(int(n))]
+        else:
+            out.append(r)
+    return out
+
+
+def parse_ops(lines, i):
+    ops = []
+    while i < len(lines):
+        line = lines[i]
+        s = line.strip()
+        if s.startswith("}"):
+            return ops, i
+        m = OP_RE.match(line)
+        if not m:
+            i += 1
+            continue
+        op = Op()
+        op.results = parse_results(m.group(1))
+        op.name = m.group(2)
+        op.operands = [o for o in split_top(m.group(3))]
+        rest = m.group(4)
+        i += 1
+        if rest.rstrip().endswith("({"):
+            op.text = rest
+            while True:
+                args = []
+                if lines[i].strip().startswith("^"):
+                    args = re.findall(r"(%[\w]+):", lines[i])
+                    i += 1
+                body, i = parse_ops(lines, i)
+                op.regions.append((args, body))
+                s = lines[i].strip()
+                if s.startswith("}, {"):
+                    i += 1
+                    continue
+                tail = s[2:]
+                op.text += tail
+                i += 1
+                break
+        else:
+            op.text = rest
+        idx = op.text.rfind(" : ")
+        op.types = op.text[idx + 3:] if idx >= 0 else ""
+        ops.append(op)
+    return ops, i
+
+
+def parse_module(text):
+    aliases = dict(re.findall(r"^(#\w+) = (affine_map<.*>)$", text, re.M))
+    for name in sorted(aliases, key=len, reverse=True):
+        text = re.sub(re.escape(name) + r"\b", aliases[name], text)
+    lines = text.split("\n")
+    ops, _ = parse_ops(lines, 0)
+    module = ops[0]
+    body = module.regions[0][1]
+    grid = None
+    func = None
+    for op in body:
+        if op.name == "shard.grid":
+            grid = [int(x) for x in re.search(r"shape = array<i64: ([\d, ]+)>",
+                                              op.text).group(1).split(", ")]
+        if op.name == "func.func":
+            func = op
+    return grid, func
+
+
+def result_types(op):
+    rhs = op.types.split("->")[-1].strip()
+    if rhs.startswith("("):
+        rhs = rhs[1:-1]
+    return split_top(rhs)
+
+
+def tensor_shape(t):
+    m = re.match(r"tensor<(.*)>", t)
+    if not m:
+        return None
+    dims = m.group(1).split("x")[:-1]
+    return [int(d) for d in dims]
+
+
+def elem_dtype(t):
+    e = t.split("x")[-1].rstrip(">") if t.startswith("tensor") else t
+    if e.startswith("f"):
+        return np.float64
+    if e == "i1":
+        return np.bool_
+    return np.int64
+
+
+def attr(op, name):
+    m = re.search(r"\b" + name + r" = ([^,}>]+(?:<[^>]*>)?)", op.text)
+    return m.group(1) if m else None
+
+
+def int_attr(op, name):
+    return int(attr(op, name).split(":")[0].strip())
+
+
+def i64_array(op, name):
+    m = re.search(name + r" = array<i\d+(?:: ([-\d, ]*))?>", op.text)
+    if not m or not m.group(1):
+        return []
+    return [int(x) for x in m.group(1).split(", ")]
+
+
+def affine_maps(op):
+    m = re.search(r"indexing_maps = \[(.*?)\], iterator_types", op.text)
+    maps = []
+    for am in re.findall(r"affine_map<\(([^)]*)\) -> \(([^)]*)\)>", m.group(1)):
+        dims = [d.strip() for d in am[0].split(",") if d.strip()]
+        res = [r.strip() for r in am[1].split(",") if r.strip()]
+        maps.append((dims, res))
+    return maps
+
+
+# --------------------------------------------------------------------------
+# Interpretation
+# --------------------------------------------------------------------------
+
+CMPI = {0: np.equal, 1: np.not_equal, 2: np.less, 3: np.less_equal,
+        4: np.greater, 5: np.greater_equal, 6: np.less, 7: np.less_equal,
+        8: np.greater, 9: np.greater_equal}
+CMPF = {1: np.equal, 2: np.greater, 3: np.greater_equal, 4: np.less,
+        5: np.less_equal, 6: np.not_equal, 8: np.equal, 9: np.greater,
+        10: np.greater_equal, 11: np.less, 12: np.less_equal,
+        13: np.not_equal}
+BINARY = {
+    "arith.addf": np.add, "arith.addi": np.add, "arith.subf": np.subtract,
+    "arith.subi": np.subtract, "arith.mulf": np.multiply,
+    "arith.muli": np.multiply, "arith.divf": np.divide,
+    "arith.maximumf": np.maximum, "arith.maxnumf": np.fmax,
+    "arith.minimumf": np.minimum, "arith.minnumf": np.fmin,
+    "arith.maxsi": np.maximum, "arith.minsi": np.minimum,
+    "arith.remui": np.remainder, "arith.remsi": np.remainder,
+    "arith.divsi": lambda a, b: np.floor_divide(a, b),
+    "arith.divui": lambda a, b: np.floor_divide(a, b),
+    "arith.andi": np.logical_and, "arith.ori": np.logical_or,
+    "arith.xori": np.logical_xor, "math.powf": np.power,
+}
+UNARY = {
+    "arith.negf": np.negative, "math.exp": np.exp, "math.sqrt": np.sqrt,
+    "math.rsqrt": lambda x: 1 / np.sqrt(x), "math.tanh": np.tanh,
+    "math.erf": np.vectorize(math.erf, otypes=[np.float64]),
+    "math.log": np.log, "math.absf": np.abs, "math.cos": np.cos,
+    "math.sin": np.sin,
+    "arith.index_cast": lambda x: np.asarray(x).astype(np.int64),
+    "arith.sitofp": lambda x: np.asarray(x).astype(np.float64),
+    "arith.uitofp": lambda x: np.asarray(x).astype(np.float64),
+    "arith.fptosi": lambda x: np.asarray(x).astype(np.int64),
+    "arith.extf": lambda x: x, "arith.truncf": lambda x: x,
+    "arith.extsi": lambda x: x, "arith.trunci": lambda x: x,
+    "arith.extui": lambda x: x, "arith.bitcast": lambda x: x,
+}
+
+
+def parse_constant(op):
+    text = re.search(r"value = (.*?)\}>", op.text).group(1)
+    rtype = result_types(op)[0]
+    if text.startswith("dense<"):
+        inner = text[len("dense<"):text.rfind("> :")]
+        shape = tensor_shape(rtype)
+        dtype = elem_dtype(rtype)
+        if inner.startswith('"0x'):
+            raise NotImplementedError("hex dense constant")
+        inner = inner.replace("true", "1").replace("false", "0")
+        value = np.array(eval(inner), dtype=dtype)
+        return np.broadcast_to(value, shape).copy()
+    value = text.split(" : ")[0]
+    if value in ("true", "false"):
+        return value == "true"
+    return float(value) if ("." in value or "e" in value or "inf" in value
+                            or "nan" in value) else int(value)
+
+
+class Machine:
+    def __init__(self, grid):
+        self.grid = grid or []
+        self.ranks = int(np.prod(self.grid)) if self.grid else 1
+
+    def coords(self, rank):
+        out = []
+        for size in reversed(self.grid):
+            out.append(rank % size)
+            rank //= size
+        return list(reversed(out))
+
+    def rank_of(self, coords):
+        r = 0
+        for c, size in zip(coords, self.grid):
+            r = r * size + c
+        return r
+
+    def group(self, rank, axes):
+        """Ranks of the group of `rank` along `axes`, in group order."""
+        base = self.coords(rank)
+        members = []
+        for idx in itertools.product(*[range(self.grid[a]) for a in axes]):
+            c = list(base)
+            for a, i in zip(axes, idx):
+                c[a] = i
+            members.append(self.rank_of(c))
+        return members
+
+    # One op on every rank (envs: one dict per rank).
+    def run(self, ops, envs):
+        for op in ops:
+            if op.name in ("func.return", "scf.yield", "linalg.yield"):
+                return [[env[v] for v in op.operands] for env in envs]
+            if op.name.startswith("shard."):
+                self.collective(op, envs)
+                continue
+            if op.name == "scf.for":
+                self.run_for(op, envs)
+                continue
+            for env in envs:
+                values = self.local(op, env)
+                for name, v in zip(op.results, values):
+                    env[name] = v
+        return None
+
+    def run_for(self, op, envs):
+        lb, ub, step = (envs[0][v] for v in op.operands[:3])
+        args, body = op.regions[0]
+        iters = [[env[v] for v in op.operands[3:]] for env in envs]
+        for iv in range(lb, ub, step):
+            for env, it in zip(envs, iters):
+                env[args[0]] = iv
+                for a, v in zip(args[1:], it):
+                    env[a] = v
+            iters = self.run(body, envs)
+        for env, it in zip(envs, iters):
+            for name, v in zip(op.results, it):
+                env[name] = v
+
+    def collective(self, op, envs):
+        name = op.name
+        if name == "shard.process_multi_index":
+            axes = i64_array(op, "axes") or list(range(len(self.grid)))
+            for rank, env in enumerate(envs):
+                c = self.coords(rank)
+                for res, a in zip(op.results, axes):
+                    env[res] = c[a]
+            return
+        axes = i64_array(op, "grid_axes")
+        src = op.operands[0]
+        out = []
+        for rank, env in enumerate(envs):
+            members = self.group(rank, axes)
+            g = members.index(rank)
+            vals = [envs[m][src] for m in members]
+            n = len(members)
+            if name == "shard.all_reduce":
+                kind = attr(op, "reduction") or "sum"
+                f = (np.maximum if "max" in kind else
+                     np.minimum if "min" in kind else np.add)
+                acc = vals[0]
+                for v in vals[1:]:
+                    acc = f(acc, v)
+                out.append(acc)
+            elif name == "shard.all_gather":
+                out.append(np.concatenate(vals, axis=int_attr(op, "gather_axis")))
+            elif name == "shard.all_slice":
+                d = int_attr(op, "slice_axis")
+                out.append(np.split(vals[g], n, axis=d)[g])
+            elif name == "shard.reduce_scatter":
+                d = int_attr(op, "scatter_axis")
+                out.append(np.split(sum(vals), n, axis=d)[g])
+            elif name == "shard.all_to_all":
+                s, c = int_attr(op, "split_axis"), int_attr(op, "concat_axis")
+                out.append(np.concatenate(
+                    [np.split(v, n, axis=s)[g] for v in vals], axis=c))
+            elif name == "shard.shift":
+                a = int_attr(op, "shift_axis")
+                k = int_attr(op, "offset")
+                c = self.coords(rank)
+                c[a] = (c[a] - k) % self.grid[a]
+                out.append(envs[self.rank_of(c)][src])
+            else:
+                raise NotImplementedError(name)
+        for env, v in zip(envs, out):
+            env[op.results[0]] = v
+
+    def local(self, op, env):
+        name = op.name
+        ins = [env[v] for v in op.operands]
+        rtypes = result_types(op)
+        if name == "arith.constant":
+            return [parse_constant(op)]
+        if name in BINARY:
+            return [BINARY[name](ins[0], ins[1])]
+        if name in UNARY:
+            return [UNARY[name](ins[0])]
+        if name == "arith.select":
+            return [np.where(ins[0], ins[1], ins[2])]
+        if name == "arith.cmpi":
+            return [CMPI[int_attr(op, "predicate")](ins[0], ins[1])]
+        if name == "arith.cmpf":
+            return [CMPF[int_attr(op, "predicate")](ins[0], ins[1])]
+        if name == "tensor.empty":
+            return [np.zeros(tensor_shape(rtypes[0]), elem_dtype(rtypes[0]))]
+        if name == "linalg.fill":
+            return [np.full(tensor_shape(rtypes[0]), ins[0],
+                            elem_dtype(rtypes[0]))]
+        if name == "linalg.matmul" or name == "linalg.batch_matmul":
+            return [ins[2] + np.matmul(ins[0], ins[1])]
+        if name == "linalg.transpose":
+            return [np.transpose(ins[0], i64_array(op, "permutation"))]
+        if name == "linalg.softmax":
+            d = int_attr(op, "dimension")
+            e = np.exp(ins[0] - ins[0].max(axis=d, keepdims=True))
+            return [e / e.sum(axis=d, keepdims=True)]
+        if name == "linalg.generic":
+            return self.generic(op, env, ins)
+        if name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            return [ins[0].reshape(tensor_shape(rtypes[0]))]
+        if name == "tensor.reshape":
+            return [ins[0].reshape(tensor_shape(rtypes[0]))]
+        if name == "tensor.concat":
+            return [np.concatenate(ins, axis=int_attr(op, "dim"))]
+        if name == "tensor.extract":
+            return [ins[0][tuple(int(i) for i in ins[1:])]]
+        if name == "tensor.extract_slice":
+            return [self.extract_slice(op, ins, rtypes[0])]
+        if name == "stp.layer_norm" or name == "stp.rms_norm":
+            return [self.norm(op, ins)]
+        if name == "stp.attention":
+            return [self.attention(op, ins)]
+        if name == "stp.topk":
+            axis, k = int_attr(op, "axis"), int_attr(op, "k")
+            largest = "largest = true" in op.text
+            order = np.argsort(-ins[0] if largest else ins[0], axis=axis,
+                               kind="stable")
+            idx = np.take(order, np.arange(k), axis=axis)
+            return [np.take_along_axis(ins[0], idx, axis=axis), idx]
+        raise NotImplementedError(name)
+
+    def extract_slice(self, op, ins, rtype):
+        seg = i64_array(op, "operandSegmentSizes")
+        dyn = ins[1:]
+        offs, sizes, strides = (i64_array(op, "static_offsets"),
+                                i64_array(op, "static_sizes"),
+                                i64_array(op, "static_strides"))
+        pos = 0
+        lists = []
+        for count, static in zip(seg[1:], (offs, sizes, strides)):
+            vals = []
+            for s in static:
+                if s == SENTINEL:
+                    vals.append(int(dyn[pos]))
+                    pos += 1
+                else:
+                    vals.append(s)
+            lists.append(vals)
+        offs, sizes, strides = lists
+        index = tuple(slice(o, o + s * st, st)
+                      for o, s, st in zip(offs, sizes, strides))
+        return ins[0][index].reshape(tensor_shape(rtype))
+
+    def norm(self, op, ins):
+        x = ins[0]
+        axis = int_attr(op, "axis")
+        eps = float(attr(op, "epsilon").split(":")[0])
+        red = tuple(range(axis, x.ndim))
+        if op.name == "stp.rms_norm":
+            y = x / np.sqrt((x * x).mean(axis=red, keepdims=True) + eps)
+            return y * ins[1]
+        mu = x.mean(axis=red, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=red, keepdims=True)
+        y = (x - mu) / np.sqrt(var + eps) * ins[1]
+        return y + ins[2] if len(ins) > 2 else y
+
+    def attention(self, op, ins):
+        q, k, v = ins[:3]
+        scale = float(attr(op, "scale").split(":")[0])
+        rep = q.shape[1] // k.shape[1]
+        k = np.repeat(k, rep, axis=1)
+        v = np.repeat(v, rep, axis=1)
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+        if len(ins) > 3:
+            s = s + ins[3]
+        if re.search(r"\bcausal\b", op.text):
+            sq, skv = s.shape[-2], s.shape[-1]
+            i = np.arange(sq)[:, None]
+            j = np.arange(skv)[None, :]
+            s = np.where(j <= i + (skv - sq), s, -np.inf)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return np.matmul(e / e.sum(axis=-1, keepdims=True), v)
+
+    def generic(self, op, env, ins):
+        maps = affine_maps(op)
+        iters = re.findall(r"iterator_type<(\w+)>", op.text)
+        nin = i64_array(op, "operandSegmentSizes")[0]
+        ranges = [None] * len(iters)
+        for value, (dims, res) in zip(ins, maps):
+            for d, expr in enumerate(res):
+                if expr in dims:
+                    ranges[dims.index(expr)] = np.shape(value)[d]
+        grids = np.indices(ranges)
+
+        def index_of(dims, res):
+            idx = []
+            for expr in res:
+                if expr in dims:
+                    idx.append(grids[dims.index(expr)])
+                else:
+                    idx.append(int(expr))
+            return tuple(idx)
+
+        args, body = op.regions[0]
+        benv = dict(env)
+        for a, value, (dims, res) in zip(args, ins, maps):
+            v = np.asarray(value)
+            benv[a] = v[index_of(dims, res)] if v.ndim else v
+        reduction = [i for i, t in enumerate(iters) if t == "reduction"]
+        yielded = None
+        for bop in body:
+            if bop.name == "linalg.yield":
+                yielded = bop.operands
+                break
+            if bop.name == "linalg.index":
+                benv[bop.results[0]] = grids[int_attr(bop, "dim")]
+                continue
+            if bop.name == "tensor.extract":
+                t = benv[bop.operands[0]]
+                benv[bop.results[0]] = t[tuple(np.asarray(benv[i]).astype(np.int64)
+                                               for i in bop.operands[1:])]
+                continue
+            values = self.local(bop, benv)
+            benv[bop.results[0]] = values[0]
+        defs = {r: b for b in body for r in b.results}
+        outs = []
+        for k, y in enumerate(yielded):
+            init = np.array(ins[nin + k], copy=True)
+            dims, res = maps[nin + k]
+            idx = index_of(dims, res)
+            out_arg = args[nin + k]
+            if not reduction:
+                init[idx] = np.broadcast_to(benv[y], ranges)
+                outs.append(init)
+                continue
+            d = defs.get(y)
+            if d is None or out_arg not in d.operands:
+                raise NotImplementedError("reduction body")
+            other = [o for o in d.operands if o != out_arg][0]
+            e = np.broadcast_to(benv[other], ranges)
+            if d.name in ("arith.addf", "arith.addi"):
+                np.add.at(init, idx, e)
+            elif d.name in ("arith.maximumf", "arith.maxnumf", "arith.maxsi"):
+                np.maximum.at(init, idx, e)
+            elif d.name in ("arith.minimumf", "arith.minnumf", "arith.minsi"):
+                np.minimum.at(init, idx, e)
+            else:
+                raise NotImplementedError("combiner " + d.name)
+            outs.append(init)
+        return outs
+
+
+def func_args(func):
+    ftype = re.search(r"function_type = \((.*?)\) ->", func.text).group(1)
+    types = split_top(ftype)
+    arg_attrs = re.search(r"arg_attrs = \[(.*?)\], function_type", func.text)
+    attrs = split_top(arg_attrs.group(1)) if arg_attrs else [""] * len(types)
+    splits = []
+    for a in attrs:
+        m = re.search(r"stp\.split = (\[.*\])", a)
+        splits.append(eval(m.group(1).split("]]")[0] + "]]") if m and
+                      m.group(1).startswith("[[") else
+                      eval(m.group(1)) if m else None)
+    return types, splits
+
+
+def check(global_text, partitioned_text):
+    _, gfunc = parse_module(global_text)
+    grid, pfunc = parse_module(partitioned_text)
+    rng = np.random.default_rng(0)
+    gtypes, _ = func_args(gfunc)
+    ptypes, splits = func_args(pfunc)
+    inputs = []
+    for t in gtypes:
+        shape = tensor_shape(t)
+        if elem_dtype(t) == np.int64:
+            inputs.append(rng.integers(0, 2, size=shape))
+        else:
+            inputs.append(rng.standard_normal(shape))
+    ref_machine = Machine(None)
+    env = {a: v for a, v in zip(gfunc.regions[0][0], inputs)}
+    ref = ref_machine.run(gfunc.regions[0][1], [env])[0]
+
+    machine = Machine(grid)
+    envs = []
+    for rank in range(machine.ranks):
+        coords = machine.coords(rank)
+        env = {}
+        for a, value, split in zip(pfunc.regions[0][0], inputs, splits):
+            local = value
+            for d, axes in enumerate(split or []):
+                if not axes:
+                    continue
+                n, blk = 1, 0
+                for ax in axes:
+                    n *= grid[ax]
+                    blk = blk * grid[ax] + coords[ax]
+                local = np.split(local, n, axis=d)[blk]
+            env[a] = local
+        envs.append(env)
+    outs = machine.run(pfunc.regions[0][1], envs)
+    for rank, out in enumerate(outs):
+        for i, (got, want) in enumerate(zip(out, ref)):
+            if np.shape(got) != np.shape(want) or not np.allclose(
+                    got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
+                err = (np.abs(np.asarray(got) - want).max()
+                       if np.shape(got) == np.shape(want) else "shape")
+                print(f"MISMATCH: result {i} on rank {rank}: "
+                      f"{np.shape(got)} vs {np.shape(want)}, max error {err}")
+                return False
+    print(f"ok: {len(ref)} results match on {machine.ranks} ranks")
+    return True
+
+
+def main():
+    np.seterr(all="ignore")
+    split = re.compile(r"^// -----$", re.M)
+    chunks = [split.split(open(path).read()) for path in sys.argv[1:3]]
+    if len(chunks[0]) != len(chunks[1]):
+        print("MISMATCH: different numbers of modules")
+        sys.exit(1)
+    ok = all([check(g, p) for g, p in zip(*chunks)])
+    sys.exit(0 if ok else 1)
+
+
+main()
