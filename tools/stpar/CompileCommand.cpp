@@ -28,6 +28,7 @@
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/InitAll.h"
+#include "stpar/Target/Emit.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Verifier.h"
@@ -40,6 +41,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
 #include <string>
 
 using namespace llvm;
@@ -262,10 +264,25 @@ static int runCompile() {
       return 1;
   }
 
-  // Phase 3: emit.
-  if (toEmit)
-    return fail("code emission (cuda/, cpu/) is not wired into stpar "
-                "compile yet; use --emit=plan,mlir or --stop-after=partition");
+  // Phase 3: emit (cpu first: it is the one `stpar verify` runs).
+  if (toEmit) {
+    std::string runtimeDir = STPAR_RUNTIME_DIR;
+    if (const char *env = std::getenv("STPAR_RUNTIME_DIR"))
+      runtimeDir = env;
+    for (stpar::target::EmitTarget target :
+         {stpar::target::EmitTarget::Cpu, stpar::target::EmitTarget::Cuda}) {
+      StringRef name = stpar::target::getEmitTargetName(target);
+      if (!emit.count(name))
+        continue;
+      progress("emit: " + name + "/");
+      SmallString<256> dir(tmp);
+      sys::path::append(dir, name);
+      if (mlir::failed(stpar::target::emitDirectory(
+              module, target, compileInput, dir, runtimeDir)))
+        return fail("emitting the " + name + " program failed (see the "
+                    "errors above)");
+    }
+  }
 
   // Replace OUTDIR.
   if (sys::fs::exists(absOut) && (ec = sys::fs::remove_directories(absOut)))
