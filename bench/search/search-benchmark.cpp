@@ -88,6 +88,9 @@ int main(int argc, char **argv) {
 
   SearchOptions opts;
   opts.maxMeshAxes = 3;
+  // Every micro-batch count p * 2^i dividing the batch, for the search and
+  // the Megatron grid alike (Megatron runs use up to batch / dp).
+  opts.microBatchChoices = 0;
   if (!exact) {
     opts.solver.maxCandidates = 24;
     opts.solver.maxStates = 256;

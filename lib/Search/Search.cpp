@@ -38,20 +38,28 @@ static bool hasLayers(const Problem &p) {
   return is_contained(p.sections, Section::Layer);
 }
 
-/// Pipeline depths and micro-batch counts to try.
+/// Pipeline depths and micro-batch counts to try: for every depth p
+/// dividing the devices and the layers, m = p * 2^i (i < microBatchChoices,
+/// or every i when it is 0) dividing the batch. For p = 1, m > 1 is gradient
+/// accumulation (one micro-batch in flight: less activation memory).
 static std::vector<std::pair<int64_t, int64_t>>
 getPipelineChoices(const Problem &p, int64_t devices, bool pipeline,
                    unsigned microBatchChoices) {
-  std::vector<std::pair<int64_t, int64_t>> out{{1, 1}};
+  std::vector<std::pair<int64_t, int64_t>> out;
   int64_t batch = getBatchExtent(p);
-  if (!pipeline || !hasLayers(p) || batch == 0)
-    return out;
-  for (int64_t s = 2; s <= devices; ++s) {
+  if (batch == 0)
+    return {{1, 1}};
+  for (int64_t s = 1; s <= devices; ++s) {
     if (devices % s || p.layers % s)
       continue;
-    for (unsigned i = 0; i < microBatchChoices; ++i) {
+    if (s > 1 && (!pipeline || !hasLayers(p)))
+      break;
+    for (unsigned i = 0; microBatchChoices == 0 || i < microBatchChoices;
+         ++i) {
       int64_t m = s << i;
-      if (m <= batch && batch % m == 0)
+      if (m > batch)
+        break;
+      if (batch % m == 0)
         out.push_back({s, m});
     }
   }

@@ -99,7 +99,13 @@ struct Node {
 struct Tables {
   /// The problem with the batch loop divided by the micro-batches.
   Problem problem;
-  FlatGraph flat;
+  /// Built on first use (solving, evaluating): the layers written out.
+  std::optional<FlatGraph> flat;
+  const FlatGraph &getFlat() {
+    if (!flat)
+      flat = flatten(problem);
+    return *flat;
+  }
   std::vector<bool> outputHasEdges;
   /// Layer operators reading the carry (first one only): the checkpoint.
   std::vector<bool> isCheckpoint;
@@ -123,7 +129,7 @@ struct Instance::Impl {
   Config config;
   EfficiencyModel eff;
   SolverOptions options;
-  FlatGraph &flat;
+  const FlatGraph &getFlat() const { return tables->getFlat(); }
   double limit = 0;
   double slots = 1;
   double constantTime = 0;
@@ -135,7 +141,7 @@ struct Instance::Impl {
   DenseMap<uint64_t, double> &edgeCache;
 
   explicit Impl(std::shared_ptr<Tables> t)
-      : tables(std::move(t)), problem(tables->problem), flat(tables->flat),
+      : tables(std::move(t)), problem(tables->problem),
         outputHasEdges(tables->outputHasEdges),
         isCheckpoint(tables->isCheckpoint), layoutIds(tables->layoutIds),
         layouts(tables->layouts), edgeCache(tables->edgeCache) {}
@@ -168,7 +174,9 @@ struct Instance::Impl {
                ? 1.0 / double(config.getStages())
                : 1.0;
   }
-  Expected<Raw> costRaw(unsigned op, const Partition &part);
+  /// Costs `part` of problem operator `i`; `work` is a copy of that
+  /// operator whose partition fields are overwritten.
+  Expected<Raw> costRaw(unsigned i, Operator &work, const Partition &part);
   Cand derive(unsigned op, const Raw &raw) const;
   double edgeSeconds(unsigned consumer, unsigned operand, int from, int to);
   double edgeCost(unsigned consumer, unsigned operand, int from, int to) {
@@ -240,7 +248,6 @@ Error Instance::Impl::init(bool fresh) {
                        " do not divide the batch " + Twine(l.extent));
           l.extent /= m;
         }
-    flat = flatten(problem);
   }
   if (fresh) {
     // Which outputs feed edges (their partial sums are reduced by the edge).
@@ -262,9 +269,10 @@ Error Instance::Impl::init(bool fresh) {
       isCheckpoint[*first] = true;
     tables->raw.resize(problem.ops.size());
     for (unsigned i = 0; i < problem.ops.size(); ++i) {
+      Operator work = problem.ops[i];
       for (const Partition &part :
            enumeratePartitions(problem.ops[i], config.mesh, options.space)) {
-        Expected<Raw> r = costRaw(i, part);
+        Expected<Raw> r = costRaw(i, work, part);
         if (!r)
           return r.takeError();
         tables->raw[i].push_back(std::move(*r));
@@ -312,8 +320,9 @@ void Instance::Impl::computeBounds() {
   minPeak.assign(n, inf);
   // How often each problem operator occurs in the flattened plan.
   std::vector<double> copies(n, 0);
-  for (unsigned i : flat.original)
-    copies[i] += 1;
+  for (unsigned i = 0; i < n; ++i)
+    copies[i] = problem.sections[i] == Section::Layer ? double(problem.layers)
+                                                      : 1.0;
   struct Item {
     double peak, mem;
     unsigned op;
@@ -361,8 +370,8 @@ void Instance::Impl::computeBounds() {
     smallestMemory = 0;
 }
 
-Expected<Raw> Instance::Impl::costRaw(unsigned i, const Partition &part) {
-  Operator op = problem.ops[i];
+Expected<Raw> Instance::Impl::costRaw(unsigned i, Operator &op,
+                                      const Partition &part) {
   applyPartition(op, part);
   Expected<OperatorCost> c = costOperator(op, config.mesh, cluster, eff);
   if (!c)
@@ -511,7 +520,7 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
 
 Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
   Impl &I = *impl;
-  const FlatGraph &g = I.flat;
+  const FlatGraph &g = I.getFlat();
   if (partitions.size() != g.ops.size())
     return err("the plan has " + Twine(partitions.size()) +
                " partitions for " + Twine(g.ops.size()) + " operators");
@@ -528,7 +537,8 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
       if (r->part == partitions[i])
         raw = r.get();
     if (!raw) {
-      Expected<Raw> r = I.costRaw(op, partitions[i]);
+      Operator work = I.problem.ops[op];
+      Expected<Raw> r = I.costRaw(op, work, partitions[i]);
       if (!r)
         return r.takeError();
       costed[op].push_back(std::make_unique<Raw>(std::move(*r)));
@@ -584,7 +594,7 @@ bool Instance::Impl::insert(Front &front, Point p) {
 
 Expected<Plan> Instance::bruteForce(double maxCombinations) {
   Impl &I = *impl;
-  const FlatGraph &g = I.flat;
+  const FlatGraph &g = I.getFlat();
   double combos = 1;
   for (unsigned i = 0; i < g.ops.size(); ++i)
     combos *= double(I.cands[g.original[i]].size());
@@ -1187,7 +1197,7 @@ Expected<Plan> Instance::Impl::solve() {
     return err("no plan fits in the memory limit");
   std::vector<std::pair<int, int>> choices;
   walk(bestPoint.node, choices);
-  const FlatGraph &g = flat;
+  const FlatGraph &g = getFlat();
   if (choices.size() != g.ops.size())
     return err("internal error: the DP chose " + Twine(choices.size()) +
                " partitions for " + Twine(g.ops.size()) + " operators");
@@ -1258,7 +1268,7 @@ bool Instance::dominates(const Instance &other) const {
 
 double Instance::getSmallestMemory() const { return impl->smallestMemory; }
 double Instance::getMemoryLimit() const { return impl->limit; }
-const FlatGraph &Instance::getFlatGraph() const { return impl->flat; }
+const FlatGraph &Instance::getFlatGraph() const { return impl->getFlat(); }
 size_t Instance::getNumCandidates(unsigned op) const {
   return impl->cands[op].size();
 }

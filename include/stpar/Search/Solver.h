@@ -168,8 +168,9 @@ struct SearchOptions {
   bool pipeline = true;
   /// Recomputation settings tried.
   std::vector<bool> recompute = {false, true};
-  /// Micro-batch counts tried per pipeline depth p > 1: p * 2^i (i <
-  /// this), when they divide the batch.
+  /// Micro-batch counts tried per pipeline depth p: p * 2^i (i < this; 0 =
+  /// every i) when they divide the batch (p = 1, m > 1: gradient
+  /// accumulation).
   unsigned microBatchChoices = 2;
   /// When not empty: only these logical mesh shapes (major first), without
   /// pipeline stages. For Megatron, shape [a, b] is dp = a, tp = b and [n] is
