@@ -13,6 +13,7 @@ import onnx
 
 from . import check
 from .archs import build_model
+from . import weights
 from .presets import ARCHS, CUSTOM_DEFAULTS, PRESETS, Config
 
 _SIZE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq",
@@ -91,13 +92,23 @@ def cmd_generate(args) -> int:
         check.check_model(model)
     t2 = time.perf_counter()
     onnx.save(model, out)
+    written = "not written"
+    if args.weights == "random":
+        path = os.path.join(os.path.dirname(os.path.abspath(out)), data)
+        try:
+            size = weights.write_random(model, path, args.seed)
+        except ValueError as e:
+            os.remove(out)
+            print(f"stpar-zoo: error: {e}", file=sys.stderr)
+            return 1
+        written = f"written: {size} bytes, seed {args.seed}"
     t3 = time.perf_counter()
     params = int(next(p.value for p in model.metadata_props
                       if p.key == "stpar_zoo.parameters"))
     print(f"wrote {out}: {len(model.graph.node)} nodes, "
           f"{len(model.graph.initializer)} initializers, "
           f"{params} parameters, {os.path.getsize(out)} bytes; "
-          f"weights external in {data} (not written)")
+          f"weights external in {data} ({written})")
     if args.timing:
         print(f"timing: build {t1 - t0:.2f}s, check {t2 - t1:.2f}s, "
               f"save {t3 - t2:.2f}s", file=sys.stderr)
@@ -178,6 +189,14 @@ def main(argv=None) -> int:
                    help="skip the ONNX checker and shape inference")
     g.add_argument("--timing", action="store_true",
                    help="print build/check/save times to stderr")
+    g.add_argument("--weights", choices=["none", "random"], default="none",
+                   help="none: graph only (default); random: also write the "
+                        "external data file with seeded random weights (and "
+                        "the real causal-mask and rotary buffers), for "
+                        "models up to 1 GiB of weights, so that stpar "
+                        "compile/verify can run them")
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of --weights random (default 0)")
     i = sub.add_parser("inspect", help="summarize an ONNX file")
     i.add_argument("file")
     st = sub.add_parser("selftest", help="run a tiny model on random "
