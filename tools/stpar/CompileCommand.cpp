@@ -198,9 +198,12 @@ static int runCompile() {
     o.mesh = std::move(*mesh);
   }
   o.progress = true;
+  // The partition pass does not split pipeline stages yet: plan without.
+  o.noPipeline = true;
 
   // Phase 1: the plan.
-  progress(compilePlan.empty() ? "plan: importing and searching"
+  progress(compilePlan.empty() ? "plan: importing and searching (no pipeline "
+                                 "stages: they are not partitioned yet)"
                                : "plan: importing and reading " +
                                      compilePlan);
   std::string table;

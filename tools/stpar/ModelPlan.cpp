@@ -589,6 +589,8 @@ stpar::tools::planModel(const ModelPlanOptions &o, raw_ostream &table) {
   }
   if (!o.mesh.empty())
     opts.meshShapes = {o.mesh};
+  if (o.noPipeline)
+    opts.pipeline = false;
   if (o.progress && sys::Process::StandardErrIsDisplayed())
     opts.progress = [](size_t done, size_t total) {
       errs() << "\rsearching: " << done << "/" << total << " configurations";

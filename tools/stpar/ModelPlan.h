@@ -55,6 +55,9 @@ struct ModelPlanOptions {
   unsigned maxMeshAxes = 3;
   /// Print search progress on stderr (when it is a terminal).
   bool progress = false;
+  /// Search without pipeline stages (stpar compile: the partition pass does
+  /// not split pipeline stages yet).
+  bool noPipeline = false;
 };
 
 /// A planned model: the imported IR with `stp.mesh` and `stp.spec`, and the
