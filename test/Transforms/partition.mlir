@@ -7,7 +7,7 @@
 // RUN: stpar-opt %s -split-input-file --mlir-print-op-generic > %t.global.mlir
 // RUN: stpar-opt %s -split-input-file -stp-partition --mlir-print-op-generic > %t.spmd.mlir
 // RUN: %python %S/Inputs/spmd-sim.py %t.global.mlir %t.spmd.mlir | FileCheck %s --check-prefix=SIM
-// SIM-COUNT-7: ok: {{[0-9]+}} results match on {{4|16}} ranks
+// SIM-COUNT-8: ok: {{[0-9]+}} results match on {{4|16}} ranks
 // SIM-NOT: MISMATCH
 
 // Megatron MLP on 4 devices: the first matmul splits its output columns
@@ -217,7 +217,8 @@ module attributes {stp.mesh = #mesh} {
 // An embedding split along the hidden dim: the table stays replicated and
 // linalg.index of the split loop gets this device's block offset. A slice
 // across the split dim gathers it first; reshapes then follow the (now
-// replicated) layout. An op without a local rule (stp.topk) on a split
+// replicated) layout; stp.topk along the split dim reuses the gathered
+// value. An op without a local rule (arith.addf on tensors) on a split
 // value runs replicated and says why.
 
 #dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
@@ -237,9 +238,10 @@ module attributes {stp.mesh = #mesh} {
 // CHECK-NEXT: tensor.extract %[[TABLE]][%{{.*}}, %[[GCOL]]] : tensor<100x32xf32>
 // CHECK: %[[G:[a-z0-9_]+]] = shard.all_gather %[[EMB]] on @grid grid_axes = [0] gather_axis = 2 {stp.plan_step = "tensor.extract_slice#2 forward: all-gather dim 2 over x0 for source of tensor.extract_slice#2 (produced by linalg.generic#1)"} : tensor<4x8x8xf32> -> tensor<4x8x32xf32>
 // CHECK-NEXT: tensor.extract_slice %[[G]][0, 0, 0] [4, 8, 16] [1, 1, 1]
-// CHECK: stp.topk %[[G]] {axis = 2 : i64, k = 2 : i64, largest = true, sorted = true, stp.fallback = "no local rule for this op"} : (tensor<4x8x32xf32>)
+// CHECK: stp.topk %[[G]] {axis = 2 : i64, k = 2 : i64, largest = true, sorted = true} : (tensor<4x8x32xf32>)
+// CHECK: arith.addf %[[G]], %[[G]] {stp.fallback = "no local rule for this op"} : tensor<4x8x32xf32>
 module attributes {stp.mesh = #mesh} {
-  func.func @main(%ids: tensor<4x8xi64>, %table: tensor<100x32xf32>) -> (tensor<4x8x2x8xf32>, tensor<4x8x2xf32>) {
+  func.func @main(%ids: tensor<4x8xi64>, %table: tensor<100x32xf32>) -> (tensor<4x8x2x8xf32>, tensor<4x8x2xf32>, tensor<4x8x32xf32>) {
     %e = tensor.empty() : tensor<4x8x32xf32>
     %emb = linalg.generic {indexing_maps = [#ids, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
       ins(%ids : tensor<4x8xi64>) outs(%e : tensor<4x8x32xf32>)
@@ -254,7 +256,8 @@ module attributes {stp.mesh = #mesh} {
     %x = tensor.expand_shape %s [[0], [1], [2, 3]] output_shape [4, 8, 2, 8] : tensor<4x8x16xf32> into tensor<4x8x2x8xf32>
     %v, %i = stp.topk %emb {axis = 2 : i64, k = 2 : i64, largest = true, sorted = true}
         : (tensor<4x8x32xf32>) -> (tensor<4x8x2xf32>, tensor<4x8x2xi64>)
-    return %x, %v : tensor<4x8x2x8xf32>, tensor<4x8x2xf32>
+    %sum = arith.addf %emb, %emb : tensor<4x8x32xf32>
+    return %x, %v, %sum : tensor<4x8x2x8xf32>, tensor<4x8x2xf32>, tensor<4x8x32xf32>
   }
 }
 
@@ -287,5 +290,40 @@ module attributes {stp.mesh = #mesh} {
     %ex = tensor.expand_shape %r [[0], [1], [2, 3]] output_shape [8, 8, 4, 8] : tensor<8x8x32xf32> into tensor<8x8x4x8xf32>
     %co = tensor.collapse_shape %ex [[0, 1], [2], [3]] : tensor<8x8x4x8xf32> into tensor<64x4x8xf32>
     return %co : tensor<64x4x8xf32>
+  }
+}
+
+// -----
+
+// stp.topk and stp.scatter_elements (an MoE router) keep the token split
+// and work on whole expert rows.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK: func.func @main(%[[L:[a-z0-9_]+]]: tensor<4x8xf32> {stp.split = {{\[\[0\], \[\]\]}}}, %[[Z:[a-z0-9_]+]]: tensor<16x8xf32> {stp.split = {{\[\[\], \[\]\]}}})
+// CHECK: %[[R:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[L]] : tensor<4x8xf32>)
+// CHECK: %[[V:[a-z0-9_]+]], %[[I:[a-z0-9_]+]] = stp.topk %[[R]] {{.*}} : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi64>)
+// CHECK-NEXT: %[[ZS:[a-z0-9_]+]] = shard.all_slice %[[Z]] on @grid grid_axes = [0] slice_axis = 0
+// CHECK-NEXT: stp.scatter_elements %[[ZS]], %[[I]], %[[V]] {axis = 1 : i64} : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>) -> tensor<4x8xf32>
+// CHECK-NOT: stp.fallback
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%logits: tensor<16x8xf32>, %zeros: tensor<16x8xf32>) -> tensor<16x8xf32> {
+    %e = tensor.empty() : tensor<16x8xf32>
+    %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%logits : tensor<16x8xf32>) outs(%e : tensor<16x8xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 16 {"x0"}, "e" = 8]>} {
+    ^bb0(%a: f32, %o: f32):
+      %t = math.exp %a : f32
+      linalg.yield %t : f32
+    } -> tensor<16x8xf32>
+    %v, %i = stp.topk %r {axis = 1 : i64, k = 2 : i64, largest = true, sorted = true}
+        : (tensor<16x8xf32>) -> (tensor<16x2xf32>, tensor<16x2xi64>)
+    %s = stp.scatter_elements %zeros, %i, %v {axis = 1 : i64}
+        : (tensor<16x8xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x8xf32>
+    return %s : tensor<16x8xf32>
   }
 }

@@ -390,6 +390,21 @@ class Machine:
             return [self.norm(op, ins)]
         if name == "stp.attention":
             return [self.attention(op, ins)]
+        if name == "stp.scatter_elements":
+            data, indices, updates = ins
+            axis = int_attr(op, "axis")
+            out = np.array(data, copy=True)
+            idx = list(np.indices(indices.shape))
+            idx[axis] = np.where(indices < 0, indices + data.shape[axis],
+                                 indices)
+            kind = re.search(r'reduction = "(\w+)"', op.text)
+            kind = kind.group(1) if kind else "none"
+            if kind == "none":
+                out[tuple(idx)] = updates
+            else:
+                {"add": np.add, "mul": np.multiply, "max": np.maximum,
+                 "min": np.minimum}[kind].at(out, tuple(idx), updates)
+            return [out]
         if name == "stp.topk":
             axis, k = int_attr(op, "axis"), int_attr(op, "k")
             largest = "largest = true" in op.text

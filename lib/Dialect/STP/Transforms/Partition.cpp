@@ -97,6 +97,7 @@ enum class PlanKind {
   CollapseShape,
   Softmax,
   Concat,
+  AlongAxis,
   Lazy,
   Return,
   Replicated
@@ -219,6 +220,7 @@ private:
   FailureOr<OpPlan> planAttention(AttentionOp op, PartitionSpecAttr spec);
   OpPlan planView(Operation *op);
   OpPlan planConcat(tensor::ConcatOp op);
+  OpPlan planAlongAxis(Operation *op);
   LogicalResult emit(Operation *op, OpPlan &plan);
   void emitTemporal(linalg::LinalgOp op, OpPlan &plan);
 
@@ -953,6 +955,50 @@ OpPlan Partitioner::planConcat(tensor::ConcatOp op) {
   return plan;
 }
 
+/// stp.topk and stp.scatter_elements work along one `axis`: they keep the
+/// first split operand's splits of the other dims (where every operand and
+/// result has the same size there) and gather the axis.
+OpPlan Partitioner::planAlongAxis(Operation *op) {
+  OpPlan plan;
+  plan.kind = PlanKind::AlongAxis;
+  auto type = getRankedTensor(op->getOperand(0));
+  int64_t axis = isa<TopKOp>(op) ? cast<TopKOp>(op).getAxis()
+                                 : cast<ScatterElementsOp>(op).getAxis();
+  if (axis < 0)
+    axis += type.getRank();
+  // The first split operand leads (a scatter into a fresh replicated
+  // tensor follows its split updates).
+  Sharding s = Sharding::replicated(type.getRank());
+  for (Value operand : op->getOperands()) {
+    Sharding cur = states.lookup(operand).sharding;
+    cur.partial.clear();
+    if (static_cast<int64_t>(cur.dims.size()) == type.getRank() &&
+        !cur.isReplicated()) {
+      s = cur;
+      break;
+    }
+  }
+  if (axis >= 0 && axis < type.getRank())
+    s.dims[axis].clear();
+  SmallVector<Value> values(op->getOperands());
+  values.append(op->result_begin(), op->result_end());
+  for (Value v : values) {
+    auto t = getRankedTensor(v);
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      if (!t || t.getRank() != type.getRank() ||
+          t.getDimSize(d) != type.getDimSize(d))
+        if (d != axis)
+          s.dims[d].clear();
+  }
+  if (!isValidFor(type, s))
+    s = Sharding::replicated(type.getRank());
+  for (unsigned i = 0; i < op->getNumOperands(); ++i)
+    plan.operands.push_back(s);
+  for (unsigned i = 0; i < op->getNumResults(); ++i)
+    plan.results.push_back(s);
+  return plan;
+}
+
 FailureOr<OpPlan> Partitioner::planOp(Operation *op) {
   auto spec = op->getAttrOfType<PartitionSpecAttr>(STPDialect::kSpecAttrName);
   if (isLazy(op)) {
@@ -984,6 +1030,8 @@ FailureOr<OpPlan> Partitioner::planOp(Operation *op) {
     return planView(op);
   if (auto concat = dyn_cast<tensor::ConcatOp>(op))
     return planConcat(concat);
+  if (isa<TopKOp, ScatterElementsOp>(op))
+    return planAlongAxis(op);
   OpPlan plan;
   plan.kind = PlanKind::Replicated;
   bool hasTensor = llvm::any_of(op->getResultTypes(), [](Type t) {
@@ -1195,6 +1243,7 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
   case PlanKind::Attention:
   case PlanKind::Softmax:
   case PlanKind::Concat:
+  case PlanKind::AlongAxis:
     break;
   }
 
