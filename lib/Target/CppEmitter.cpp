@@ -977,7 +977,7 @@ LogicalResult Printer::emitCollective(Operation *op) {
         })
         .Case([&](shard::ShiftOp o) {
           line() << "stpar_rt::shift(ctx, " << o.getShiftAxis().getSExtValue()
-                 << ", " << o.getOffset() << ", "
+                 << ", " << static_cast<int64_t>(o.getOffset()) << ", "
                  << (o.getRotate() ? "true" : "false") << ", " << in
                  << ".data(), " << out << ".data(), " << n << ");\n";
         });
@@ -1077,9 +1077,9 @@ LogicalResult Printer::emitCollective(Operation *op) {
         std::string rot = o.getRotate() ? "true" : "false";
         line() << "{\n";
         ++indent;
-        line() << "const int to = ctx.neighbor(" << axis << ", " << o.getOffset()
+        line() << "const int to = ctx.neighbor(" << axis << ", " << static_cast<int64_t>(o.getOffset())
                << ", " << rot << "), from = ctx.neighbor(" << axis << ", "
-               << -o.getOffset() << ", " << rot << ");\n";
+               << -static_cast<int64_t>(o.getOffset()) << ", " << rot << ");\n";
         line() << "STP_NCCL(ncclGroupStart());\n";
         line() << "if (to >= 0) STP_NCCL(ncclSend(" << in << ".data(), " << n
                << ", " << type << ", to, ctx.world, ctx.comm));\n";
@@ -1649,7 +1649,8 @@ FailureOr<EmittedProgram> Printer::run() {
   if (!partitioned) {
     Operation *shardOp = nullptr;
     module.walk([&](Operation *op) {
-      if (!shardOp && isa<shard::ShardDialect>(op->getDialect()))
+      if (!shardOp && !isa<shard::GridOp>(op) &&
+          isa<shard::ShardDialect>(op->getDialect()))
         shardOp = op;
     });
     if (shardOp)

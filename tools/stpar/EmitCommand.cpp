@@ -15,7 +15,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
-#include "Diagnostics.h"
 
 #include "stpar/InitAll.h"
 #include "stpar/Target/Emit.h"
@@ -25,6 +24,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include <cstdlib>
 
@@ -61,9 +61,13 @@ static int runEmit() {
   stpar::registerAllDialects(registry);
   registry.insert<mlir::scf::SCFDialect>();
   mlir::MLIRContext context(registry);
-  stpar::tools::DiagnosticPrinter printer(context);
+  context.printOpOnDiagnostic(false);
+  // MLIR input: diagnostics as FILE:LINE:COL: error: ... with the line.
+  llvm::SourceMgr sourceMgr;
+  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceFile<mlir::ModuleOp>(emitInput, &context);
+      mlir::parseSourceFile<mlir::ModuleOp>(emitInput, sourceMgr,
+                                            mlir::ParserConfig(&context));
   if (!module)
     return 1;
   std::string runtimeDir = STPAR_RUNTIME_DIR;
