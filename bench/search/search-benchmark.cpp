@@ -88,9 +88,13 @@ int main(int argc, char **argv) {
 
   SearchOptions opts;
   opts.maxMeshAxes = 3;
-  // Every micro-batch count p * 2^i dividing the batch, for the search and
-  // the Megatron grid alike (Megatron runs use up to batch / dp).
-  opts.microBatchChoices = 0;
+  // The search tries m in {p, 2p, 4p} (p = 1: gradient accumulation 1, 2,
+  // 4); the Megatron grid (cheap: no DP) every p * 2^i dividing the batch,
+  // as Megatron runs use up to batch / dp micro-batches. So the baseline
+  // has the larger pipeline space.
+  opts.microBatchChoices = 3;
+  SearchOptions megatronOpts = opts;
+  megatronOpts.microBatchChoices = 0;
   if (!exact) {
     opts.solver.maxCandidates = 24;
     opts.solver.maxStates = 256;
@@ -144,8 +148,10 @@ int main(int argc, char **argv) {
     SearchOptions spatialOpts = opts;
     spatialOpts.solver.space.temporal = false;
     Expected<SearchResult> spatial = search(p, *cluster, eff, spatialOpts);
-    Expected<SearchResult> mega = searchMegatron(p, *cluster, eff, false, opts);
-    Expected<SearchResult> megaSP = searchMegatron(p, *cluster, eff, true, opts);
+    Expected<SearchResult> mega =
+        searchMegatron(p, *cluster, eff, false, megatronOpts);
+    Expected<SearchResult> megaSP =
+        searchMegatron(p, *cluster, eff, true, megatronOpts);
     if (!best || !spatial || !mega || !megaSP) {
       errs() << "error\n";
       consumeError(best.takeError());

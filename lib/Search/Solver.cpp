@@ -342,6 +342,28 @@ void Instance::Impl::computeBounds() {
     if (copies[i] > 0)
       peakLB = std::max(peakLB, minPeak[i]);
   }
+  // Lagrangian bound of the memory limit: every feasible plan has additive
+  // memory <= limit - peakLB, so for any lambda >= 0 its time is at least
+  //   sum_o copies_o min_c (time_c + lambda mem_c) - lambda (limit - peakLB)
+  // (re-layouts >= 0 dropped). Tried on a geometric grid of lambda.
+  double room = limit - peakLB;
+  if (room > 0 && std::isfinite(timeLB)) {
+    double scale = timeLB / room;
+    for (int j = -8; j <= 12; ++j) {
+      double lambda = scale * std::ldexp(1.0, j);
+      double bound = constantTime - lambda * room;
+      for (unsigned i = 0; i < n && std::isfinite(bound); ++i) {
+        if (copies[i] == 0)
+          continue;
+        double best = inf;
+        for (const Cand &c : cands[i])
+          best = std::min(best, c.time + lambda * (c.stateBytes + c.actBytes));
+        bound += copies[i] * best;
+      }
+      if (std::isfinite(bound))
+        timeLB = std::max(timeLB, bound);
+    }
+  }
   // The smallest memory of any plan, exactly: memory is a sum of per-copy
   // terms plus the largest transient, and the choices are independent, so
   // for each transient threshold T (ascending) take every operator's
