@@ -41,6 +41,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <unistd.h>
@@ -96,6 +97,11 @@ static cl::opt<std::string>
     verifyKeep("keep", cl::sub(verifyCmd), cl::value_desc("DIR"),
                cl::desc("Work in DIR and keep everything (compiled project, "
                         "build, inputs, outputs, logs)"));
+static cl::opt<std::string> verifyCompiled(
+    "compiled", cl::sub(verifyCmd), cl::value_desc("DIR"),
+    cl::desc("Skip the compile phase: DIR is an output folder of stpar "
+             "compile (with cpu/ and plan.json) or of stpar emit --target "
+             "cpu; give --devices unless DIR has plan.json"));
 static cl::opt<std::string>
     verifyMpirun("mpirun", cl::sub(verifyCmd), cl::init("mpirun"),
                  cl::desc("The mpirun to use (default: from PATH)"));
@@ -141,6 +147,7 @@ private:
   /// Returns the exit code, or -1 when it could not start or timed out
   /// (message in `error`).
   int execute(StringRef phase, const Step &step, std::string &error) const;
+  int compileModel(const std::string &self, const std::string &model);
   /// The last `lines` lines of a log file, indented, for error messages.
   std::string tail(StringRef file, unsigned lines = 25) const;
 
@@ -206,6 +213,13 @@ std::string Verifier::tail(StringRef file, unsigned lines) const {
   return text;
 }
 
+/// `value` in full precision (%g).
+static std::string formatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
 /// The ranks of the compiled program: plan.json's "devices" (the plan the
 /// program implements), else --devices, else the product of --mesh.
 static std::optional<int64_t> rankCount(StringRef planFile) {
@@ -235,6 +249,35 @@ static std::optional<int64_t> rankCount(StringRef planFile) {
     return product;
   }
   return std::nullopt;
+}
+
+/// Phase 1: `stpar compile ... --emit=cpu -o WORK/compile`; 0 on success.
+int Verifier::compileModel(const std::string &self, const std::string &model) {
+  std::string compiled = path("compile");
+  Step compile{self, {"compile", model, "--cluster", verifyCluster}, "", ""};
+  for (const std::string &dim : verifyDims)
+    compile.args.insert(compile.args.end(), {"--dim", dim});
+  if (!verifyBatchDim.empty())
+    compile.args.insert(compile.args.end(), {"--batch-dim", verifyBatchDim});
+  if (verifyDevices > 0)
+    compile.args.insert(compile.args.end(),
+                        {"--devices", std::to_string(verifyDevices)});
+  if (!verifyPlan.empty())
+    compile.args.insert(compile.args.end(), {"--plan", verifyPlan});
+  if (!verifyMesh.empty())
+    compile.args.insert(compile.args.end(), {"--mesh", verifyMesh});
+  if (!verifyStrategy.empty())
+    compile.args.insert(compile.args.end(), {"--strategy", verifyStrategy});
+  compile.args.insert(compile.args.end(), {"--emit=cpu", "-o", compiled});
+  compile.outLog = path("compile.out.log");
+  compile.errLog = path("compile.err.log");
+  std::string error;
+  int rc = execute("compile", compile, error);
+  if (rc != 0)
+    return fail(rc < 0 ? error
+                       : "stpar compile failed (exit " + std::to_string(rc) +
+                             "):\n" + tail(compile.errLog));
+  return 0;
 }
 
 int Verifier::run() {
@@ -273,37 +316,26 @@ int Verifier::run() {
   std::string error;
   int rc;
 
-  // 1. Compile.
-  std::string compiled = path("compile");
-  Step compile{self, {"compile", model, "--cluster", verifyCluster}, "", ""};
-  for (const std::string &dim : verifyDims)
-    compile.args.insert(compile.args.end(), {"--dim", dim});
-  if (!verifyBatchDim.empty())
-    compile.args.insert(compile.args.end(), {"--batch-dim", verifyBatchDim});
-  if (verifyDevices > 0)
-    compile.args.insert(compile.args.end(),
-                        {"--devices", std::to_string(verifyDevices)});
-  if (!verifyPlan.empty())
-    compile.args.insert(compile.args.end(), {"--plan", verifyPlan});
-  if (!verifyMesh.empty())
-    compile.args.insert(compile.args.end(), {"--mesh", verifyMesh});
-  if (!verifyStrategy.empty())
-    compile.args.insert(compile.args.end(), {"--strategy", verifyStrategy});
-  compile.args.insert(compile.args.end(), {"--emit=cpu", "-o", compiled});
-  compile.outLog = path("compile.out.log");
-  compile.errLog = path("compile.err.log");
-  rc = execute("compile", compile, error);
-  if (rc != 0)
-    return fail(rc < 0 ? error
-                       : "stpar compile failed (exit " + std::to_string(rc) +
-                             "):\n" + tail(compile.errLog));
-
-  std::string cpuDir = path("compile", "cpu");
-  std::string ioFile = path("compile", "cpu/io.json");
+  // 1. Compile (or take --compiled).
+  std::string cpuDir, planFile;
+  if (verifyCompiled.empty()) {
+    if (int rc = compileModel(self, model))
+      return rc;
+    cpuDir = path("compile", "cpu");
+    planFile = path("compile", "plan.json");
+  } else {
+    SmallString<256> dir(verifyCompiled);
+    sys::fs::make_absolute(dir);
+    cpuDir = sys::fs::exists(dir + "/cpu/CMakeLists.txt")
+                 ? std::string(dir) + "/cpu"
+                 : std::string(dir);
+    planFile = std::string(dir) + "/plan.json";
+    errs() << "verify: [compile] skipped: using " << cpuDir << "\n";
+  }
+  std::string ioFile = cpuDir + "/io.json";
   if (!sys::fs::exists(cpuDir + "/CMakeLists.txt") ||
       !sys::fs::exists(ioFile))
-    return fail("stpar compile wrote no CPU project with io.json in " +
-                cpuDir);
+    return fail("no CPU project with io.json in " + cpuDir);
   // The weights file: io.json's "weights" (relative to the project), else
   // weights.bin.
   std::string weights = cpuDir + "/weights.bin";
@@ -317,7 +349,7 @@ int Verifier::run() {
         weights = sys::path::is_absolute(*w) ? w->str()
                                              : cpuDir + "/" + w->str();
   }
-  std::optional<int64_t> ranks = rankCount(path("compile", "plan.json"));
+  std::optional<int64_t> ranks = rankCount(planFile);
   if (!ranks || *ranks <= 0)
     return fail("cannot tell the number of ranks: no 'devices' in "
                 "plan.json and no --devices or --mesh");
@@ -329,7 +361,10 @@ int Verifier::run() {
                   "-DCMAKE_BUILD_TYPE=Release"},
                  path("build.out.log"),
                  path("build.err.log")};
-  rc = execute("build", configure, error);
+  // A kept build folder is reused: ninja re-runs cmake when needed.
+  rc = sys::fs::exists(buildDir + "/build.ninja")
+           ? 0
+           : execute("build", configure, error);
   if (rc != 0)
     return fail(rc < 0 ? error
                        : "cmake could not configure " + cpuDir + ":\n" +
@@ -396,8 +431,8 @@ int Verifier::run() {
   Step compare{node,
                {runner, "compare", "--io", ioFile, "--actual", outputs,
                 "--expected", reference, "--rtol",
-                formatv("{0}", double(verifyRtol)).str(), "--atol",
-                formatv("{0}", double(verifyAtol)).str()},
+                formatNumber(verifyRtol), "--atol",
+                formatNumber(verifyAtol)},
                "",
                path("compare.err.log")};
   rc = execute("compare", compare, error);
