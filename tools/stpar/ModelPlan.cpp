@@ -25,6 +25,8 @@
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+
 using namespace llvm;
 using namespace stpar::cost;
 using namespace stpar::search;
@@ -60,8 +62,22 @@ void stpar::tools::printComparison(raw_ostream &outs, const Problem &problem,
   outs << format("  %-28s %12s %10s %10s  %s\n", "plan", "step ms",
                    "t/t_stpar", "GiB", "configuration");
   auto row = [&](StringRef name, Expected<SearchResult> &r) {
-    if (!r || !r->best) {
-      outs << format("  %-28s %12s\n", name.str().c_str(), "no plan fits");
+    if (!r) {
+      outs << format("  %-28s %12s  %s\n", name.str().c_str(), "error",
+                     toString(r.takeError()).c_str());
+      r = SearchResult(); // consumed
+      return;
+    }
+    if (!r->best) {
+      // No configuration applied at all (e.g. the batch does not divide
+      // over the data-parallel ranks) vs. none fitting in memory.
+      bool applies = r->configurations > 0 &&
+                     std::isfinite(r->smallestMemory);
+      outs << format("  %-28s %12s  %s\n", name.str().c_str(),
+                     applies ? "no plan fits" : "n/a",
+                     applies ? "(memory)"
+                             : "(no configuration applies: a split does "
+                               "not divide, e.g. the batch)");
       return;
     }
     const Plan &p = *r->best;
