@@ -7,7 +7,7 @@
 // RUN: stpar-opt %s -split-input-file --mlir-print-op-generic > %t.global.mlir
 // RUN: stpar-opt %s -split-input-file -stp-partition --mlir-print-op-generic > %t.spmd.mlir
 // RUN: %python %S/Inputs/spmd-sim.py %t.global.mlir %t.spmd.mlir | FileCheck %s --check-prefix=SIM
-// SIM-COUNT-8: ok: {{[0-9]+}} results match on {{4|16}} ranks
+// SIM-COUNT-9: ok: {{[0-9]+}} results match on {{4|16}} ranks
 // SIM-NOT: MISMATCH
 
 // Megatron MLP on 4 devices: the first matmul splits its output columns
@@ -135,10 +135,11 @@ module attributes {stp.mesh = #mesh} {
 
 // -----
 
-// Layer norm whose normalized dim is split (x1): the input is gathered
-// along it first, the batch split (x0) is kept. The next op wants the split
-// moved from the batch to the sequence dim: an all-to-all, then an
-// all-slice for the hidden dim.
+// Layer norm whose normalized dim is split (x1): the local sums of x and of
+// the squared deviations are all-reduced over x1, then one elementwise
+// generic normalizes with the local blocks of scale and bias; the batch
+// split (x0) is kept. The next op wants the x0 split moved from the batch to
+// the sequence dim: an all-to-all.
 
 #dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
 #cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
@@ -147,13 +148,17 @@ module attributes {stp.mesh = #mesh} {
 #mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 2, "x1" = 2]>
 #id = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 // CHECK: func.func @main(%[[X:[a-z0-9_]+]]: tensor<2x8x16xf32> {stp.split = {{\[\[0\], \[\], \[1\]\]}}},
-// CHECK-SAME: %[[G:[a-z0-9_]+]]: tensor<32xf32> {stp.split = {{\[\[\]\]}}}, %[[B:[a-z0-9_]+]]: tensor<32xf32> {stp.split = {{\[\[\]\]}}})
+// CHECK-SAME: %[[G:[a-z0-9_]+]]: tensor<16xf32> {stp.split = {{\[\[1\]\]}}}, %[[B:[a-z0-9_]+]]: tensor<16xf32> {stp.split = {{\[\[1\]\]}}})
 // CHECK: %[[R:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[X]] : tensor<2x8x16xf32>)
-// CHECK: %[[RG:[a-z0-9_]+]] = shard.all_gather %[[R]] on @grid grid_axes = [1] gather_axis = 2 {stp.plan_step = "stp.layer_norm#2 forward: all-gather dim 2 over x1 for operand 0 of stp.layer_norm#2 (produced by linalg.generic#1)"} : tensor<2x8x16xf32> -> tensor<2x8x32xf32>
-// CHECK-NEXT: %[[N:[a-z0-9_]+]] = stp.layer_norm %[[RG]], %[[G]], %[[B]] {axis = 2 : i64, epsilon = {{.*}}} : (tensor<2x8x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
-// CHECK-NEXT: %[[T:[a-z0-9_]+]] = shard.all_to_all %[[N]] on @grid grid_axes = [0] split_axis = 1 concat_axis = 0 {stp.plan_step = "linalg.generic#4 forward: all-to-all moving the split over x0 from dim 0 to dim 1{{.*}}"} : tensor<2x8x32xf32> -> tensor<4x4x32xf32>
-// CHECK-NEXT: %[[S:[a-z0-9_]+]] = shard.all_slice %[[T]] on @grid grid_axes = [1] slice_axis = 2 {{.*}} : tensor<4x4x32xf32> -> tensor<4x4x16xf32>
-// CHECK: linalg.generic {{.*}} ins(%[[S]] : tensor<4x4x16xf32>)
+// CHECK: %[[S1:[a-z0-9_]+]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%[[R]] : tensor<2x8x16xf32>) outs(%{{.*}} : tensor<2x8xf32>)
+// CHECK: %[[M:[a-z0-9_]+]] = shard.all_reduce %[[S1]] on @grid grid_axes = [1] {stp.plan_step = "stp.layer_norm#2 forward: all-reduce of the normalization statistics (sum of x) over x1 (normalized dims split)"} : tensor<2x8xf32> -> tensor<2x8xf32>
+// CHECK: %[[S2:[a-z0-9_]+]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%[[R]], %[[M]] : tensor<2x8x16xf32>, tensor<2x8xf32>) outs(%{{.*}} : tensor<2x8xf32>)
+// CHECK: %[[V:[a-z0-9_]+]] = shard.all_reduce %[[S2]] on @grid grid_axes = [1] {stp.plan_step = "stp.layer_norm#2 forward: all-reduce of the normalization statistics (sum of squared deviations) over x1 (normalized dims split)"}
+// CHECK: %[[N:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[R]], %[[M]], %[[V]], %[[G]], %[[B]] : tensor<2x8x16xf32>, tensor<2x8xf32>, tensor<2x8xf32>, tensor<16xf32>, tensor<16xf32>) outs(%{{.*}} : tensor<2x8x16xf32>)
+// CHECK: math.sqrt
+// CHECK: %[[T:[a-z0-9_]+]] = shard.all_to_all %[[N]] on @grid grid_axes = [0] split_axis = 1 concat_axis = 0 {stp.plan_step = "linalg.generic#4 forward: all-to-all moving the split over x0 from dim 0 to dim 1{{.*}}"} : tensor<2x8x16xf32> -> tensor<4x4x16xf32>
+// CHECK-NOT: shard.
+// CHECK: linalg.generic {{.*}} ins(%[[T]] : tensor<4x4x16xf32>)
 module attributes {stp.mesh = #mesh} {
   func.func @main(%x: tensor<4x8x32xf32>, %g: tensor<32xf32>, %b: tensor<32xf32>) -> tensor<4x8x32xf32> {
     %e = tensor.empty() : tensor<4x8x32xf32>
@@ -325,5 +330,30 @@ module attributes {stp.mesh = #mesh} {
     %s = stp.scatter_elements %zeros, %i, %v {axis = 1 : i64}
         : (tensor<16x8xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x8xf32>
     return %s : tensor<16x8xf32>
+  }
+}
+
+
+// -----
+
+// RMSNorm with a split normalized dim: one all-reduce of the sum of squares.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 2, "x1" = 2]>
+// CHECK: func.func @main(%[[X:[a-z0-9_]+]]: tensor<2x4x16xf32> {stp.split = {{\[\[\], \[0\], \[1\]\]}}}, %[[G:[a-z0-9_]+]]: tensor<16xf32> {stp.split = {{\[\[1\]\]}}})
+// CHECK: %[[S:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[X]] : tensor<2x4x16xf32>) outs(%{{.*}} : tensor<2x4xf32>)
+// CHECK: arith.mulf
+// CHECK: %[[MS:[a-z0-9_]+]] = shard.all_reduce %[[S]] on @grid grid_axes = [1] {stp.plan_step = "stp.rms_norm#0 forward: all-reduce of the normalization statistics (sum of x^2) over x1 (normalized dims split)"}
+// CHECK: linalg.generic {{.*}} ins(%[[X]], %[[MS]], %[[G]] : tensor<2x4x16xf32>, tensor<2x4xf32>, tensor<16xf32>)
+// CHECK-NOT: shard.all_reduce
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%x: tensor<2x8x32xf32>, %g: tensor<32xf32>) -> tensor<2x8x32xf32> {
+    %y = stp.rms_norm %x, %g {axis = 2 : i64, epsilon = 1.0e-6 : f32,
+        stp.spec = #stp.spec<#mesh, loops = ["b" = 2, "s" = 8 {"x0"}, "d" = 32 reduction {"x1"} ]>}
+        : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+    return %y : tensor<2x8x32xf32>
   }
 }

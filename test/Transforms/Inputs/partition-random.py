@@ -1,5 +1,5 @@
-"""Random planned modules for -stp-partition: chains of elementwise ops
-and linear layers on a 2x2x2 mesh, each op with a random spec (mesh axes on
+"""Random planned modules for -stp-partition: chains of elementwise ops,
+linear layers and LayerNorm/RMSNorm on a 2x2x2 mesh, each op with a random spec (mesh axes on
 random loops, reduction loops included, several axes per loop) or, for a
 linear layer, PrimePar's temporal primitive on two random axes (the third
 axis optionally splitting the batch). Consecutive specs disagree, so the
@@ -52,7 +52,8 @@ hdr = '''#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_band
 #mw = affine_map<(d0, d1, d2, d3) -> (d3, d2)>
 #mo = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 module attributes {stp.mesh = #mesh} {
-  func.func @main(%x: tensor<4x8x16xf32>, %w1: tensor<16x8xf32>, %w2: tensor<8x16xf32>) -> tensor<4x8x16xf32> {
+  func.func @main(%x: tensor<4x8x16xf32>, %w1: tensor<16x8xf32>, %w2: tensor<8x16xf32>,
+                  %g1: tensor<16xf32>, %b1: tensor<16xf32>, %g2: tensor<8xf32>, %b2: tensor<8xf32>) -> tensor<4x8x16xf32> {
     %cst = arith.constant 0.0 : f32
 '''
 
@@ -62,9 +63,20 @@ def generate(seed):
     body = []
     cur, curH, n = "%x", H, 0
     for step in range(6):
-        kind = random.choice(["ew", "ew", "mm"])
+        kind = random.choice(["ew", "ew", "mm", "mm", "norm"])
         n += 1
-        if kind == "ew":
+        if kind == "norm":
+            ex = {"b": B, "s": S, "d": curH}
+            sp = rand_split(["b", "s", "d"], ex)
+            g, b = ("%g1", "%b1") if curH == H else ("%g2", "%b2")
+            spec = f'stp.spec = #stp.spec<#mesh, loops = {loops(["b", "s", "d"], ex, sp, red=("d",))}>'
+            t = f"tensor<4x8x{curH}xf32>"
+            p = f"tensor<{curH}xf32>"
+            if random.random() < 0.5:
+                body.append(f"    %v{n} = stp.rms_norm {cur}, {g} {{axis = 2 : i64, epsilon = 1.0e-5 : f32, {spec}}} : ({t}, {p}) -> {t}")
+            else:
+                body.append(f"    %v{n} = stp.layer_norm {cur}, {g}, {b} {{axis = 2 : i64, epsilon = 1.0e-5 : f32, {spec}}} : ({t}, {p}, {p}) -> {t}")
+        elif kind == "ew":
             ex = {"b": B, "s": S, "d": curH}
             sp = rand_split(["b", "s", "d"], ex)
             body.append(f'''    %e{n} = tensor.empty() : tensor<4x8x{curH}xf32>

@@ -22,6 +22,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -91,6 +92,7 @@ enum class PlanKind {
   Linalg,
   Temporal,
   Norm,
+  NormStats,
   Attention,
   ExtractSlice,
   ExpandShape,
@@ -117,7 +119,7 @@ struct OpPlan {
   /// Reason for partial results.
   std::string partialReason;
   /// Temporal: operand numbers of I, W, the init, the dim of I and of W
-  /// indexing N, the reduction kind.
+  /// indexing N, the grid axes, the steps (NormStats: the norm's axis).
   unsigned inputIdx = 0, weightIdx = 1, initIdx = 2;
   int64_t inputNDim = 0, weightNDim = 0;
   shard::GridAxis rowAxis = 0, colAxis = 0;
@@ -223,6 +225,7 @@ private:
   OpPlan planAlongAxis(Operation *op);
   LogicalResult emit(Operation *op, OpPlan &plan);
   void emitTemporal(linalg::LinalgOp op, OpPlan &plan);
+  void emitNormStats(Operation *op, OpPlan &plan);
 
   /// The new value standing for `old` in sharding `to`, re-laid out as
   /// needed; `user` and `what` name the consumer for plan-step strings.
@@ -781,17 +784,177 @@ FailureOr<OpPlan> Partitioner::planNorm(Operation *op,
     in = states.lookup(input).sharding;
     in.partial.clear();
   }
+  if (!isValidFor(type, in))
+    in = Sharding::replicated(type.getRank());
+  // A split normalized dim keeps its split when scale and bias have exactly
+  // the normalized dims (they get the same split) and the element type is a
+  // float: the statistics are all-reduced. Otherwise it is gathered.
+  bool splitNormalized = false;
+  for (int64_t d = axis; d < type.getRank(); ++d)
+    splitNormalized |= !in.dims[d].empty();
+  bool statsOk = isa<FloatType>(type.getElementType()) && in.partial.empty();
+  for (Value operand : op->getOperands().drop_front()) {
+    auto t = getRankedTensor(operand);
+    statsOk &= t && t.getShape() == type.getShape().drop_front(axis);
+  }
+  if (splitNormalized && statsOk) {
+    plan.kind = PlanKind::NormStats;
+    plan.operands.push_back(in);
+    Sharding params = Sharding::replicated(type.getRank() - axis);
+    for (int64_t d = axis; d < type.getRank(); ++d)
+      params.dims[d - axis] = in.dims[d];
+    for (unsigned i = 1; i < op->getNumOperands(); ++i)
+      plan.operands.push_back(params);
+    plan.results.push_back(in);
+    plan.steps = axis;
+    return plan;
+  }
   // Normalized dims whole on every device (statistics need no collective).
   for (int64_t d = axis; d < type.getRank(); ++d)
     in.dims[d].clear();
-  if (!isValidFor(type, in))
-    in = Sharding::replicated(type.getRank());
   plan.operands.push_back(in);
   for (Value operand : op->getOperands().drop_front())
     plan.operands.push_back(
         Sharding::replicated(getRankedTensor(operand).getRank()));
   plan.results.push_back(in);
   return plan;
+}
+
+/// A normalization whose normalized dims are split: local sums (of x, then
+/// of the squared deviations for LayerNorm, of x^2 for RMSNorm) over the
+/// normalized dims, all-reduced over their axes, then one elementwise
+/// generic computing the normalized output with the local scale and bias.
+void Partitioner::emitNormStats(Operation *op, OpPlan &plan) {
+  Location loc = op->getLoc();
+  std::string label = getLabel(op);
+  MLIRContext *ctx = builder.getContext();
+  bool layerNorm = isa<LayerNormOp>(op);
+  int64_t axis = plan.steps;
+  float epsilon = layerNorm
+                      ? cast<LayerNormOp>(op).getEpsilon().convertToFloat()
+                      : cast<RMSNormOp>(op).getEpsilon().convertToFloat();
+  SmallVector<Value> operands;
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    operands.push_back(
+        getAs(v, plan.operands[i], label, "operand " + std::to_string(i)));
+  Value x = operands[0];
+  auto localType = cast<RankedTensorType>(x.getType());
+  auto globalType = getRankedTensor(op->getOperand(0));
+  Type elem = localType.getElementType();
+  int64_t rank = localType.getRank();
+  AxisList axes;
+  int64_t count = 1;
+  for (int64_t d = axis; d < rank; ++d) {
+    axes.append(plan.operands[0].dims[d]);
+    count *= globalType.getDimSize(d);
+  }
+  auto statsType = RankedTensorType::get(localType.getShape().take_front(axis),
+                                         elem);
+  AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, ctx);
+  AffineMap lead =
+      AffineMap::get(rank, 0, identity.getResults().take_front(axis), ctx);
+  AffineMap trail =
+      AffineMap::get(rank, 0, identity.getResults().drop_front(axis), ctx);
+  SmallVector<utils::IteratorType> reduceIters(rank,
+                                               utils::IteratorType::parallel);
+  for (int64_t d = axis; d < rank; ++d)
+    reduceIters[d] = utils::IteratorType::reduction;
+  SmallVector<utils::IteratorType> parallelIters(
+      rank, utils::IteratorType::parallel);
+  auto constant = [&](OpBuilder &b, Location l, double value) -> Value {
+    return arith::ConstantOp::create(b, l, elem, b.getFloatAttr(elem, value));
+  };
+  Value zero = constant(builder, loc, 0.0);
+  auto zeros = [&]() -> Value {
+    Value empty = tensor::EmptyOp::create(builder, loc, statsType.getShape(),
+                                          elem);
+    return linalg::FillOp::create(builder, loc, zero, empty).getResult(0);
+  };
+  Value countValue = constant(builder, loc, static_cast<double>(count));
+  auto allReduce = [&](Value v, StringRef what) -> Value {
+    auto reduce = shard::AllReduceOp::create(
+        builder, loc, v.getType(), FlatSymbolRefAttr::get(ctx, kGridName),
+        builder.getDenseI16ArrayAttr(axes), v,
+        shard::ReductionKindAttr::get(ctx, shard::ReductionKind::Sum));
+    markCollective(reduce, label,
+                   "all-reduce of the normalization statistics (" + what +
+                       ") over " + axesText(axes) + " (normalized dims split)");
+    return reduce.getResult();
+  };
+
+  // Sum of x (LayerNorm) or of x^2 (RMSNorm).
+  Value first =
+      linalg::GenericOp::create(
+          builder, loc, TypeRange{statsType}, ValueRange{x},
+          ValueRange{zeros()}, ArrayRef<AffineMap>{identity, lead},
+          reduceIters,
+          [&](OpBuilder &b, Location l, ValueRange args) {
+            Value term = layerNorm ? args[0]
+                                   : arith::MulFOp::create(b, l, args[0],
+                                                           args[0])
+                                         .getResult();
+            Value sum = arith::AddFOp::create(b, l, args[1], term);
+            linalg::YieldOp::create(b, l, sum);
+          })
+          .getResult(0);
+  first = allReduce(first, layerNorm ? "sum of x" : "sum of x^2");
+  Value second;
+  if (layerNorm) {
+    second =
+        linalg::GenericOp::create(
+            builder, loc, TypeRange{statsType}, ValueRange{x, first},
+            ValueRange{zeros()},
+            ArrayRef<AffineMap>{identity, lead, lead}, reduceIters,
+            [&](OpBuilder &b, Location l, ValueRange args) {
+              Value mean = arith::DivFOp::create(b, l, args[1], countValue);
+              Value d = arith::SubFOp::create(b, l, args[0], mean);
+              Value sq = arith::MulFOp::create(b, l, d, d);
+              Value sum = arith::AddFOp::create(b, l, args[2], sq);
+              linalg::YieldOp::create(b, l, sum);
+            })
+            .getResult(0);
+    second = allReduce(second, "sum of squared deviations");
+  }
+  SmallVector<Value> inputs{x, first};
+  SmallVector<AffineMap> maps{identity, lead};
+  if (second) {
+    inputs.push_back(second);
+    maps.push_back(lead);
+  }
+  unsigned paramStart = inputs.size();
+  for (Value param : ArrayRef<Value>(operands).drop_front()) {
+    inputs.push_back(param);
+    maps.push_back(trail);
+  }
+  maps.push_back(identity);
+  Value empty = tensor::EmptyOp::create(builder, loc, localType.getShape(),
+                                        elem);
+  Value eps = constant(builder, loc, epsilon);
+  auto result = linalg::GenericOp::create(
+      builder, loc, TypeRange{localType}, inputs, ValueRange{empty}, maps,
+      parallelIters, [&](OpBuilder &b, Location l, ValueRange args) {
+        Value centered = args[0];
+        Value meanSquare;
+        if (layerNorm) {
+          Value mean = arith::DivFOp::create(b, l, args[1], countValue);
+          centered = arith::SubFOp::create(b, l, args[0], mean);
+          meanSquare = arith::DivFOp::create(b, l, args[2], countValue);
+        } else {
+          meanSquare = arith::DivFOp::create(b, l, args[1], countValue);
+        }
+        Value denom = math::SqrtOp::create(
+            b, l, arith::AddFOp::create(b, l, meanSquare, eps));
+        Value y = arith::DivFOp::create(b, l, centered, denom);
+        y = arith::MulFOp::create(b, l, y, args[paramStart]);
+        if (args.size() > paramStart + 2)
+          y = arith::AddFOp::create(b, l, y, args[paramStart + 1]);
+        linalg::YieldOp::create(b, l, y);
+      });
+  ValueState &state = states[op->getResult(0)];
+  state.value = result.getResult(0);
+  state.sharding = plan.results[0];
+  state.producer = label;
+  ++numSplitOps;
 }
 
 FailureOr<OpPlan> Partitioner::planAttention(AttentionOp op,
@@ -1167,6 +1330,9 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
   }
   case PlanKind::Temporal:
     emitTemporal(cast<linalg::LinalgOp>(op), plan);
+    return success();
+  case PlanKind::NormStats:
+    emitNormStats(op, plan);
     return success();
   case PlanKind::ExtractSlice: {
     auto slice = cast<tensor::ExtractSliceOp>(op);

@@ -132,7 +132,9 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
     (`all_slice` to split, `all_gather` to unsplit, `all_to_all` when a split
     moves between dims, `all_reduce` or `reduce_scatter` for partial sums)
     and rewrites the op with local shapes. A split reduction loop leaves a
-    partial sum, resolved where a consumer needs the value. Ops the pass
+    partial sum, resolved where a consumer needs the value. A LayerNorm or
+    RMSNorm over a split normalized dim becomes local generics whose
+    statistics are all-reduced. Ops the pass
     cannot split (unknown ops, views across a split dim that does not line
     up with the blocks, reductions other than sums and max/min, ...) run
     replicated on gathered operands and get `stp.fallback` with the reason.
@@ -182,7 +184,8 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = [
     "::stpar::stp::STPDialect", "::mlir::arith::ArithDialect",
-    "::mlir::linalg::LinalgDialect", "::mlir::scf::SCFDialect",
+    "::mlir::linalg::LinalgDialect", "::mlir::math::MathDialect",
+    "::mlir::scf::SCFDialect",
     "::mlir::shard::ShardDialect", "::mlir::tensor::TensorDialect"
   ];
   let statistics = [
