@@ -119,11 +119,13 @@ struct OpPlan {
   /// Reason for partial results.
   std::string partialReason;
   /// Temporal: operand numbers of I, W, the init, the dim of I and of W
-  /// indexing N, the grid axes, the steps (NormStats: the norm's axis).
+  /// indexing N, the grid axes and the number of steps.
   unsigned inputIdx = 0, weightIdx = 1, initIdx = 2;
   int64_t inputNDim = 0, weightNDim = 0;
   shard::GridAxis rowAxis = 0, colAxis = 0;
   int64_t steps = 1;
+  /// NormStats: the first normalized dim.
+  int64_t normAxis = 0;
 };
 
 static RankedTensorType getRankedTensor(Value v) {
@@ -596,7 +598,6 @@ FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
   if (!plan.fallback.empty())
     return fail(plan.fallback);
 
-  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
   for (OpOperand &operand : op->getOpOperands()) {
     auto type = getRankedTensor(operand.get());
     if (!type || (!op.isDpsInput(&operand) && !op.isDpsInit(&operand))) {
@@ -610,7 +611,6 @@ FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
                   " cannot follow the loop splits");
     plan.operands.push_back(*s);
   }
-  (void)maps;
 
   // Split loops that no output indexes: reductions leave partial results,
   // parallel ones are not supported.
@@ -674,8 +674,8 @@ FailureOr<OpPlan> Partitioner::planTemporal(linalg::LinalgOp op,
       for (int64_t t = 0; t < q; ++t) {
         std::array<int64_t, 3> slice = evaluateTemporalRule(rule, r, c, t, q);
         if (slice[0] != r || slice[1] != (r + c + t) % q || slice[2] != c)
-          return op->emitError()
-                 << "temporal forward rule is not PrimePar's (r, r + c + t, c); not supported";
+          return op->emitError() << "temporal forward rule is not "
+                                    "PrimePar's (r, r + c + t, c)";
       }
   auto findLoop = [&](StringAttr name) -> int64_t {
     for (auto [i, loop] : llvm::enumerate(spec.getLoops()))
@@ -806,7 +806,7 @@ FailureOr<OpPlan> Partitioner::planNorm(Operation *op,
     for (unsigned i = 1; i < op->getNumOperands(); ++i)
       plan.operands.push_back(params);
     plan.results.push_back(in);
-    plan.steps = axis;
+    plan.normAxis = axis;
     return plan;
   }
   // Normalized dims whole on every device (statistics need no collective).
@@ -829,7 +829,7 @@ void Partitioner::emitNormStats(Operation *op, OpPlan &plan) {
   std::string label = getLabel(op);
   MLIRContext *ctx = builder.getContext();
   bool layerNorm = isa<LayerNormOp>(op);
-  int64_t axis = plan.steps;
+  int64_t axis = plan.normAxis;
   float epsilon = layerNorm
                       ? cast<LayerNormOp>(op).getEpsilon().convertToFloat()
                       : cast<RMSNormOp>(op).getEpsilon().convertToFloat();
@@ -1006,8 +1006,6 @@ FailureOr<OpPlan> Partitioner::planAttention(AttentionOp op,
     }
     plan.operands.push_back(s);
   }
-  for (const Sharding &s : plan.operands)
-    (void)s;
   plan.results.push_back(make(getRankedTensor(op.getResult())));
   return plan;
 }
