@@ -37,6 +37,22 @@ if not os.path.exists(os.path.join(config.stpar_src_root, ".deps", "node",
     lit_config.warning("onnxruntime-node is not installed in .deps/node; the "
                        "test/Verify tests will fail (run scripts/install-deps.sh)")
 
+# stpar emit --target cuda (docs/emitted-code.md): the emitted programs are
+# compiled and linked with nvcc against NCCL, cuBLAS and MPI; those tests
+# REQUIRE the `cuda` feature and are UNSUPPORTED without /usr/local/cuda.
+cuda_root = "/usr/local/cuda"
+if os.path.exists(os.path.join(cuda_root, "bin", "nvcc")) and shutil.which("mpicxx"):
+    import subprocess
+    def mpi_flags(kind):
+        return subprocess.run(["mpicxx", "--showme:" + kind], capture_output=True,
+                              text=True).stdout.strip()
+    config.available_features.add("cuda")
+    config.substitutions.append(
+        ("%nvcc-program",
+         "%s/bin/nvcc -std=c++17 -arch=sm_90 %s -L%s/lib -L%s/lib64 -lcublas "
+         "-lnccl %s" % (cuda_root, mpi_flags("compile"), cuda_root, cuda_root,
+                        mpi_flags("link"))))
+
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 

@@ -39,6 +39,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <set>
+#include <vector>
 
 using namespace mlir;
 
@@ -249,6 +251,11 @@ private:
   DenseMap<Operation *, std::string> doubleBuffers;
   std::string loopParity;
   std::string ioInputs, ioOutputs;
+  /// The grid-axes groups the collectives use, in first-use order: their
+  /// communicators are created (collectively) before the body runs.
+  llvm::SetVector<std::string, std::vector<std::string>,
+                  std::set<std::string>>
+      commGroups;
 };
 
 std::string Printer::newTensor(Value v, StringRef init) {
@@ -928,6 +935,13 @@ LogicalResult Printer::emitCollective(Operation *op) {
   auto info = getElementInfo(inType.getElementType());
   std::string in = name(input);
   std::string inShape = shapeLiteral(inType.getShape());
+  if (!isa<shard::AllSliceOp, shard::ShiftOp>(op))
+    commGroups.insert(groupAxes(
+        llvm::TypeSwitch<Operation *, ArrayRef<int16_t>>(op)
+            .Case<shard::AllReduceOp, shard::AllGatherOp,
+                  shard::ReduceScatterOp, shard::AllToAllOp>(
+                [](auto o) { return o.getGridAxes(); })
+            .Default([](Operation *) { return ArrayRef<int16_t>(); })));
   int64_t n = inType.getNumElements();
 
   if (auto slice = dyn_cast<shard::AllSliceOp>(op)) {
@@ -1687,8 +1701,12 @@ FailureOr<EmittedProgram> Printer::run() {
               : "#include \"stpar_runtime.h\"\n")
      << "\nnamespace {\n\n"
      << constants << (constants.empty() ? "" : "\n") << kernels
-     << "void run(stpar_rt::Context &ctx) {\n"
-     << body << "}\n\n} // namespace\n\n"
+     << "void run(stpar_rt::Context &ctx) {\n";
+  if (!commGroups.empty())
+    os << "  // Communicators of the grid-axes groups (collective calls).\n";
+  for (const std::string &g : commGroups)
+    os << "  ctx.prepare(" << g << ");\n";
+  os << body << "}\n\n} // namespace\n\n"
      << "int main(int argc, char **argv) {\n"
      << "  stpar_rt::Context ctx(argc, argv, " << shapeLiteral(gridShape);
   if (cuda)

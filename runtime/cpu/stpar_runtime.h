@@ -132,6 +132,9 @@ public:
     comms[axes] = c;
     return c;
   }
+  /// Creates the communicator of `axes` (collective: every rank calls it
+  /// for the same axes in the same order at start-up).
+  void prepare(const Shape &axes) { comm(axes); }
   /// World rank of the device at `coords` with axis `axis` moved by
   /// `offset` (ring); -1 when it falls off a non-rotating grid.
   int neighbor(int64_t axis, int64_t offset, bool rotate) const {

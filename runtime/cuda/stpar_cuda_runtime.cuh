@@ -1,0 +1,671 @@
+//===- stpar_cuda_runtime.cuh - runtime of the cuda target ------*- CUDA -*-===//
+//
+// Part of stpar. Copied next to every program `stpar emit --target cuda`
+// writes. Device tensors, the device grid (MPI for the launch and the NCCL
+// unique id, NCCL communicators per set of grid axes split from one world
+// communicator), one compute and one communication stream, cuBLAS for
+// contractions and simple kernels for the other ops: one thread per output
+// element or row, written for correctness and clarity, not peak speed.
+// Row-major, statically shaped. Entry points match runtime/cpu.
+//
+//===----------------------------------------------------------------------===//
+#ifndef STPAR_RUNTIME_CUDA_H
+#define STPAR_RUNTIME_CUDA_H
+
+#include "stpar_io.h"
+#include "stpar_scalar.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#define STP_CUDA(call)                                                         \
+  do {                                                                         \
+    cudaError_t stpErr = (call);                                               \
+    if (stpErr != cudaSuccess)                                                 \
+      stpar_rt::fatal(std::string(#call) + ": " + cudaGetErrorString(stpErr)); \
+  } while (0)
+#define STP_NCCL(call)                                                         \
+  do {                                                                         \
+    ncclResult_t stpRes = (call);                                              \
+    if (stpRes != ncclSuccess)                                                 \
+      stpar_rt::fatal(std::string(#call) + ": " + ncclGetErrorString(stpRes)); \
+  } while (0)
+#define STP_CUBLAS(call)                                                       \
+  do {                                                                         \
+    cublasStatus_t stpSt = (call);                                             \
+    if (stpSt != CUBLAS_STATUS_SUCCESS)                                        \
+      stpar_rt::fatal(std::string(#call) + ": cuBLAS status " +                \
+                      std::to_string(static_cast<int>(stpSt)));                \
+  } while (0)
+
+namespace stpar_rt {
+
+/// A reference-counted device buffer of `size` elements.
+template <typename T> struct Tensor {
+  std::shared_ptr<T> buffer;
+  int64_t size = 0;
+  T *data() const { return buffer.get(); }
+};
+
+enum class Reduction { Sum, Max, Min, Product };
+
+/// Up to 8 dims passed to kernels by value.
+struct Dims {
+  int64_t v[8];
+  int n;
+};
+inline Dims dims(const Shape &s) {
+  if (s.size() > 8)
+    fatal("tensors of rank > 8 are not supported by the cuda runtime");
+  Dims d{};
+  d.n = static_cast<int>(s.size());
+  for (size_t i = 0; i < s.size(); ++i)
+    d.v[i] = s[i];
+  return d;
+}
+inline Shape rowMajorStrides(const Shape &s) {
+  Shape st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;)
+    st[d - 1] = st[d] * s[d];
+  return st;
+}
+inline int64_t prod(const Shape &s, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t i = begin; i < end; ++i)
+    n *= s[i];
+  return n;
+}
+inline Shape broadcastStrides(const Shape &from, const Shape &to) {
+  Shape strides(to.size(), 0);
+  int64_t stride = 1;
+  for (size_t i = 0; i < from.size(); ++i) {
+    size_t f = from.size() - 1 - i, t = to.size() - 1 - i;
+    strides[t] = from[f] == 1 ? 0 : stride;
+    stride *= from[f];
+  }
+  return strides;
+}
+__host__ __device__ inline int64_t broadcastOffset(int64_t linear,
+                                                   const Dims &to,
+                                                   const Dims &strides) {
+  int64_t offset = 0;
+  for (int d = to.n; d-- > 0;) {
+    offset += (linear % to.v[d]) * strides.v[d];
+    linear /= to.v[d];
+  }
+  return offset;
+}
+inline unsigned blocksFor(int64_t n) {
+  return static_cast<unsigned>(std::max<int64_t>(1, (n + 255) / 256));
+}
+
+/// This process's place on the device grid, its GPU, streams, events,
+/// communicators and cuBLAS handle.
+class Context {
+public:
+  Context(int &argc, char **&argv, Shape gridShape, int numEvents)
+      : gridShape(std::move(gridShape)) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    options = parseOptions(argc, argv);
+    if (size != numElements(this->gridShape))
+      fatal("this program runs on " +
+            std::to_string(numElements(this->gridShape)) +
+            " ranks (the grid), started on " + std::to_string(size));
+    coords.assign(this->gridShape.size(), 0);
+    int64_t r = rank;
+    for (size_t a = this->gridShape.size(); a-- > 0;) {
+      coords[a] = r % this->gridShape[a];
+      r /= this->gridShape[a];
+    }
+    // One GPU per rank of a node.
+    MPI_Comm node;
+    int localRank = 0, devices = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
+                        MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &localRank);
+    MPI_Comm_free(&node);
+    STP_CUDA(cudaGetDeviceCount(&devices));
+    if (devices == 0)
+      fatal("no CUDA device");
+    STP_CUDA(cudaSetDevice(localRank % devices));
+    STP_CUDA(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    STP_CUDA(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
+    events.resize(numEvents);
+    for (cudaEvent_t &e : events)
+      STP_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    // The world communicator: rank 0's unique id, broadcast over MPI.
+    ncclUniqueId id;
+    if (rank == 0)
+      STP_NCCL(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    STP_NCCL(ncclCommInitRank(&world, size, id, rank));
+    STP_CUBLAS(cublasCreate(&blas));
+    STP_CUBLAS(cublasSetStream(blas, compute));
+    if (!options.weights.empty())
+      weights.open(options.weights);
+  }
+  ~Context() {
+    cudaDeviceSynchronize();
+    for (auto &entry : comms)
+      ncclCommDestroy(entry.second);
+    ncclCommDestroy(world);
+    cublasDestroy(blas);
+    for (cudaEvent_t e : events)
+      cudaEventDestroy(e);
+    cudaStreamDestroy(compute);
+    cudaStreamDestroy(comm);
+    MPI_Finalize();
+  }
+
+  int64_t groupIndex(const Shape &axes) const {
+    int64_t index = 0;
+    for (int64_t a : axes)
+      index = index * gridShape[a] + coords[a];
+    return index;
+  }
+  int64_t groupSize(const Shape &axes) const {
+    int64_t n = 1;
+    for (int64_t a : axes)
+      n *= gridShape[a];
+    return n;
+  }
+  /// The communicator of the devices that differ only in `axes`, ranked by
+  /// groupIndex: ncclCommSplit of the world communicator by the other
+  /// coordinates. Collective: every rank calls prepare() for the same axes
+  /// in the same order at start-up.
+  void prepare(const Shape &axes) {
+    if (comms.count(axes))
+      return;
+    int64_t color = 0;
+    for (size_t a = 0; a < gridShape.size(); ++a)
+      if (std::find(axes.begin(), axes.end(), int64_t(a)) == axes.end())
+        color = color * gridShape[a] + coords[a];
+    ncclComm_t c;
+    STP_NCCL(ncclCommSplit(world, static_cast<int>(color),
+                           static_cast<int>(groupIndex(axes)), &c, nullptr));
+    comms[axes] = c;
+  }
+  ncclComm_t nccl(const Shape &axes) {
+    auto it = comms.find(axes);
+    if (it == comms.end())
+      fatal("communicator used before prepare()");
+    return it->second;
+  }
+  int neighbor(int64_t axis, int64_t offset, bool rotate) const {
+    Shape c = coords;
+    int64_t n = gridShape[axis];
+    c[axis] += offset;
+    if (c[axis] < 0 || c[axis] >= n) {
+      if (!rotate)
+        return -1;
+      c[axis] = ((c[axis] % n) + n) % n;
+    }
+    int64_t r = 0;
+    for (size_t a = 0; a < gridShape.size(); ++a)
+      r = r * gridShape[a] + c[a];
+    return static_cast<int>(r);
+  }
+
+  Shape gridShape, coords;
+  int rank = 0, size = 1;
+  Options options;
+  Weights weights;
+  cudaStream_t compute = nullptr, comm = nullptr;
+  std::vector<cudaEvent_t> events;
+  ncclComm_t world = nullptr;
+  cublasHandle_t blas = nullptr;
+
+private:
+  std::map<Shape, ncclComm_t> comms;
+};
+
+//===----------------------------------------------------------------------===//
+// Buffers
+//===----------------------------------------------------------------------===//
+
+template <typename T> Tensor<T> alloc(Context &ctx, int64_t n) {
+  Tensor<T> t;
+  t.size = n;
+  T *p = nullptr;
+  STP_CUDA(cudaMalloc(&p, sizeof(T) * std::max<int64_t>(n, 1)));
+  STP_CUDA(cudaMemsetAsync(p, 0, sizeof(T) * std::max<int64_t>(n, 1),
+                           ctx.compute));
+  t.buffer = std::shared_ptr<T>(p, [](T *q) { cudaFree(q); });
+  return t;
+}
+template <typename T> Tensor<T> clone(Context &ctx, const Tensor<T> &src) {
+  Tensor<T> t = alloc<T>(ctx, src.size);
+  STP_CUDA(cudaMemcpyAsync(t.data(), src.data(), sizeof(T) * src.size,
+                           cudaMemcpyDeviceToDevice, ctx.compute));
+  return t;
+}
+template <typename T>
+Tensor<T> fromHost(Context &ctx, const T *values, int64_t n) {
+  Tensor<T> t = alloc<T>(ctx, n);
+  STP_CUDA(cudaMemcpyAsync(t.data(), values, sizeof(T) * n,
+                           cudaMemcpyHostToDevice, ctx.compute));
+  STP_CUDA(cudaStreamSynchronize(ctx.compute));
+  return t;
+}
+template <typename T> __global__ void fillKernel(T *p, int64_t n, T v) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n)
+    p[i] = v;
+}
+template <typename T> Tensor<T> full(Context &ctx, int64_t n, T value) {
+  Tensor<T> t = alloc<T>(ctx, n);
+  fillKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(t.data(), n, value);
+  STP_CUDA(cudaGetLastError());
+  return t;
+}
+template <typename T> T readScalar(Context &ctx, const Tensor<T> &t, int64_t i) {
+  T v;
+  STP_CUDA(cudaStreamSynchronize(ctx.compute));
+  STP_CUDA(cudaMemcpy(&v, t.data() + i, sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+template <typename T>
+Tensor<T> loadParam(Context &ctx, uint64_t arg, const char *name,
+                    uint32_t dtype, const Shape &global, const Shape &local,
+                    const Shape &offsets) {
+  std::vector<T> host(numElements(local));
+  ctx.weights.read(arg, name, dtype, sizeof(T), global, local, offsets,
+                   host.data());
+  return fromHost(ctx, host.data(), static_cast<int64_t>(host.size()));
+}
+template <typename T>
+Tensor<T> loadInput(Context &ctx, int index, const Shape &global,
+                    const Shape &local, const Shape &offsets) {
+  std::vector<T> host(numElements(local));
+  readInput(ctx.options, index, sizeof(T), global, local, offsets, host.data());
+  return fromHost(ctx, host.data(), static_cast<int64_t>(host.size()));
+}
+template <typename T>
+void storeOutput(Context &ctx, int index, const Tensor<T> &t) {
+  std::vector<T> host(t.size);
+  STP_CUDA(cudaStreamSynchronize(ctx.compute));
+  STP_CUDA(cudaMemcpy(host.data(), t.data(), sizeof(T) * t.size,
+                      cudaMemcpyDeviceToHost));
+  if (ctx.rank == 0)
+    writeOutput(ctx.options, index, host.data(), host.size() * sizeof(T));
+}
+
+//===----------------------------------------------------------------------===//
+// Layout kernels
+//===----------------------------------------------------------------------===//
+
+template <typename T>
+__global__ void swap01Kernel(const T *in, T *out, int64_t a, int64_t b,
+                             int64_t c) {
+  int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= a * b * c)
+    return;
+  int64_t k = o % c, j = (o / c) % b, i = o / (b * c);
+  out[(j * a + i) * c + k] = in[o];
+}
+/// out[b][a][c] = in[a][b][c], on `stream`.
+template <typename T>
+void swap01(cudaStream_t stream, const T *in, T *out, int64_t a, int64_t b,
+            int64_t c) {
+  swap01Kernel<<<blocksFor(a * b * c), 256, 0, stream>>>(in, out, a, b, c);
+  STP_CUDA(cudaGetLastError());
+}
+
+template <typename T>
+__global__ void transposeKernel(const T *in, T *out, Dims outShape,
+                                Dims srcStrides, int64_t n) {
+  int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= n)
+    return;
+  int64_t rest = o, src = 0;
+  for (int d = outShape.n; d-- > 0;) {
+    src += (rest % outShape.v[d]) * srcStrides.v[d];
+    rest /= outShape.v[d];
+  }
+  out[o] = in[src];
+}
+template <typename T>
+void transpose(Context &ctx, const Tensor<T> &in, Tensor<T> &out,
+               const Shape &inShape, const Shape &perm) {
+  Shape st = rowMajorStrides(inShape), outShape(perm.size()),
+        srcStrides(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    outShape[i] = inShape[perm[i]];
+    srcStrides[i] = st[perm[i]];
+  }
+  int64_t n = numElements(inShape);
+  transposeKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(
+      in.data(), out.data(), dims(outShape), dims(srcStrides), n);
+  STP_CUDA(cudaGetLastError());
+}
+
+template <typename T>
+__global__ void sliceKernel(T *big, Dims bigStrides, T *small, Dims offsets,
+                            Dims sizes, Dims strides, int64_t n, bool insert) {
+  int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= n)
+    return;
+  int64_t rest = s, b = 0;
+  for (int d = sizes.n; d-- > 0;) {
+    b += (offsets.v[d] + (rest % sizes.v[d]) * strides.v[d]) * bigStrides.v[d];
+    rest /= sizes.v[d];
+  }
+  if (insert)
+    big[b] = small[s];
+  else
+    small[s] = big[b];
+}
+template <typename T>
+void extractSlice(Context &ctx, const Tensor<T> &in, const Shape &inShape,
+                  Tensor<T> &out, const Shape &offsets, const Shape &sizes,
+                  const Shape &strides) {
+  int64_t n = numElements(sizes);
+  sliceKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(
+      in.data(), dims(rowMajorStrides(inShape)), out.data(), dims(offsets),
+      dims(sizes), dims(strides), n, false);
+  STP_CUDA(cudaGetLastError());
+}
+template <typename T>
+void insertSlice(Context &ctx, const Tensor<T> &src, Tensor<T> &dest,
+                 const Shape &destShape, const Shape &offsets,
+                 const Shape &sizes, const Shape &strides) {
+  int64_t n = numElements(sizes);
+  sliceKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(
+      dest.data(), dims(rowMajorStrides(destShape)), src.data(), dims(offsets),
+      dims(sizes), dims(strides), n, true);
+  STP_CUDA(cudaGetLastError());
+}
+
+template <typename T>
+void concat(Context &ctx, const std::vector<Tensor<T>> &parts,
+            const std::vector<Shape> &shapes, Tensor<T> &out, int64_t dim) {
+  int64_t outer = prod(shapes[0], 0, dim), total = 0;
+  for (const Shape &s : shapes)
+    total += prod(s, dim, s.size());
+  int64_t offset = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    int64_t chunk = prod(shapes[p], dim, shapes[p].size());
+    STP_CUDA(cudaMemcpy2DAsync(out.data() + offset, total * sizeof(T),
+                               parts[p].data(), chunk * sizeof(T),
+                               chunk * sizeof(T), outer,
+                               cudaMemcpyDeviceToDevice, ctx.compute));
+    offset += chunk;
+  }
+}
+
+template <typename T>
+__global__ void allSliceKernel(const T *in, T *out, int64_t pre, int64_t g,
+                               int64_t gi, int64_t x) {
+  int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= pre * x)
+    return;
+  out[o] = in[((o / x) * g + gi) * x + o % x];
+}
+/// shard.all_slice: this device's block of `dim` (no communication).
+template <typename T>
+void allSlice(Context &ctx, const Shape &axes, const T *in, T *out,
+              const Shape &shape, int64_t dim) {
+  int64_t g = ctx.groupSize(axes), pre = prod(shape, 0, dim);
+  int64_t x = numElements(shape) / pre / g;
+  allSliceKernel<<<blocksFor(pre * x), 256, 0, ctx.compute>>>(
+      in, out, pre, g, ctx.groupIndex(axes), x);
+  STP_CUDA(cudaGetLastError());
+}
+
+//===----------------------------------------------------------------------===//
+// Compute kernels
+//===----------------------------------------------------------------------===//
+
+/// Row-major strided batched C += X * Y through cuBLAS (column-major view
+/// prepared by the emitter: C is rows x cols with leading dim ldc).
+inline void gemm(Context &ctx, bool transX, bool transY, int64_t rows,
+                 int64_t cols, int64_t k, const float *x, int64_t ldx,
+                 int64_t strideX, const float *y, int64_t ldy, int64_t strideY,
+                 float *c, int64_t ldc, int64_t strideC, int64_t batch) {
+  const float one = 1.0f;
+  STP_CUBLAS(cublasGemmStridedBatchedEx(
+      ctx.blas, transX ? CUBLAS_OP_T : CUBLAS_OP_N,
+      transY ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(rows),
+      static_cast<int>(cols), static_cast<int>(k), &one, x, CUDA_R_32F,
+      static_cast<int>(ldx), strideX, y, CUDA_R_32F, static_cast<int>(ldy),
+      strideY, &one, c, CUDA_R_32F, static_cast<int>(ldc), strideC,
+      static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+template <typename T>
+__global__ void softmaxKernel(const T *in, T *out, int64_t outer, int64_t n,
+                              int64_t inner) {
+  int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= outer * inner)
+    return;
+  const T *x = in + (r / inner) * n * inner + r % inner;
+  T *y = out + (r / inner) * n * inner + r % inner;
+  T m = x[0];
+  for (int64_t k = 1; k < n; ++k)
+    m = x[k * inner] > m ? x[k * inner] : m;
+  T s = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    y[k * inner] = exp(x[k * inner] - m);
+    s += y[k * inner];
+  }
+  for (int64_t k = 0; k < n; ++k)
+    y[k * inner] /= s;
+}
+template <typename T>
+void softmax(Context &ctx, const Tensor<T> &in, Tensor<T> &out,
+             const Shape &shape, int64_t dim) {
+  int64_t outer = prod(shape, 0, dim), n = shape[dim],
+          inner = prod(shape, dim + 1, shape.size());
+  softmaxKernel<<<blocksFor(outer * inner), 256, 0, ctx.compute>>>(
+      in.data(), out.data(), outer, n, inner);
+  STP_CUDA(cudaGetLastError());
+}
+
+template <typename T>
+__global__ void normKernel(const T *x, const T *scale, Dims scaleStrides,
+                           const T *bias, Dims biasStrides, T *y,
+                           Dims innerShape, int64_t outer, int64_t inner,
+                           float epsilon, bool rms) {
+  int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= outer)
+    return;
+  const T *xr = x + r * inner;
+  T *yr = y + r * inner;
+  double mean = 0, var = 0;
+  if (!rms) {
+    for (int64_t i = 0; i < inner; ++i)
+      mean += xr[i];
+    mean /= inner;
+  }
+  for (int64_t i = 0; i < inner; ++i)
+    var += (xr[i] - mean) * (xr[i] - mean);
+  var /= inner;
+  double inv = 1.0 / sqrt(var + epsilon);
+  for (int64_t i = 0; i < inner; ++i) {
+    double v = (xr[i] - mean) * inv *
+               scale[broadcastOffset(i, innerShape, scaleStrides)];
+    if (bias)
+      v += bias[broadcastOffset(i, innerShape, biasStrides)];
+    yr[i] = static_cast<T>(v);
+  }
+}
+template <typename T>
+void layerNorm(Context &ctx, const Tensor<T> &x, const Tensor<T> &scale,
+               const Shape &scaleShape, const Tensor<T> *bias,
+               const Shape &biasShape, Tensor<T> &y, const Shape &shape,
+               int64_t axis, float eps) {
+  Shape innerShape(shape.begin() + axis, shape.end());
+  int64_t outer = prod(shape, 0, axis), inner = numElements(innerShape);
+  normKernel<<<blocksFor(outer), 256, 0, ctx.compute>>>(
+      x.data(), scale.data(), dims(broadcastStrides(scaleShape, innerShape)),
+      bias ? bias->data() : nullptr,
+      dims(bias ? broadcastStrides(biasShape, innerShape) : Shape()), y.data(),
+      dims(innerShape), outer, inner, eps, false);
+  STP_CUDA(cudaGetLastError());
+}
+template <typename T>
+void rmsNorm(Context &ctx, const Tensor<T> &x, const Tensor<T> &scale,
+             const Shape &scaleShape, Tensor<T> &y, const Shape &shape,
+             int64_t axis, float eps) {
+  Shape innerShape(shape.begin() + axis, shape.end());
+  int64_t outer = prod(shape, 0, axis), inner = numElements(innerShape);
+  normKernel<<<blocksFor(outer), 256, 0, ctx.compute>>>(
+      x.data(), scale.data(), dims(broadcastStrides(scaleShape, innerShape)),
+      static_cast<const T *>(nullptr), dims(Shape()), y.data(),
+      dims(innerShape), outer, inner, eps, true);
+  STP_CUDA(cudaGetLastError());
+}
+
+/// One thread per output element (b, h, i, e): the row's max and sum, then
+/// the weighted sum of v (scores recomputed; no shared-memory tiling).
+template <typename T>
+__global__ void attentionKernel(const T *q, const T *k, const T *v,
+                                const T *mask, Dims scoreShape,
+                                Dims maskStrides, T *out, int64_t B,
+                                int64_t Hq, int64_t Sq, int64_t D, int64_t Hkv,
+                                int64_t Skv, int64_t Dv, float scale,
+                                bool causal) {
+  int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= B * Hq * Sq * Dv)
+    return;
+  int64_t e = o % Dv, i = (o / Dv) % Sq, h = (o / (Dv * Sq)) % Hq,
+          b = o / (Dv * Sq * Hq);
+  int64_t hk = h / (Hq / Hkv);
+  const T *qr = q + ((b * Hq + h) * Sq + i) * D;
+  auto score = [&](int64_t j) {
+    const T *kr = k + ((b * Hkv + hk) * Skv + j) * D;
+    double dot = 0;
+    for (int64_t d = 0; d < D; ++d)
+      dot += double(qr[d]) * kr[d];
+    dot *= scale;
+    if (mask)
+      dot += mask[broadcastOffset(((b * Hq + h) * Sq + i) * Skv + j,
+                                  scoreShape, maskStrides)];
+    return dot;
+  };
+  int64_t last = causal ? i + (Skv - Sq) : Skv - 1;
+  if (last > Skv - 1)
+    last = Skv - 1;
+  double m = -1e300;
+  for (int64_t j = 0; j <= last; ++j) {
+    double s = score(j);
+    m = s > m ? s : m;
+  }
+  double sum = 0, acc = 0;
+  for (int64_t j = 0; j <= last; ++j) {
+    double p = ::exp(score(j) - m);
+    sum += p;
+    acc += p * v[((b * Hkv + hk) * Skv + j) * Dv + e];
+  }
+  out[o] = static_cast<T>(acc / sum);
+}
+template <typename T>
+void attention(Context &ctx, const Tensor<T> &q, const Tensor<T> &k,
+               const Tensor<T> &v, const Tensor<T> *mask,
+               const Shape &maskShape, Tensor<T> &out, int64_t B, int64_t Hq,
+               int64_t Sq, int64_t D, int64_t Hkv, int64_t Skv, int64_t Dv,
+               float scale, bool causal) {
+  Shape scoreShape = {B, Hq, Sq, Skv};
+  int64_t n = B * Hq * Sq * Dv;
+  attentionKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(
+      q.data(), k.data(), v.data(), mask ? mask->data() : nullptr,
+      dims(scoreShape),
+      dims(mask ? broadcastStrides(maskShape, scoreShape) : Shape(4, 0)),
+      out.data(), B, Hq, Sq, D, Hkv, Skv, Dv, scale, causal);
+  STP_CUDA(cudaGetLastError());
+}
+
+/// One thread per row: k selection passes (ties: lower index first).
+template <typename T>
+__global__ void topkKernel(const T *in, T *values, int64_t *indices,
+                           int64_t outer, int64_t n, int64_t inner, int64_t k,
+                           bool largest) {
+  int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= outer * inner)
+    return;
+  int64_t o = r / inner, i = r % inner;
+  const T *x = in + o * n * inner + i;
+  int64_t prev = -1;
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t c = 0; c < n; ++c) {
+      // Skip the elements chosen before: those ranking above `prev`.
+      if (prev >= 0) {
+        T pv = x[prev * inner], cv = x[c * inner];
+        bool before = largest ? (cv > pv || (cv == pv && c <= prev))
+                              : (cv < pv || (cv == pv && c <= prev));
+        if (before)
+          continue;
+      }
+      if (best < 0 || (largest ? x[c * inner] > x[best * inner]
+                               : x[c * inner] < x[best * inner]))
+        best = c;
+    }
+    values[(o * k + j) * inner + i] = x[best * inner];
+    indices[(o * k + j) * inner + i] = best;
+    prev = best;
+  }
+}
+template <typename T>
+void topk(Context &ctx, const Tensor<T> &in, Tensor<T> &values,
+          Tensor<int64_t> &indices, const Shape &shape, int64_t axis,
+          int64_t k, bool largest) {
+  int64_t outer = prod(shape, 0, axis), n = shape[axis],
+          inner = prod(shape, axis + 1, shape.size());
+  topkKernel<<<blocksFor(outer * inner), 256, 0, ctx.compute>>>(
+      in.data(), values.data(), indices.data(), outer, n, inner, k, largest);
+  STP_CUDA(cudaGetLastError());
+}
+
+/// One thread in order (duplicate indices accumulate deterministically).
+template <typename T, typename I>
+__global__ void scatterKernel(T *out, Dims dataShape, const I *indices,
+                              const T *updates, Dims indexShape, int axis,
+                              int reduction, int64_t n) {
+  for (int64_t p = 0; p < n; ++p) {
+    int64_t rest = p, target = 0, stride = 1;
+    for (int d = indexShape.n; d-- > 0;) {
+      int64_t c = rest % indexShape.v[d];
+      rest /= indexShape.v[d];
+      if (d == axis) {
+        c = static_cast<int64_t>(indices[p]);
+        if (c < 0)
+          c += dataShape.v[d];
+      }
+      target += c * stride;
+      stride *= dataShape.v[d];
+    }
+    T &t = out[target];
+    switch (reduction) {
+    case 0: t = updates[p]; break;
+    case 1: t += updates[p]; break;
+    case 2: t *= updates[p]; break;
+    case 3: t = t > updates[p] ? t : updates[p]; break;
+    case 4: t = t < updates[p] ? t : updates[p]; break;
+    }
+  }
+}
+template <typename T, typename I>
+void scatterElements(Context &ctx, Tensor<T> &out, const Shape &dataShape,
+                     const Tensor<I> &indices, const Tensor<T> &updates,
+                     const Shape &indexShape, int64_t axis, int reduction) {
+  scatterKernel<<<1, 1, 0, ctx.compute>>>(
+      out.data(), dims(dataShape), indices.data(), updates.data(),
+      dims(indexShape), static_cast<int>(axis), reduction,
+      numElements(indexShape));
+  STP_CUDA(cudaGetLastError());
+}
+
+} // namespace stpar_rt
+
+#endif // STPAR_RUNTIME_CUDA_H
