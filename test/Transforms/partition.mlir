@@ -74,7 +74,7 @@ module attributes {stp.mesh = #mesh} {
 // CHECK: %[[Z:[a-z0-9_]+]] = linalg.fill {{.*}} -> tensor<2x4x8xf32>
 // CHECK: %[[RC:[a-z0-9_]+]]:2 = shard.process_multi_index on @grid axes = [0, 1] : index, index
 // CHECK: %[[SUM:[a-z0-9_]+]] = arith.addi %[[RC]]#0, %[[RC]]#1 : index
-// CHECK: %[[START:[a-z0-9_]+]] = arith.remui %[[SUM]], %{{.*}} : index
+// CHECK: %[[START:[a-z0-9_]+]] = arith.remsi %[[SUM]], %{{.*}} : index
 // CHECK: %[[OFFI:[a-z0-9_]+]] = arith.muli %[[START]], %{{.*}} : index
 // CHECK: %[[I0:[a-z0-9_]+]] = tensor.extract_slice %[[I]][0, 0, %[[OFFI]]] [2, 4, 16] [1, 1, 1] : tensor<2x4x32xf32> to tensor<2x4x16xf32>
 // CHECK: %[[OFFW:[a-z0-9_]+]] = arith.muli %[[START]], %{{.*}} : index

@@ -1237,7 +1237,7 @@ void Partitioner::emitTemporal(linalg::LinalgOp op, OpPlan &plan) {
   Value sum = arith::AddIOp::create(builder, loc, index.getResult()[0],
                                     index.getResult()[1]);
   Value start =
-      arith::RemUIOp::create(builder, loc, sum, getIndexConstant(loc, q));
+      arith::RemSIOp::create(builder, loc, sum, getIndexConstant(loc, q));
   auto sliceN = [&](Value value, int64_t dim) -> Value {
     auto type = cast<RankedTensorType>(value.getType());
     int64_t piece = type.getDimSize(dim) / q;
