@@ -14,7 +14,8 @@
 // Phases, each a subprocess, each reported on stderr:
 //   1. compile  `stpar compile ... --emit=cpu -o WORK/compile` (this very
 //               executable);
-//   2. build    the CPU/MPI project WORK/compile/cpu with cmake + ninja -j2;
+//   2. build    the CPU/MPI project WORK/compile/cpu (copied to WORK/src)
+//               with cmake + ninja -j2;
 //   3. inputs   random inputs (`ort-run.js gen-inputs`, fixed seed) or the
 //               ONNX test data of --inputs (`ort-run.js from-pb`);
 //   4. run      `mpirun --oversubscribe -np N stpar_program --weights W
@@ -31,6 +32,7 @@
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -96,12 +98,18 @@ static cl::opt<std::string> verifyInputs(
 static cl::opt<std::string>
     verifyKeep("keep", cl::sub(verifyCmd), cl::value_desc("DIR"),
                cl::desc("Work in DIR and keep everything (compiled project, "
-                        "build, inputs, outputs, logs)"));
+                        "build, inputs, outputs, logs); a DIR reused by later "
+                        "runs keeps its build folder (incremental builds) "
+                        "and replaces the rest"));
 static cl::opt<std::string> verifyCompiled(
     "compiled", cl::sub(verifyCmd), cl::value_desc("DIR"),
     cl::desc("Skip the compile phase: DIR is an output folder of stpar "
              "compile (with cpu/ and plan.json) or of stpar emit --target "
              "cpu; give --devices unless DIR has plan.json"));
+static cl::opt<std::string> verifyCxxFlags(
+    "cxx-flags", cl::sub(verifyCmd), cl::value_desc("FLAGS"),
+    cl::desc("Compile the emitted program with FLAGS instead of its "
+             "Release flags (-O3 -DNDEBUG), e.g. -O0 for quick builds"));
 static cl::opt<std::string>
     verifyMpirun("mpirun", cl::sub(verifyCmd), cl::init("mpirun"),
                  cl::desc("The mpirun to use (default: from PATH)"));
@@ -213,6 +221,40 @@ std::string Verifier::tail(StringRef file, unsigned lines) const {
   return text;
 }
 
+/// Makes the files of folder `from` (not its subfolders) appear in `to`,
+/// copying only those whose contents differ; files of `to` that `from` lacks
+/// are removed.
+static Error syncFolder(StringRef from, StringRef to) {
+  if (std::error_code ec = sys::fs::create_directories(to))
+    return createStringError(ec, "cannot create " + to + ": " + ec.message());
+  StringSet<> present;
+  std::error_code ec;
+  for (sys::fs::directory_iterator it(from, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    if (it->type() != sys::fs::file_type::regular_file)
+      continue;
+    StringRef name = sys::path::filename(it->path());
+    present.insert(name);
+    SmallString<256> target(to);
+    sys::path::append(target, name);
+    ErrorOr<std::unique_ptr<MemoryBuffer>> a = MemoryBuffer::getFile(it->path());
+    ErrorOr<std::unique_ptr<MemoryBuffer>> b = MemoryBuffer::getFile(target);
+    if (a && b && (*a)->getBuffer() == (*b)->getBuffer())
+      continue;
+    if (std::error_code copyEc = sys::fs::copy_file(it->path(), target))
+      return createStringError(copyEc, "cannot copy " + it->path() + " to " +
+                                           target + ": " + copyEc.message());
+  }
+  if (ec)
+    return createStringError(ec, "cannot list " + from + ": " + ec.message());
+  for (sys::fs::directory_iterator it(to, ec), end; it != end && !ec;
+       it.increment(ec))
+    if (it->type() == sys::fs::file_type::regular_file &&
+        !present.count(sys::path::filename(it->path())))
+      sys::fs::remove(it->path());
+  return Error::success();
+}
+
 /// `value` in full precision (%g).
 static std::string formatNumber(double value) {
   char text[32];
@@ -221,7 +263,8 @@ static std::string formatNumber(double value) {
 }
 
 /// The ranks of the compiled program: plan.json's "devices" (the plan the
-/// program implements), else --devices, else the product of --mesh.
+/// program implements), else --devices, else the --plan file's "devices",
+/// else the product of --mesh.
 static std::optional<int64_t> rankCount(StringRef planFile) {
   if (ErrorOr<std::unique_ptr<MemoryBuffer>> buffer =
           MemoryBuffer::getFile(planFile)) {
@@ -236,6 +279,8 @@ static std::optional<int64_t> rankCount(StringRef planFile) {
   }
   if (verifyDevices > 0)
     return int64_t(verifyDevices);
+  if (!verifyPlan.empty() && verifyPlan != planFile)
+    return rankCount(verifyPlan);
   if (!verifyMesh.empty()) {
     int64_t product = 1;
     SmallVector<StringRef> parts;
@@ -268,7 +313,7 @@ int Verifier::compileModel(const std::string &self, const std::string &model) {
     compile.args.insert(compile.args.end(), {"--mesh", verifyMesh});
   if (!verifyStrategy.empty())
     compile.args.insert(compile.args.end(), {"--strategy", verifyStrategy});
-  compile.args.insert(compile.args.end(), {"--emit=cpu", "-o", compiled});
+  compile.args.insert(compile.args.end(), {"--emit=plan,cpu", "-o", compiled});
   compile.outLog = path("compile.out.log");
   compile.errLog = path("compile.err.log");
   std::string error;
@@ -354,13 +399,23 @@ int Verifier::run() {
     return fail("cannot tell the number of ranks: no 'devices' in "
                 "plan.json and no --devices or --mesh");
 
-  // 2. Build.
+  // 2. Build, from a copy of the project in WORK/src that keeps the files
+  // whose contents did not change (so a reused --keep folder rebuilds only
+  // what changed, without re-running cmake).
+  std::string srcDir = path("src");
+  if (Error e = syncFolder(cpuDir, srcDir))
+    return fail(toString(std::move(e)));
   std::string buildDir = path("build");
   Step configure{cmake,
-                 {"-G", "Ninja", "-S", cpuDir, "-B", buildDir,
+                 {"-G", "Ninja", "-S", srcDir, "-B", buildDir,
                   "-DCMAKE_BUILD_TYPE=Release"},
                  path("build.out.log"),
                  path("build.err.log")};
+  if (!verifyCxxFlags.empty())
+    configure.args.push_back("-DCMAKE_CXX_FLAGS_RELEASE=" + verifyCxxFlags);
+  std::string ccache = findProgram("ccache");
+  if (!ccache.empty())
+    configure.args.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + ccache);
   // A kept build folder is reused: ninja re-runs cmake when needed.
   rc = sys::fs::exists(buildDir + "/build.ninja")
            ? 0
@@ -380,8 +435,11 @@ int Verifier::run() {
   if (!sys::fs::can_execute(program))
     return fail("the build produced no " + program);
 
-  // 3. Inputs.
+  // 3. Inputs. Results of an earlier run in a reused --keep folder go first.
   std::string inputs = path("inputs");
+  for (const char *stale : {"inputs", "outputs", "reference"})
+    if (std::error_code ec = sys::fs::remove_directories(path(stale)))
+      return fail("cannot remove " + path(stale) + ": " + ec.message());
   Step gen{node, {runner}, "", path("inputs.err.log")};
   if (verifyInputs.empty())
     gen.args.insert(gen.args.end(),
