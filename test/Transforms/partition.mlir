@@ -6,8 +6,8 @@
 // the same results on random inputs.
 // RUN: stpar-opt %s -split-input-file --mlir-print-op-generic > %t.global.mlir
 // RUN: stpar-opt %s -split-input-file -stp-partition --mlir-print-op-generic > %t.spmd.mlir
-// RUN: %python %S/Inputs/spmd-sim.py %t.global.mlir %t.spmd.mlir | FileCheck %s --check-prefix=SIM
-// SIM-COUNT-9: ok: {{[0-9]+}} results match on {{4|16}} ranks
+// RUN: %python %S/Inputs/spmd-sim.py %t.global.mlir %t.spmd.mlir 8 | FileCheck %s --check-prefix=SIM
+// SIM-COUNT-10: ok: {{[0-9]+}} results match on {{4|16}} ranks
 // SIM-NOT: MISMATCH
 
 // Megatron MLP on 4 devices: the first matmul splits its output columns
@@ -355,5 +355,46 @@ module attributes {stp.mesh = #mesh} {
         stp.spec = #stp.spec<#mesh, loops = ["b" = 2, "s" = 8 {"x0"}, "d" = 32 reduction {"x1"} ]>}
         : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
     return %y : tensor<2x8x32xf32>
+  }
+}
+
+// -----
+
+// Vocabulary-parallel embedding (Megatron): the table rows are split over
+// x0. Each device looks up its block of rows (row - block offset, clamped)
+// and yields zero for rows it does not hold; the partial sums are
+// all-reduced where the embedding is used.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+#ids = affine_map<(d0, d1, d2) -> (d0, d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+// CHECK: func.func @main(%[[IDS:[a-z0-9_]+]]: tensor<4x8xi64> {stp.split = {{\[\[\], \[\]\]}}}, %[[TABLE:[a-z0-9_]+]]: tensor<2x32xf32> {stp.split = {{\[\[0\], \[\]\]}}})
+// CHECK: %[[BLK:[a-z0-9_]+]] = shard.process_multi_index on @grid axes = [0] : index
+// CHECK: %[[OFF:[a-z0-9_]+]] = arith.muli %[[BLK]], %{{.*}} : index
+// CHECK: %[[EMB:[a-z0-9_]+]] = linalg.generic
+// CHECK: %[[LOCAL:[a-z0-9_]+]] = arith.subi %{{.*}}, %[[OFF]] : index
+// CHECK: %[[IN:[a-z0-9_]+]] = arith.andi
+// CHECK: %[[ROW:[a-z0-9_]+]] = arith.select %[[IN]], %[[LOCAL]], %{{.*}} : index
+// CHECK: %[[V:[a-z0-9_]+]] = tensor.extract %[[TABLE]][%[[ROW]], %{{.*}}] : tensor<2x32xf32>
+// CHECK: %[[Y:[a-z0-9_]+]] = arith.select %[[IN]], %[[V]], %{{.*}} : f32
+// CHECK-NEXT: linalg.yield %[[Y]] : f32
+// CHECK: shard.all_reduce %[[EMB]] on @grid grid_axes = [0] {stp.plan_step = "linalg.generic#1 forward: all-reduce of the partial sum over x0 (table rows split (vocabulary-parallel embedding))"}
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%ids: tensor<4x8xi64>, %table: tensor<8x32xf32>) -> tensor<4x8x32xf32> {
+    %e = tensor.empty() : tensor<4x8x32xf32>
+    %emb = linalg.generic {indexing_maps = [#ids, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%ids : tensor<4x8xi64>) outs(%e : tensor<4x8x32xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 4, "s" = 8, "d2" = 32, "d3" = 8 reduction {"x0"}]>} {
+    ^bb0(%in: i64, %out: f32):
+      %row = arith.index_cast %in : i64 to index
+      %col = linalg.index 2 : index
+      %v = tensor.extract %table[%row, %col] : tensor<8x32xf32>
+      linalg.yield %v : f32
+    } -> tensor<4x8x32xf32>
+    return %emb : tensor<4x8x32xf32>
   }
 }

@@ -3,10 +3,11 @@ one device) and its partitioned SPMD program (all devices of the grid in
 lock step, collectives simulated with the docs/spmd-ir.md semantics) with
 numpy on the same random inputs, and compares every result on every rank.
 
-usage: spmd-sim.py GLOBAL.mlir PARTITIONED.mlir   (both in generic form:
+usage: spmd-sim.py GLOBAL.mlir PARTITIONED.mlir [INT_HIGH]  (both in generic form:
        stpar-opt --mlir-print-op-generic; several modules separated by
        "// -----" lines, as -split-input-file prints them, are compared
-       pairwise)
+       pairwise; integer inputs are uniform in [0, INT_HIGH), default 2,
+       so that they index every embedding table)
 Prints "ok: N results match on P ranks" or the first mismatch (exit 1).
 Covers the ops the importer, -stp-normalize and -stp-partition produce on
 the tests and shared models; an unknown op is an error.
@@ -549,7 +550,7 @@ def func_args(func):
     return types, splits
 
 
-def check(global_text, partitioned_text):
+def check(global_text, partitioned_text, int_high):
     _, gfunc = parse_module(global_text)
     grid, pfunc = parse_module(partitioned_text)
     rng = np.random.default_rng(0)
@@ -559,7 +560,7 @@ def check(global_text, partitioned_text):
     for t in gtypes:
         shape = tensor_shape(t)
         if elem_dtype(t) == np.int64:
-            inputs.append(rng.integers(0, 2, size=shape))
+            inputs.append(rng.integers(0, int_high, size=shape))
         else:
             inputs.append(rng.standard_normal(shape))
     ref_machine = Machine(None)
@@ -604,7 +605,8 @@ def main():
     if len(chunks[0]) != len(chunks[1]):
         print("MISMATCH: different numbers of modules")
         sys.exit(1)
-    ok = all([check(g, p) for g, p in zip(*chunks)])
+    int_high = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    ok = all([check(g, p, int_high) for g, p in zip(*chunks)])
     sys.exit(0 if ok else 1)
 
 

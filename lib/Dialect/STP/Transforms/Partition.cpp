@@ -126,6 +126,14 @@ struct OpPlan {
   int64_t steps = 1;
   /// NormStats: the first normalized dim.
   int64_t normAxis = 0;
+  /// Shardings wanted for values captured by the op's regions (default:
+  /// replicated).
+  SmallVector<std::pair<Value, Sharding>> captured;
+  /// Vocabulary-parallel embedding: the table, its row dim, the axes
+  /// splitting the rows.
+  Value table;
+  int64_t tableRowDim = 0;
+  AxisList tableRowAxes;
 };
 
 static RankedTensorType getRankedTensor(Value v) {
@@ -218,6 +226,8 @@ private:
   LogicalResult partitionFunc(func::FuncOp func);
   FailureOr<OpPlan> planOp(Operation *op);
   FailureOr<OpPlan> planLinalg(linalg::LinalgOp op, PartitionSpecAttr spec);
+  LogicalResult planVocabParallel(linalg::LinalgOp op,
+                                  const AxisList &rowAxes, OpPlan &plan);
   FailureOr<OpPlan> planTemporal(linalg::LinalgOp op, PartitionSpecAttr spec,
                                  SmallVector<AxisList> loopAxes);
   FailureOr<OpPlan> planNorm(Operation *op, PartitionSpecAttr spec);
@@ -582,8 +592,9 @@ FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
                << pieces;
     }
     if (embedding && !getLoopAxes(loops.back()).empty()) {
-      plan.fallback = "split of the table rows (vocabulary-parallel "
-                      "embedding) is not supported";
+      if (failed(planVocabParallel(op, getLoopAxes(loops.back()), plan)))
+        plan.fallback = "split of the table rows (vocabulary-parallel "
+                        "embedding) whose body is not a plain row lookup";
     }
     if (spec.getTemporal())
       return planTemporal(op, spec, plan.loopAxes);
@@ -645,6 +656,17 @@ FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
         if (!isZeroTensor(init.get()))
           return fail("split sum reduction into a non-zero initial value");
   }
+  if (plan.table) {
+    // Rows outside this device's block read as zero: a partial sum.
+    if (!partial.empty() || !llvm::all_of(op.getIteratorTypesArray(),
+                                          [](utils::IteratorType t) {
+                                            return t ==
+                                                   utils::IteratorType::parallel;
+                                          }))
+      return fail("vocabulary-parallel embedding with a reduction");
+    partial = plan.tableRowAxes;
+    plan.partialReason = "table rows split (vocabulary-parallel embedding)";
+  }
   for (OpOperand &init : op.getDpsInitsMutable()) {
     Sharding s = plan.operands[init.getOperandNumber()];
     s.partial = partial;
@@ -652,6 +674,48 @@ FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
     plan.results.push_back(s);
   }
   return plan;
+}
+
+/// An embedding whose table rows are split: every tensor.extract in the
+/// body reads the same captured table, exactly one of its indices is data
+/// (the row; the others come from linalg.index) and its value is yielded
+/// directly, so a device can read its block of rows and yield zero for
+/// rows it does not hold.
+LogicalResult Partitioner::planVocabParallel(linalg::LinalgOp op,
+                                             const AxisList &rowAxes,
+                                             OpPlan &plan) {
+  Value table;
+  int64_t rowDim = -1;
+  bool ok = true;
+  op->walk([&](tensor::ExtractOp extract) {
+    if (table && extract.getTensor() != table)
+      ok = false;
+    table = extract.getTensor();
+    int64_t dataIndex = -1;
+    for (auto [i, index] : llvm::enumerate(extract.getIndices()))
+      if (!index.getDefiningOp<linalg::IndexOp>()) {
+        if (dataIndex >= 0)
+          ok = false;
+        dataIndex = i;
+      }
+    if (dataIndex < 0 || (rowDim >= 0 && rowDim != dataIndex))
+      ok = false;
+    rowDim = dataIndex;
+    ok &= extract->hasOneUse() &&
+          isa<linalg::YieldOp>(*extract->getUsers().begin());
+  });
+  auto type = table ? getRankedTensor(table) : RankedTensorType();
+  if (!ok || !type || rowDim < 0 || op->isAncestor(table.getParentBlock()->getParentOp()) ||
+      !type.hasStaticShape() ||
+      type.getDimSize(rowDim) % getGroupSize(rowAxes) != 0)
+    return failure();
+  plan.table = table;
+  plan.tableRowDim = rowDim;
+  plan.tableRowAxes = rowAxes;
+  Sharding s = Sharding::replicated(type.getRank());
+  s.dims[rowDim] = rowAxes;
+  plan.captured.push_back({table, s});
+  return success();
 }
 
 FailureOr<OpPlan> Partitioner::planTemporal(linalg::LinalgOp op,
@@ -1419,12 +1483,14 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
   SetVector<Value> above;
   getUsedValuesDefinedAbove(op->getRegions(), above);
   IRMapping mapping;
-  for (Value v : above)
-    mapping.map(v, getAs(v,
-                         Sharding::replicated(getRankedTensor(v)
-                                                  ? getRankedTensor(v).getRank()
-                                                  : 0),
-                         label, "captured value"));
+  for (Value v : above) {
+    Sharding wanted = Sharding::replicated(
+        getRankedTensor(v) ? getRankedTensor(v).getRank() : 0);
+    for (auto &[value, sharding] : plan.captured)
+      if (value == v)
+        wanted = sharding;
+    mapping.map(v, getAs(v, wanted, label, "captured value"));
+  }
   Operation *newOp = builder.clone(*op, mapping);
   newOp->setOperands(operands);
   newOp->removeAttr(STPDialect::kSpecAttrName);
@@ -1453,8 +1519,46 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
       index.getResult().replaceAllUsesExcept(global,
                                              global.getDefiningOp());
     }
+    // Vocabulary-parallel lookups: local row = row - block offset; rows
+    // outside the block read row 0 and yield zero.
+    SmallVector<tensor::ExtractOp> extracts;
+    if (plan.table)
+      newOp->walk([&](tensor::ExtractOp e) { extracts.push_back(e); });
+    Value rowOffset;
+    int64_t rowsLocal = 0;
+    if (!extracts.empty()) {
+      Location loc = op->getLoc();
+      rowsLocal = getRankedTensor(plan.table).getDimSize(plan.tableRowDim) /
+                  getGroupSize(plan.tableRowAxes);
+      rowOffset = arith::MulIOp::create(
+          builder, loc, getBlockIndex(loc, plan.tableRowAxes),
+          getIndexConstant(loc, rowsLocal));
+    }
+    for (tensor::ExtractOp extract : extracts) {
+      Location loc = extract.getLoc();
+      OpBuilder inner(extract);
+      Value row = extract.getIndices()[plan.tableRowDim];
+      Value local = arith::SubIOp::create(inner, loc, row, rowOffset);
+      Value zeroIndex = arith::ConstantIndexOp::create(inner, loc, 0);
+      Value limit = arith::ConstantIndexOp::create(inner, loc, rowsLocal);
+      Value above = arith::CmpIOp::create(inner, loc, arith::CmpIPredicate::sge,
+                                          local, zeroIndex);
+      Value below = arith::CmpIOp::create(inner, loc, arith::CmpIPredicate::slt,
+                                          local, limit);
+      Value inBlock = arith::AndIOp::create(inner, loc, above, below);
+      Value clamped =
+          arith::SelectOp::create(inner, loc, inBlock, local, zeroIndex);
+      extract.getIndicesMutable()[plan.tableRowDim].assign(clamped);
+      inner.setInsertionPointAfter(extract);
+      Type elem = extract.getType();
+      Value zero = arith::ConstantOp::create(inner, loc, elem,
+                                             inner.getZeroAttr(elem));
+      Value value = arith::SelectOp::create(inner, loc, inBlock,
+                                            extract.getResult(), zero);
+      extract.getResult().replaceAllUsesExcept(value, value.getDefiningOp());
+    }
     // The offsets were created after the clone; keep them before it.
-    if (!indices.empty())
+    if (!indices.empty() || !extracts.empty())
       newOp->moveBefore(builder.getInsertionBlock(),
                         builder.getInsertionPoint());
   }
@@ -1499,15 +1603,16 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
     auto type = getRankedTensor(arg);
     Sharding chosen = Sharding::replicated(type ? type.getRank() : 0);
     if (type) {
-      SmallVector<OpOperand *> uses;
+      // Users in program order: direct operands and values captured by a
+      // top-level op's regions (embedding tables).
+      SmallVector<std::pair<Operation *, OpOperand *>> uses;
       for (OpOperand &use : arg.getUses())
-        if (use.getOwner()->getBlock() == &body)
-          uses.push_back(&use);
-      llvm::sort(uses, [&](OpOperand *a, OpOperand *b) {
-        return positions[a->getOwner()] < positions[b->getOwner()];
+        if (Operation *top = body.findAncestorOpInBlock(*use.getOwner()))
+          uses.push_back({top, &use});
+      llvm::stable_sort(uses, [&](auto &a, auto &b) {
+        return positions[a.first] < positions[b.first];
       });
-      for (OpOperand *use : uses) {
-        Operation *user = use->getOwner();
+      for (auto [user, use] : uses) {
         if (!user->hasAttr(STPDialect::kSpecAttrName))
           continue;
         FailureOr<OpPlan> plan = planOp(user);
@@ -1515,9 +1620,16 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
           return failure();
         if (plan->kind == PlanKind::Replicated || plan->kind == PlanKind::Lazy)
           continue;
-        const Sharding &wanted = plan->operands[use->getOperandNumber()];
-        if (wanted.partial.empty() && isValidFor(type, wanted)) {
-          chosen = wanted;
+        std::optional<Sharding> wanted;
+        if (use->getOwner() == user) {
+          wanted = plan->operands[use->getOperandNumber()];
+        } else {
+          for (auto &[value, sharding] : plan->captured)
+            if (value == arg)
+              wanted = sharding;
+        }
+        if (wanted && wanted->partial.empty() && isValidFor(type, *wanted)) {
+          chosen = *wanted;
           break;
         }
       }
