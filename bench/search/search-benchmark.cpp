@@ -4,7 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// `stpar-bench-search [--quick] [--only NAME] [--exact]`: runs the partition
+// `stpar-bench-search [--quick] [--only NAME] [--devices N] [--exact]
+// [--progress] [--plans]`: runs the partition
 // search on PrimePar's models (OPT, Llama-2, BLOOM shapes through the
 // transformer builder) on v100-sxm2-32g-4x8 at 4, 8, 16 and 32 devices,
 // plus GPT-3 175B on 1024 and 1T on 3072 A100s, and prints one table:
@@ -56,7 +57,7 @@ double seconds(std::chrono::steady_clock::time_point a) {
 } // namespace
 
 int main(int argc, char **argv) {
-  bool quick = false, exact = false, progress = false;
+  bool quick = false, exact = false, progress = false, plans = false;
   std::string only;
   int64_t onlyDevices = 0;
   for (int i = 1; i < argc; ++i) {
@@ -66,6 +67,8 @@ int main(int argc, char **argv) {
       exact = true;
     else if (!std::strcmp(argv[i], "--progress"))
       progress = true;
+    else if (!std::strcmp(argv[i], "--plans"))
+      plans = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
     else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc)
@@ -76,23 +79,26 @@ int main(int argc, char **argv) {
     const Model *model;
     std::string cluster;
     int64_t devices, seq, batch;
+    /// SearchOptions::microBatchChoices of the search.
+    unsigned microBatchChoices;
   };
   std::vector<Run> runs;
   for (const Model &m : kModels)
     for (int64_t n : {4, 8, 16, 32})
-      runs.push_back({&m, "v100-sxm2-32g-4x8", n, 2048, 2 * n});
+      runs.push_back({&m, "v100-sxm2-32g-4x8", n, 2048, 2 * n, 0});
   static const Model gpt3{"GPT-3-175B", 96, 12288, 96, 0, 49152, 51200, false};
   static const Model gpt1t{"GPT-1T", 128, 25600, 160, 0, 102400, 51200, false};
-  runs.push_back({&gpt3, "dgx-a100-80g-128", 1024, 2048, 1536});
-  runs.push_back({&gpt1t, "dgx-a100-80g-384", 3072, 2048, 3072});
+  runs.push_back({&gpt3, "dgx-a100-80g-128", 1024, 2048, 1536, 3});
+  runs.push_back({&gpt1t, "dgx-a100-80g-384", 3072, 2048, 3072, 3});
 
   SearchOptions opts;
   opts.maxMeshAxes = 3;
-  // The search tries m in {p, 2p, 4p} (p = 1: gradient accumulation 1, 2,
-  // 4); the Megatron grid (cheap: no DP) every p * 2^i dividing the batch,
-  // as Megatron runs use up to batch / dp micro-batches. So the baseline
-  // has the larger pipeline space.
-  opts.microBatchChoices = 3;
+  // Micro-batch counts: the Megatron grid (cheap: no DP) tries every
+  // p * 2^i dividing the batch, as Megatron runs use up to batch / dp
+  // micro-batches; so does the search on the V100 rows. On the 1024- and
+  // 3072-device rows the search tries m in {p, 2p, 4p} only (p = 1:
+  // gradient accumulation 1, 2, 4) to stay within its time budget, so
+  // there the baseline has the larger pipeline space.
   SearchOptions megatronOpts = opts;
   megatronOpts.microBatchChoices = 0;
   if (!exact) {
@@ -133,6 +139,7 @@ int main(int argc, char **argv) {
     shape.gatedFFN = r.model->gated;
     Problem p = buildTransformerProblem(shape, r.cluster, r.devices);
     SearchOptions timedOpts = opts;
+    timedOpts.microBatchChoices = r.microBatchChoices;
     if (progress)
       timedOpts.progress = [&](size_t done, size_t total) {
         errs() << "\r" << r.model->name << " " << r.devices << ": " << done
@@ -146,6 +153,7 @@ int main(int argc, char **argv) {
     if (progress)
       errs() << "\n";
     SearchOptions spatialOpts = opts;
+    spatialOpts.microBatchChoices = r.microBatchChoices;
     spatialOpts.solver.space.temporal = false;
     Expected<SearchResult> spatial = search(p, *cluster, eff, spatialOpts);
     Expected<SearchResult> mega =
@@ -213,6 +221,10 @@ int main(int argc, char **argv) {
                      searchCPU, ms(*best), megaBest, ms(*spatial), speedup,
                      ms(*spatial) / ms(*best), memRatio, memSpatial,
                      configs.c_str(), desc.c_str());
+    if (plans && best->best) {
+      printPlan(outs(), p, *best->best);
+      outs() << "\n";
+    }
     outs().flush();
   }
   if (!speedups32.empty()) {

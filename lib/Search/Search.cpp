@@ -165,7 +165,9 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
   std::vector<std::pair<size_t, std::unique_ptr<Instance>>> recent;
   for (size_t n = 0; n < order.size(); ++n) {
     auto [lowerBound, i] = order[n];
-    double bound = result.best ? result.best->cost.stepTime : inf;
+    double bound = result.best && options.branchAndBound
+                       ? result.best->cost.stepTime
+                       : inf;
     if (lowerBound >= bound)
       break;
     const Instance *same = nullptr;

@@ -176,6 +176,10 @@ struct SearchOptions {
   /// pipeline stages. For Megatron, shape [a, b] is dp = a, tp = b and [n] is
   /// tp = n.
   std::vector<std::vector<int64_t>> meshShapes;
+  /// Branch and bound over the configurations (exact; see search()). Off:
+  /// every configuration that can fit is solved without a bound (for
+  /// testing the bound).
+  bool branchAndBound = true;
   /// Called after each solved configuration (done, to solve at most) for
   /// progress output.
   std::function<void(size_t, size_t)> progress;
