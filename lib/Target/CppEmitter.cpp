@@ -695,7 +695,8 @@ LogicalResult Printer::emitGeneric(linalg::GenericOp op) {
   for (unsigned o = 0; o < numOut; ++o)
     for (AffineExpr e : maps[numIn + o].getResults())
       if (auto d = dyn_cast<AffineDimExpr>(e);
-          !d || iters[d.getPosition()] != utils::IteratorType::parallel)
+          d ? iters[d.getPosition()] != utils::IteratorType::parallel
+            : !isa<AffineConstantExpr>(e))
         return op.emitError("cannot emit a linalg.generic whose outputs are "
                             "not indexed by parallel dims alone");
 
@@ -1270,7 +1271,8 @@ LogicalResult Printer::emitOp(Operation *op) {
         newTensor(e.getResult());
         return success();
       })
-      .Case<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::CastOp>(
+      .Case<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::CastOp,
+            tensor::ReshapeOp>(
           [&](Operation *r) {
             line() << "auto " << define(r->getResult(0)) << " = "
                    << name(r->getOperand(0)) << "; // same buffer\n";
