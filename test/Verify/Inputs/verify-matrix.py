@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+# verify-matrix.py - runs `stpar verify` over models x plans x rank counts
+# and prints one line per case (docs/verify.md, "The matrix").
+#
+#   verify-matrix.py --stpar BIN --work DIR [--models a,b] [--strategies s,t]
+#                    [--ranks 1,2,4,8,2x2,2x4] [--cases m:s:r,...] [--cxx-flags F]
+#
+# Cases run one after another; the cases of one model share one --keep
+# folder (DIR/<model>), so the emitted program's build folder is reused and
+# only program.cpp recompiles. A line reads
+#   MODEL STRATEGY RANKS: PASS|FAIL|ERROR max_rel_err=X (T s)
+# with the first error line for ERROR. Exit 0 when every case ran and
+# passed, else 1.
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                      "..", "..", "shared", "models")
+
+# Model name -> (file under ../shared/models, stpar compile arguments).
+# Batch 8 so that data parallelism splits it 8 ways.
+MODELS = {
+    "gpt2": ("torch113_gpt2_tiny_op17/model.onnx",
+             ["--dim", "batch=8", "--dim", "seq=8"]),
+    "llama": ("torch113_llama_block_op17/model.onnx",
+              ["--dim", "batch=8", "--dim", "seq=8"]),
+    "megatron": ("ort_gpt2_megatron.onnx",
+                 ["--dim", "batch_size=8", "--dim", "seq_len=8",
+                  "--dim", "past_seq_len=4", "--dim", "total_seq_len=12"]),
+    "bert": ("ort_bert_toy_optimized.onnx",
+             ["--dim", "batch=8", "--dim", "max_seq_len_in_batch=8",
+              "--batch-dim", "batch"]),
+}
+STRATEGIES = ["dp", "megatron", "temporal", "search"]
+RANKS = ["1", "2", "4", "8", "2x2", "2x4"]
+
+
+def run_case(args, model, strategy, ranks):
+    path, dims = MODELS[model]
+    cmd = [args.stpar, "verify", os.path.join(args.shared, path),
+           "--cluster", args.cluster, "--strategy", strategy,
+           "--keep", os.path.join(args.work, model)]
+    cmd += dims
+    if "x" in ranks:
+        a, b = ranks.split("x")
+        cmd += ["--mesh", ranks, "--devices", str(int(a) * int(b))]
+    else:
+        cmd += ["--devices", ranks]
+    if args.cxx_flags:
+        cmd += ["--cxx-flags=" + args.cxx_flags]
+    start = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    seconds = time.time() - start
+    rels = [float(m) for m in re.findall(r"max_rel_err=(\S+)", p.stdout)
+            if m not in ("NaN", "Infinity")]
+    worst = max(rels) if rels else float("nan")
+    if p.returncode == 0:
+        status = "PASS"
+    elif p.returncode == 1 and "verify: MISMATCH" in p.stdout:
+        status = "FAIL"
+    else:
+        status = "ERROR"
+    line = f"{model} {strategy} {ranks}: {status}"
+    if rels:
+        line += f" max_rel_err={worst:.3e}"
+    line += f" ({seconds:.1f} s)"
+    if status == "ERROR":
+        errors = [l.strip() for l in p.stderr.splitlines()
+                  if "error" in l and not l.startswith("stpar verify: error: stpar compile failed")]
+        line += " -- " + (errors[0] if errors else p.stderr.strip()[-200:])
+    if status == "FAIL":
+        fails = [l for l in p.stdout.splitlines() if "FAIL" in l]
+        line += " -- " + "; ".join(fails)
+    return status, line
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stpar", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--shared", default=SHARED)
+    parser.add_argument("--cluster", default="dgx-a100-80g-1")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--ranks", default=",".join(RANKS))
+    parser.add_argument("--cases", default="",
+                        help="explicit MODEL:STRATEGY:RANKS list (overrides "
+                             "--models/--strategies/--ranks)")
+    parser.add_argument("--cxx-flags", default="-O0")
+    args = parser.parse_args()
+    if args.cases:
+        cases = [tuple(c.split(":")) for c in args.cases.split(",")]
+    else:
+        cases = []
+        for m in args.models.split(","):
+            for r in args.ranks.split(","):
+                for s in args.strategies.split(","):
+                    # Data parallelism is one mesh axis: no 2-D mesh.
+                    if s == "dp" and "x" in r:
+                        continue
+                    cases.append((m, s, r))
+    ok = True
+    for m, s, r in cases:
+        if m not in MODELS:
+            sys.exit(f"verify-matrix: unknown model '{m}' ({', '.join(MODELS)})")
+        status, line = run_case(args, m, s, r)
+        print(line, flush=True)
+        ok = ok and status == "PASS"
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
