@@ -221,6 +221,7 @@ private:
   LogicalResult emitBlock(Block &block);
   LogicalResult emitOp(Operation *op);
   void waitFor(Operation *op);
+  void waitPending(Value v, int id);
   LogicalResult emitScalar(Operation *op,
                            llvm::function_ref<std::string(Value)> nameOf,
                            std::string &expr);
@@ -991,10 +992,15 @@ LogicalResult Printer::emitCollective(Operation *op) {
                  << o.getConcatAxis().getSExtValue() << ");\n";
         })
         .Case([&](shard::ShiftOp o) {
-          line() << "stpar_rt::shift(ctx, " << o.getShiftAxis().getSExtValue()
-                 << ", " << static_cast<int64_t>(o.getOffset()) << ", "
+          // Non-blocking (MPI_Isend/Irecv); waited for before the first
+          // use of the result, like the cuda target's event.
+          int request = nextEvent++;
+          line() << "auto shift" << request << " = stpar_rt::shiftStart(ctx, "
+                 << o.getShiftAxis().getSExtValue() << ", "
+                 << static_cast<int64_t>(o.getOffset()) << ", "
                  << (o.getRotate() ? "true" : "false") << ", " << in
                  << ".data(), " << out << ".data(), " << n << ");\n";
+          pending[result] = request;
         });
     return success();
   }
@@ -1114,8 +1120,17 @@ LogicalResult Printer::emitCollective(Operation *op) {
 // Blocks, loops and the other ops
 //===----------------------------------------------------------------------===//
 
+void Printer::waitPending(Value v, int id) {
+  if (cuda)
+    line() << "STP_CUDA(cudaStreamWaitEvent(ctx.compute, ctx.events[" << id
+           << "], 0)); // " << name(v) << " arrived\n";
+  else
+    line() << "stpar_rt::wait(shift" << id << "); // " << name(v)
+           << " arrived\n";
+}
+
 void Printer::waitFor(Operation *op) {
-  if (!cuda || pending.empty())
+  if (pending.empty())
     return;
   SmallVector<Value> used;
   op->walk([&](Operation *inner) {
@@ -1127,8 +1142,7 @@ void Printer::waitFor(Operation *op) {
     auto it = pending.find(v);
     if (it == pending.end())
       continue;
-    line() << "STP_CUDA(cudaStreamWaitEvent(ctx.compute, ctx.events["
-           << it->second << "], 0)); // " << name(v) << " arrived\n";
+    waitPending(v, it->second);
     pending.erase(it);
   }
 }
@@ -1154,6 +1168,15 @@ LogicalResult Printer::emitBlock(Block &block) {
     waitFor(op);
     if (failed(emitOp(op)))
       return failure();
+  }
+  // Transfers of this block nothing used: complete them here.
+  SmallVector<std::pair<Value, int>> unused;
+  for (auto &[v, id] : pending)
+    if (v.getParentBlock() == &block)
+      unused.push_back({v, id});
+  for (auto &[v, id] : unused) {
+    waitPending(v, id);
+    pending.erase(v);
   }
   return success();
 }

@@ -504,6 +504,30 @@ void allToAll(Context &ctx, const Shape &axes, const T *in, T *out,
   swap01(recv.data(), out, g, preC, chunk / preC);
 }
 
+/// An MPI transfer in flight.
+struct Transfer {
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+};
+inline void wait(Transfer &t) {
+  MPI_Waitall(2, t.requests, MPI_STATUSES_IGNORE);
+}
+
+/// shard.shift, started: the value at position p along `axis` moves to
+/// p + offset. `in` and `out` must stay alive until wait().
+template <typename T>
+Transfer shiftStart(Context &ctx, int64_t axis, int64_t offset, bool rotate,
+                    const T *in, T *out, int64_t n) {
+  Transfer t;
+  int to = ctx.neighbor(axis, offset, rotate);
+  int from = ctx.neighbor(axis, -offset, rotate);
+  MPI_Irecv(out, static_cast<int>(n), MpiType<T>::get(),
+            from < 0 ? MPI_PROC_NULL : from, 0, MPI_COMM_WORLD,
+            &t.requests[0]);
+  MPI_Isend(in, static_cast<int>(n), MpiType<T>::get(),
+            to < 0 ? MPI_PROC_NULL : to, 0, MPI_COMM_WORLD, &t.requests[1]);
+  return t;
+}
+
 /// shard.shift: the value at position p along `axis` moves to p + offset.
 template <typename T>
 void shift(Context &ctx, int64_t axis, int64_t offset, bool rotate,
