@@ -712,7 +712,7 @@ LogicalResult Printer::emitGeneric(linalg::GenericOp op) {
                                 init ? name(op.getDpsInitOperand(o)->get())
                                      : ""));
   }
-  if (cuda && emitGemm(op, results[0]))
+  if (emitGemm(op, results[0]))
     return success();
 
   // Captured values.

@@ -580,6 +580,26 @@ void storeOutput(Context &ctx, int index, const Tensor<T> &t) {
   if (ctx.rank == 0)
     writeOutput(ctx.options, index, t.data(), t.size * sizeof(T));
 }
+/// C += op(X) * op(Y) with the semantics of cublasGemmStridedBatchedEx
+/// (column-major, leading dims, batch strides, alpha = beta = 1), so the
+/// cpu target runs the contraction mapping the cuda target sends to cuBLAS.
+inline void gemm(Context &, bool transX, bool transY, int64_t rows,
+                 int64_t cols, int64_t k, const float *x, int64_t ldx,
+                 int64_t strideX, const float *y, int64_t ldy, int64_t strideY,
+                 float *c, int64_t ldc, int64_t strideC, int64_t batch) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const float *xb = x + b * strideX, *yb = y + b * strideY;
+    float *cb = c + b * strideC;
+    for (int64_t j = 0; j < cols; ++j)
+      for (int64_t i = 0; i < rows; ++i) {
+        float acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += (transX ? xb[p + i * ldx] : xb[i + p * ldx]) *
+                 (transY ? yb[j + p * ldy] : yb[p + j * ldy]);
+        cb[i + j * ldc] += acc;
+      }
+  }
+}
 template <typename T>
 void transpose(Context &, const Tensor<T> &in, Tensor<T> &out, const Shape &s,
                const Shape &perm) {
