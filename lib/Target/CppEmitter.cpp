@@ -1030,7 +1030,7 @@ LogicalResult Printer::emitCollective(Operation *op) {
         line() << "{\n";
         ++indent;
         line() << "const int64_t g = ctx.groupSize(" << axes << ");\n";
-        line() << "auto gathered = stpar_rt::alloc<" << ptype << ">(ctx, g * "
+        line() << "auto gathered = stpar_rt::scratch<" << ptype << ">(ctx, g * "
                << n << ");\n";
         line() << "STP_NCCL(ncclAllGather(" << in << ".data(), gathered.data(), "
                << n << ", " << type << ", ctx.nccl(" << axes
@@ -1049,7 +1049,7 @@ LogicalResult Printer::emitCollective(Operation *op) {
         line() << "{\n";
         ++indent;
         line() << "const int64_t g = ctx.groupSize(" << axes << ");\n";
-        line() << "auto blocks = stpar_rt::alloc<" << ptype << ">(ctx, " << n
+        line() << "auto blocks = stpar_rt::scratch<" << ptype << ">(ctx, " << n
                << ");\n";
         line() << "stpar_rt::swap01(ctx.comm, " << in << ".data(), blocks.data(), "
                << pre << ", g, " << n / pre << " / g);\n";
@@ -1073,8 +1073,8 @@ LogicalResult Printer::emitCollective(Operation *op) {
         ++indent;
         line() << "const int64_t g = ctx.groupSize(" << axes
                << "), chunk = " << n << " / g;\n";
-        line() << "auto send = stpar_rt::alloc<" << ptype << ">(ctx, " << n
-               << "), recv = stpar_rt::alloc<" << ptype << ">(ctx, " << n
+        line() << "auto send = stpar_rt::scratch<" << ptype << ">(ctx, " << n
+               << "), recv = stpar_rt::scratch<" << ptype << ">(ctx, " << n
                << ");\n";
         line() << "stpar_rt::swap01(ctx.comm, " << in << ".data(), send.data(), "
                << preS << ", g, " << n / preS << " / g);\n";

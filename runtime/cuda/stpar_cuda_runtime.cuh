@@ -243,6 +243,16 @@ template <typename T> Tensor<T> alloc(Context &ctx, int64_t n) {
   t.buffer = std::shared_ptr<T>(p, [](T *q) { cudaFree(q); });
   return t;
 }
+/// An uninitialized buffer for the communication stream's temporaries (no
+/// memset on the compute stream that the communication stream would race).
+template <typename T> Tensor<T> scratch(Context &, int64_t n) {
+  Tensor<T> t;
+  t.size = n;
+  T *p = nullptr;
+  STP_CUDA(cudaMalloc(&p, sizeof(T) * std::max<int64_t>(n, 1)));
+  t.buffer = std::shared_ptr<T>(p, [](T *q) { cudaFree(q); });
+  return t;
+}
 template <typename T> Tensor<T> clone(Context &ctx, const Tensor<T> &src) {
   Tensor<T> t = alloc<T>(ctx, src.size);
   STP_CUDA(cudaMemcpyAsync(t.data(), src.data(), sizeof(T) * src.size,
