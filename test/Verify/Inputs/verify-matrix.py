@@ -18,8 +18,8 @@ import subprocess
 import sys
 import time
 
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                      "..", "..", "shared", "models")
+SHARED = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                      "..", "..", "..", "..", "shared", "models"))
 
 # Model name -> (file under ../shared/models, stpar compile arguments).
 # Batch 8 so that data parallelism splits it 8 ways.
