@@ -382,11 +382,27 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
 
 Expected<SearchResult> searchZeRO(const Problem &problem,
                                   const Cluster &cluster,
-                                  const EfficiencyModel &eff, int zeroStage) {
+                                  const EfficiencyModel &eff, int zeroStage,
+                                  ArrayRef<int64_t> meshShape) {
   SearchResult result;
   result.smallestMemory = std::numeric_limits<double>::infinity();
   Config c;
-  c.mesh.axes = {{"pp", 1}, {"dp", problem.devices}};
+  c.mesh.axes = {{"pp", 1}};
+  if (meshShape.size() <= 1) {
+    c.mesh.axes.push_back({"dp", problem.devices});
+  } else {
+    int64_t product = 1;
+    for (auto [i, size] : llvm::enumerate(meshShape)) {
+      c.mesh.axes.push_back({"dp" + std::to_string(i), size});
+      product *= size;
+    }
+    if (product != problem.devices)
+      return err("the mesh has " + Twine(product) + " devices, the problem " +
+                 Twine(problem.devices));
+  }
+  std::vector<unsigned> dpAxes;
+  for (unsigned a = 1; a < c.mesh.axes.size(); ++a)
+    dpAxes.push_back(a);
   c.zeroStage = zeroStage;
   SolverOptions solver;
   solver.space.temporal = false;
@@ -403,7 +419,7 @@ Expected<SearchResult> searchZeRO(const Problem &problem,
     for (unsigned d = 0; d < op.loops.size(); ++d)
       if (op.loops[d].name == problem.batchLoop &&
           op.loops[d].extent % problem.devices == 0) {
-        p.loopAxes[d].push_back(1);
+        p.loopAxes[d] = dpAxes;
         split = true;
       }
     if (!split && problem.devices > 1)

@@ -525,7 +525,13 @@ static std::optional<Front> openModel(const ModelPlanOptions &o) {
   }
   Front f;
   f.cluster = std::move(*cluster);
-  f.devices = o.devices > 0 ? o.devices : f.cluster.getNumDevices();
+  int64_t meshDevices = 1;
+  for (int64_t s : o.mesh)
+    meshDevices *= s;
+  // Devices: --devices, else the --mesh product, else the whole cluster.
+  f.devices = o.devices > 0    ? o.devices
+              : !o.mesh.empty() ? meshDevices
+                                : f.cluster.getNumDevices();
   if (f.devices > f.cluster.getNumDevices()) {
     fail("the cluster '" + f.cluster.name + "' has " +
          Twine(f.cluster.getNumDevices()) + " devices; it cannot host " +
@@ -563,10 +569,6 @@ stpar::tools::planModel(const ModelPlanOptions &o, raw_ostream &table) {
                                       "megatron", "megatron-sp", "dp"};
   if (!is_contained(known, o.strategy)) {
     fail("unknown --strategy '" + o.strategy + "' (" + kStrategyHelp + ")");
-    return std::nullopt;
-  }
-  if (o.strategy == "dp" && o.mesh.size() > 1) {
-    fail("--strategy dp uses one mesh axis; --mesh must be one size");
     return std::nullopt;
   }
   std::optional<Front> front = openModel(o);
@@ -617,7 +619,7 @@ stpar::tools::planModel(const ModelPlanOptions &o, raw_ostream &table) {
       o.strategy == "megatron" || o.strategy == "megatron-sp"
           ? searchMegatron(problem, cluster, eff, o.strategy == "megatron-sp",
                            opts)
-      : o.strategy == "dp" ? searchZeRO(problem, cluster, eff, 0)
+      : o.strategy == "dp" ? searchZeRO(problem, cluster, eff, 0, o.mesh)
                            : stpar::search::search(problem, cluster, eff, opts);
   if (!result) {
     fail(toString(result.takeError()));

@@ -221,11 +221,15 @@ llvm::Expected<SearchResult> searchMegatron(const Problem &problem,
                                             bool sequenceParallel,
                                             const SearchOptions &options);
 
-/// Pure data parallelism over all devices with ZeRO stage `zeroStage`.
+/// Pure data parallelism over all devices with ZeRO stage `zeroStage`: the
+/// batch loop split over one "dp" axis, or, with a `meshShape` of several
+/// axes ("dp0", "dp1", ...), over all of them (its product must be the
+/// devices).
 llvm::Expected<SearchResult> searchZeRO(const Problem &problem,
                                         const cost::Cluster &cluster,
                                         const cost::EfficiencyModel &eff,
-                                        int zeroStage);
+                                        int zeroStage,
+                                        llvm::ArrayRef<int64_t> meshShape = {});
 
 /// One row per operator of a plan (flattened order; layers folded when
 /// `foldLayers` and every copy has the same partition).

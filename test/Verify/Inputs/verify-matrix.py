@@ -100,9 +100,6 @@ def main():
         for m in args.models.split(","):
             for r in args.ranks.split(","):
                 for s in args.strategies.split(","):
-                    # Data parallelism is one mesh axis: no 2-D mesh.
-                    if s == "dp" and "x" in r:
-                        continue
                     cases.append((m, s, r))
     ok = True
     for m, s, r in cases:

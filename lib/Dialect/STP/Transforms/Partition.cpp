@@ -1703,6 +1703,12 @@ LogicalResult Partitioner::run() {
     axisNames.push_back(axis.getName().str());
     gridShape.push_back(axis.getSize());
   }
+  // One device (a mesh of pp = 1 only): the upstream grid needs an axis, so
+  // it gets one of size 1 that no spec names.
+  if (gridShape.empty()) {
+    axisNames.push_back("single");
+    gridShape.push_back(1);
+  }
   if (module.lookupSymbol(kGridName))
     return module.emitError() << "symbol @" << kGridName
                               << " already exists (partitioned twice?)";
