@@ -35,6 +35,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -177,6 +178,18 @@ static int runCompile() {
   if (!compilePlan.empty() &&
       (compileStrategy.getNumOccurrences() || !compileMesh.empty()))
     return fail("--plan fixes the plan; --strategy and --mesh do not apply");
+  if (compileStopAfter != "emit" && !emit.count("plan") && !emit.count("mlir"))
+    return fail("nothing to write: --emit=" +
+                join(compileEmit.begin(), compileEmit.end(), ",") +
+                " needs --stop-after=emit");
+  {
+    SmallString<256> parent(compileOutput);
+    sys::fs::make_absolute(parent);
+    sys::path::remove_filename(parent);
+    if (!sys::fs::is_directory(parent))
+      return fail("the folder of '" + compileOutput + "' ('" + parent +
+                  "') does not exist");
+  }
   if (!canReplace(compileOutput))
     return fail("'" + compileOutput +
                 "' exists and is not an earlier stpar compile output; "
@@ -213,10 +226,12 @@ static int runCompile() {
                           : stpar::tools::loadPlannedModel(o, compilePlan);
   if (!planned)
     return 1;
-  if (!compilePlan.empty())
+  if (!compilePlan.empty()) {
+    stpar::tools::printPlanFile(tableOS, planned->planJSON, compilePlan);
     tableOS << "plan " << compilePlan << " (" << planned->attached
             << " op(s) carry stp.spec) on " << planned->devices
             << " devices\n";
+  }
   outs() << tableOS.str();
   outs().flush();
 

@@ -885,3 +885,68 @@ stpar::tools::loadPlannedModel(const ModelPlanOptions &o, StringRef planPath) {
   out.model = std::move(model);
   return out;
 }
+
+void stpar::tools::printPlanFile(raw_ostream &os, const json::Value &plan,
+                                 StringRef path) {
+  const json::Object *root = plan.getAsObject();
+  if (!root)
+    return;
+  os << "plan " << path << " (read back; times and memory as the file "
+     << "states them)\n";
+  if (const json::Object *mesh = root->getObject("mesh")) {
+    os << "mesh";
+    if (const json::Array *axes = mesh->getArray("axes"))
+      for (const json::Value &a : *axes)
+        if (const json::Object *ao = a.getAsObject())
+          os << " " << ao->getString("name").value_or("?") << "="
+             << ao->getInteger("size").value_or(0);
+    os << ", micro-batches " << mesh->getInteger("micro_batches").value_or(1)
+       << ", ZeRO stage " << mesh->getInteger("zero_stage").value_or(0)
+       << "\n";
+  }
+  if (const json::Object *times = root->getObject("times"))
+    os << format("step time %.3f ms", times->getNumber("step").value_or(0) * 1e3);
+  if (const json::Object *memory = root->getObject("memory"))
+    os << format(", memory per device %.3f GiB",
+                 memory->getNumber("total").value_or(0) / kGiB);
+  os << "\n";
+  os << format("  %-40s %-10s %-44s %12s %10s\n", "operator", "kind",
+               "partition", "ms/micro-b", "MiB");
+  const json::Array *ops = root->getArray("operators");
+  if (!ops)
+    return;
+  for (const json::Value &v : *ops) {
+    const json::Object *op = v.getAsObject();
+    if (!op)
+      continue;
+    std::string words;
+    const json::Object *spec = op->getObject("spec");
+    if (const json::Array *loops = spec ? spec->getArray("loops") : nullptr)
+      for (const json::Value &lv : *loops) {
+        const json::Object *l = lv.getAsObject();
+        const json::Array *axes = l ? l->getArray("axes") : nullptr;
+        if (!axes || axes->empty())
+          continue;
+        words += (words.empty() ? "" : " ") +
+                 l->getString("name").value_or("?").str() + "{";
+        for (auto [i, a] : llvm::enumerate(*axes))
+          words += (i ? "," : "") + a.getAsString().value_or("?").str();
+        words += "}";
+      }
+    if (const json::Object *t = spec ? spec->getObject("temporal") : nullptr)
+      words += (words.empty() ? "" : " ") + ("temporal(" +
+               t->getString("row_axis").value_or("?") + "," +
+               t->getString("col_axis").value_or("?") + ": m=" +
+               t->getString("m").value_or("?") + " n=" +
+               t->getString("n").value_or("?") + " k=" +
+               t->getString("k").value_or("?") + ")").str();
+    if (words.empty())
+      words = "replicated";
+    std::string name = op->getString("name").value_or("?").str();
+    os << format("  %-40s %-10s %-44s %12.4f %10.3f\n", name.c_str(),
+                 op->getString("layer_kind").value_or("").str().c_str(),
+                 words.c_str(),
+                 op->getNumber("seconds_per_micro_batch").value_or(0) * 1e3,
+                 op->getNumber("memory_bytes").value_or(0) / (1 << 20));
+  }
+}

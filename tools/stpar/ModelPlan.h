@@ -105,6 +105,12 @@ std::optional<PlannedModel> planModel(const ModelPlanOptions &options,
 std::optional<PlannedModel> loadPlannedModel(const ModelPlanOptions &options,
                                              llvm::StringRef planPath);
 
+/// A plan file (docs/plan-format.md) as a table: its mesh, step time and
+/// memory, then one row per operator with its partition in words and the
+/// file's time and memory. For `stpar compile --plan`'s plan.txt.
+void printPlanFile(llvm::raw_ostream &os, const llvm::json::Value &plan,
+                   llvm::StringRef path);
+
 } // namespace stpar::tools
 
 #endif // STPAR_TOOLS_STPAR_MODELPLAN_H
