@@ -13,9 +13,9 @@
 #                        planned.mlir, partitioned.mlir, cuda/, cpu/}
 #   2. stpar plan --compare   the same plan beside the Megatron, ZeRO and
 #                        spatial-only baselines
-#   3. stpar verify      runs the partitioned CPU program on 4 MPI ranks and
-#                        compares its logits with ONNX Runtime on the
-#                        unpartitioned model
+#   3. stpar verify      builds and runs the CPU program of step 1 on its 8
+#                        MPI ranks and compares its logits with ONNX
+#                        Runtime on the unpartitioned model
 
 set -euo pipefail
 
@@ -45,9 +45,9 @@ echo "=== stpar plan $model ${dims[*]} --cluster dgx-a100-80g-1 --devices 8 --co
   --cluster dgx-a100-80g-1 --devices 8 --compare 2>/dev/null | \
   sed -n '/^comparison/,$p'
 
-echo "=== stpar verify $model ${dims[*]} --cluster dgx-a100-80g-1 --devices 4"
+echo "=== stpar verify $model ${dims[*]} --cluster dgx-a100-80g-1 --compiled $out/out"
 "$build_dir/bin/stpar" verify "$model" "${dims[@]}" \
-  --cluster dgx-a100-80g-1 --devices 4
+  --cluster dgx-a100-80g-1 --compiled "$out/out"
 
 echo "=== wrote, in $out:"
 echo "  gpt-small.onnx(.data)   the example model and its random weights"

@@ -23,7 +23,9 @@ using Shape = std::vector<int64_t>;
 [[noreturn]] inline void fatal(const std::string &message) {
   std::fprintf(stderr, "stpar_program: error: %s\n", message.c_str());
   std::fflush(stderr);
-  std::abort();
+  // exit, not abort: a clear message and status 1, no core dump or
+  // backtrace; mpirun then stops the other ranks.
+  std::exit(1);
 }
 
 inline int64_t numElements(const Shape &shape) {

@@ -49,17 +49,8 @@ std::optional<stpar::tools::AnalyzedModel> stpar::tools::importForAnalysis(
   stpar::onnximport::ImportOptions importOptions;
   if (!parseDimBindings(dims, importOptions.dims))
     return std::nullopt;
-  std::optional<std::string> batchDim =
-      findBatchDim(importOptions.dims, batchDimName);
-  if (!batchDim)
-    return std::nullopt;
+  // Import first: its errors name the model's unbound dims.
   AnalyzedModel model;
-  model.batchDim = *batchDim;
-  model.batch = importOptions.dims.lookup(*batchDim);
-  if (model.batch < 1) {
-    printError("--dim " + *batchDim + ": the batch size must be >= 1");
-    return std::nullopt;
-  }
   mlir::DialectRegistry registry;
   stpar::registerAllDialects(registry);
   model.context = std::make_unique<mlir::MLIRContext>(registry);
@@ -68,6 +59,16 @@ std::optional<stpar::tools::AnalyzedModel> stpar::tools::importForAnalysis(
       stpar::onnximport::importONNXFile(path, *model.context, importOptions);
   if (!model.module)
     return std::nullopt;
+  std::optional<std::string> batchDim =
+      findBatchDim(importOptions.dims, batchDimName);
+  if (!batchDim)
+    return std::nullopt;
+  model.batchDim = *batchDim;
+  model.batch = importOptions.dims.lookup(*batchDim);
+  if (model.batch < 1) {
+    printError("--dim " + *batchDim + ": the batch size must be >= 1");
+    return std::nullopt;
+  }
   for (auto f : model.module->getOps<mlir::func::FuncOp>())
     if (!f.isExternal())
       model.func = f;
