@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Compiles the cuda programs of partitioned plans with nvcc: every model of
+the verify matrix (test/Verify/Inputs/verify-matrix.py) with every plan kind
+(dp 2x2, megatron 2x4, temporal 2x2, search on 8 devices). Prints one line
+per case, "MODEL STRATEGY RANKS: OK (T s)" or "... FAILED: <why>"; exits 1
+when a case fails.
+
+usage: cuda-matrix.py --stpar STPAR --shared MODELS_DIR --work DIR
+                      --nvcc "NVCC COMMAND PREFIX" [--cases m:s:r,...]
+"""
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "Verify", "Inputs"))
+from importlib import import_module  # noqa: E402
+
+MODELS = import_module("verify-matrix").MODELS
+CASES = [(m, s, r) for m in MODELS
+         for s, r in (("dp", "2x2"), ("megatron", "2x4"),
+                      ("temporal", "2x2"), ("search", "8"))]
+
+
+def run_case(args, model, strategy, ranks):
+    path, dims = MODELS[model]
+    out = os.path.join(args.work, f"{model}-{strategy}-{ranks}")
+    cmd = [args.stpar, "compile", os.path.join(args.shared, path), *dims,
+           "--cluster", "dgx-a100-80g-1", "--strategy", strategy,
+           "--emit=cuda", "-o", out]
+    if "x" in ranks:
+        cmd += ["--mesh", ranks]
+    else:
+        cmd += ["--devices", ranks]
+    start = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"FAILED: stpar compile: {r.stderr.strip().splitlines()[-1:]}"
+    cuda = os.path.join(out, "cuda")
+    nvcc = shlex.split(args.nvcc) + ["-I", cuda,
+                                     os.path.join(cuda, "program.cu"),
+                                     "-o", os.path.join(cuda, "stpar_program")]
+    r = subprocess.run(nvcc, capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"FAILED: nvcc: {r.stderr.strip()[-500:]}"
+    return f"OK ({time.time() - start:.1f} s)"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--stpar", required=True)
+    p.add_argument("--shared", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--nvcc", required=True)
+    p.add_argument("--cases")
+    args = p.parse_args()
+    cases = ([tuple(c.split(":")) for c in args.cases.split(",")]
+             if args.cases else CASES)
+    os.makedirs(args.work, exist_ok=True)
+    ok = True
+    for m, s, r in cases:
+        status = run_case(args, m, s, r)
+        ok &= status.startswith("OK")
+        print(f"{m} {s} {r}: {status}", flush=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
