@@ -5,6 +5,8 @@
 #   verify-matrix.py --stpar BIN --work DIR [--models a,b] [--strategies s,t]
 #                    [--ranks 1,2,4,8,2x2,2x4] [--cases m:s:r,...] [--cxx-flags F]
 #
+# Each case forces its plan through a plan file (`stpar plan --strategy S
+# [--mesh AxB] -o plan.json`, then `stpar verify --plan plan.json`).
 # Cases run one after another; the cases of one model share one --keep
 # folder (DIR/<model>), so the emitted program's build folder is reused and
 # only program.cpp recompiles. A line reads
@@ -40,19 +42,29 @@ RANKS = ["1", "2", "4", "8", "2x2", "2x4"]
 
 
 def run_case(args, model, strategy, ranks):
+    """The plan is forced through a plan file, as a user would: `stpar plan
+    --strategy S [--mesh AxB] -o plan.json`, then `stpar verify --plan`."""
     path, dims = MODELS[model]
-    cmd = [args.stpar, "verify", os.path.join(args.shared, path),
-           "--cluster", args.cluster, "--strategy", strategy,
-           "--keep", os.path.join(args.work, model)]
-    cmd += dims
+    model_path = os.path.join(args.shared, path)
+    plan_file = os.path.join(args.work, f"{model}-{strategy}-{ranks}.json")
+    os.makedirs(args.work, exist_ok=True)
+    plan = [args.stpar, "plan", model_path, "--cluster", args.cluster,
+            "--strategy", strategy, "-o", plan_file] + dims
     if "x" in ranks:
-        a, b = ranks.split("x")
-        cmd += ["--mesh", ranks, "--devices", str(int(a) * int(b))]
+        plan += ["--mesh", ranks]
     else:
-        cmd += ["--devices", ranks]
+        plan += ["--devices", ranks]
+    start = time.time()
+    p = subprocess.run(plan, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        return "ERROR", (f"{model} {strategy} {ranks}: ERROR -- stpar plan: "
+                         + p.stderr.strip()[-200:])
+    cmd = [args.stpar, "verify", model_path, "--cluster", args.cluster,
+           "--plan", plan_file, "--keep", os.path.join(args.work, model)]
+    cmd += dims
     if args.cxx_flags:
         cmd += ["--cxx-flags=" + args.cxx_flags]
-    start = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
     seconds = time.time() - start
