@@ -503,6 +503,24 @@ Expected<std::vector<int64_t>> stpar::tools::parseMeshShape(StringRef text) {
   return shape;
 }
 
+SearchOptions stpar::tools::makeSearchOptions(unsigned maxMeshAxes,
+                                              bool exact, bool progress) {
+  SearchOptions opts;
+  opts.maxMeshAxes = maxMeshAxes;
+  if (!exact) {
+    opts.solver.maxCandidates = 24;
+    opts.solver.maxStates = 256;
+    opts.solver.maxFront = 3;
+  }
+  if (progress && sys::Process::StandardErrIsDisplayed())
+    opts.progress = [](size_t done, size_t total) {
+      errs() << "\rsearching: " << done << "/" << total << " configurations";
+      if (done == total)
+        errs() << "\n";
+    };
+  return opts;
+}
+
 namespace {
 /// Common front of planModel and loadPlannedModel: cluster, devices,
 /// import.
@@ -596,25 +614,13 @@ stpar::tools::planModel(const ModelPlanOptions &o, raw_ostream &table) {
   EfficiencyModel eff = getDefaultEfficiency();
   if (cluster.device.bf16 <= 0)
     eff.dtype = DType::FP16;
-  SearchOptions opts;
-  opts.maxMeshAxes = o.maxMeshAxes;
+  SearchOptions opts = makeSearchOptions(o.maxMeshAxes, o.exact, o.progress);
   opts.solver.space.temporal = o.strategy != "spatial";
   opts.solver.space.onlyTemporal = o.strategy == "temporal";
-  if (!o.exact) {
-    opts.solver.maxCandidates = 24;
-    opts.solver.maxStates = 256;
-    opts.solver.maxFront = 3;
-  }
   if (!o.mesh.empty())
     opts.meshShapes = {o.mesh};
   if (o.noPipeline)
     opts.pipeline = false;
-  if (o.progress && sys::Process::StandardErrIsDisplayed())
-    opts.progress = [](size_t done, size_t total) {
-      errs() << "\rsearching: " << done << "/" << total << " configurations";
-      if (done == total)
-        errs() << "\n";
-    };
   Expected<SearchResult> result =
       o.strategy == "megatron" || o.strategy == "megatron-sp"
           ? searchMegatron(problem, cluster, eff, o.strategy == "megatron-sp",

@@ -82,6 +82,13 @@ void printComparison(llvm::raw_ostream &os, const search::Problem &problem,
                      const search::SearchOptions &opts,
                      const search::Plan &bestPlan);
 
+/// The search options both `stpar plan` routes start from: at most
+/// `maxMeshAxes` mesh axes, the DP's caps unless `exact` (24 candidates per
+/// operator, 256 states, 3 points per front; docs/search.md), and a
+/// progress line on stderr when `progress` and stderr is a terminal.
+search::SearchOptions makeSearchOptions(unsigned maxMeshAxes, bool exact,
+                                        bool progress);
+
 /// The strategy names accepted by --strategy, for help texts.
 extern const char *const kStrategyHelp;
 

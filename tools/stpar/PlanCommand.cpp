@@ -45,7 +45,6 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
@@ -111,21 +110,9 @@ static int fail(const Twine &message) {
 }
 
 static SearchOptions makeSearchOptions() {
-  SearchOptions opts;
-  opts.maxMeshAxes = planMaxAxes;
+  SearchOptions opts =
+      stpar::tools::makeSearchOptions(planMaxAxes, planExact, true);
   opts.solver.space.temporal = !planSpatialOnly;
-  if (!planExact) {
-    opts.solver.maxCandidates = 24;
-    opts.solver.maxStates = 256;
-    opts.solver.maxFront = 3;
-  }
-  bool terminal = sys::Process::StandardErrIsDisplayed();
-  if (terminal)
-    opts.progress = [](size_t done, size_t total) {
-      errs() << "\rsearching: " << done << "/" << total << " configurations";
-      if (done == total)
-        errs() << "\n";
-    };
   return opts;
 }
 
