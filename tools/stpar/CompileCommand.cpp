@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
+#include "Diagnostics.h"
 #include "ModelPlan.h"
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
@@ -264,7 +265,7 @@ static int runCompile() {
   mlir::ModuleOp module = *planned->model.module;
   if (emit.count("mlir") &&
       !writeFile(tmp, "planned.mlir", [&](raw_ostream &os) {
-        module.print(os);
+        module.print(os, stpar::tools::getPrintingFlags());
         os << "\n";
       }))
     return 1;
@@ -276,7 +277,7 @@ static int runCompile() {
       return 1;
     if (emit.count("mlir") &&
         !writeFile(tmp, "partitioned.mlir", [&](raw_ostream &os) {
-          module.print(os);
+          module.print(os, stpar::tools::getPrintingFlags());
           os << "\n";
         }))
       return 1;
@@ -284,9 +285,7 @@ static int runCompile() {
 
   // Phase 3: emit (cpu first: it is the one `stpar verify` runs).
   if (toEmit) {
-    std::string runtimeDir = STPAR_RUNTIME_DIR;
-    if (const char *env = std::getenv("STPAR_RUNTIME_DIR"))
-      runtimeDir = env;
+    std::string runtimeDir = stpar::tools::getRuntimeDir();
     for (stpar::target::EmitTarget target :
          {stpar::target::EmitTarget::Cpu, stpar::target::EmitTarget::Cuda}) {
       StringRef name = stpar::target::getEmitTargetName(target);

@@ -6,10 +6,16 @@
 
 #include "Diagnostics.h"
 
+#include "stpar/Dialect/STP/IR/OperatorNames.h"
+
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Location.h"
 #include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
 
 using namespace mlir;
 
@@ -41,10 +47,20 @@ static StringRef severityName(DiagnosticSeverity severity) {
 
 stpar::tools::DiagnosticPrinter::DiagnosticPrinter(MLIRContext &context)
     : context(context) {
+  // A diagnostic names its node; it never prints the op (for a module, the
+  // whole program).
+  context.printOpOnDiagnostic(false);
   id = context.getDiagEngine().registerHandler([](Diagnostic &diag) {
     auto print = [](Diagnostic &d) {
+      std::string message = d.str();
+      std::string node = stpar::stp::getNodeName(d.getLocation());
       llvm::errs() << fileOf(d.getLocation()) << ": "
-                   << severityName(d.getSeverity()) << ": " << d.str() << "\n";
+                   << severityName(d.getSeverity()) << ": ";
+      // The importer's messages name their node already.
+      if (!node.empty() && !StringRef(message).starts_with("node '") &&
+          !StringRef(message).contains("'" + node + "'"))
+        llvm::errs() << "node '" << node << "': ";
+      llvm::errs() << message << "\n";
     };
     print(diag);
     for (Diagnostic &note : diag.getNotes())
@@ -55,6 +71,23 @@ stpar::tools::DiagnosticPrinter::DiagnosticPrinter(MLIRContext &context)
 
 stpar::tools::DiagnosticPrinter::~DiagnosticPrinter() {
   context.getDiagEngine().eraseHandler(id);
+}
+
+std::string stpar::tools::getRuntimeDir() {
+  if (const char *env = std::getenv("STPAR_RUNTIME_DIR"))
+    return env;
+  // /proc/self/exe on Linux; no argv[0] needed.
+  std::string exe = llvm::sys::fs::getMainExecutable(nullptr, nullptr);
+  llvm::SmallString<256> dir(llvm::sys::path::parent_path(exe));
+  llvm::sys::path::append(dir, "..", "share", "stpar", "runtime");
+  llvm::sys::path::remove_dots(dir, /*remove_dot_dot=*/true);
+  return dir.str().str();
+}
+
+OpPrintingFlags stpar::tools::getPrintingFlags() {
+  OpPrintingFlags flags;
+  flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
+  return flags;
 }
 
 bool stpar::tools::parseDimBindings(const std::vector<std::string> &bindings,

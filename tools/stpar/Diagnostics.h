@@ -13,6 +13,7 @@
 #define STPAR_TOOLS_STPAR_DIAGNOSTICS_H
 
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OperationSupport.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <string>
@@ -35,6 +36,16 @@ private:
 
 /// Parses `NAME=VALUE` bindings (VALUE a non-negative integer) into `dims`;
 /// prints an error and returns false on a malformed one.
+/// How every .mlir file the driver writes is printed: with locations (the
+/// ONNX node names), so that a later `stpar-opt` run names operators as the
+/// driver does.
+mlir::OpPrintingFlags getPrintingFlags();
+
+/// The runtime/ folder copied next to emitted programs: $STPAR_RUNTIME_DIR
+/// when set, else <bin>/../share/stpar/runtime beside the running stpar (the
+/// build tree and an installed prefix have the same layout).
+std::string getRuntimeDir();
+
 bool parseDimBindings(const std::vector<std::string> &bindings,
                       llvm::StringMap<int64_t> &dims);
 

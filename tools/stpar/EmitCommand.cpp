@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
+#include "Diagnostics.h"
 
 #include "stpar/InitAll.h"
 #include "stpar/Target/Emit.h"
@@ -70,9 +71,7 @@ static int runEmit() {
                                             mlir::ParserConfig(&context));
   if (!module)
     return 1;
-  std::string runtimeDir = STPAR_RUNTIME_DIR;
-  if (const char *env = std::getenv("STPAR_RUNTIME_DIR"))
-    runtimeDir = env;
+  std::string runtimeDir = stpar::tools::getRuntimeDir();
   if (failed(stpar::target::emitDirectory(*module, *target, emitModel,
                                           emitOutput, runtimeDir)))
     return 1;

@@ -58,7 +58,7 @@ static int runImport() {
     errs() << "stpar: error: " << error << "\n";
     return 1;
   }
-  module->print(output->os());
+  module->print(output->os(), stpar::tools::getPrintingFlags());
   output->os() << "\n";
   output->os().flush();
   if (std::error_code ec = output->os().error()) {

@@ -10,7 +10,9 @@
 #include "stpar/Analysis/SearchBridge.h"
 #include "stpar/Cost/Cluster.h"
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
+#include "stpar/Dialect/STP/IR/OperatorNames.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
 #include "stpar/Search/Solver.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -278,6 +280,7 @@ static json::Value planJSON(StringRef model, const Cluster &cluster,
                             const Problem &problem, const FlatGraph &g,
                             const stpar::analysis::BridgedProblem &bridged,
                             const stpar::analysis::OperatorGraph &graph,
+                            const stpar::stp::OperatorNames &irNames,
                             const SearchResult &result,
                             ArrayRef<OpReport> reports) {
   const Plan &plan = *result.best;
@@ -306,10 +309,13 @@ static json::Value planJSON(StringRef model, const Cluster &cluster,
     }
     comm[0] += r.cost.forwardComm;
     comm[1] += r.cost.backwardComm;
+    // The IR op by its stable name (never its position).
+    std::string irOp;
+    if (gop.sourceOp >= 0 && size_t(gop.sourceOp) < irNames.getOps().size())
+      irOp = irNames.getName(irNames.getOps()[gop.sourceOp]).str();
     ops.push_back(json::Object{
         {"name", op.name},
-        {"ir_op", gop.op.name},
-        {"ir_position", gop.sourceOp},
+        {"ir_op", irOp},
         {"kind", getOpKindName(op.kind)},
         {"layer_kind", op.layerKind},
         {"layer", g.layerOf[i]},
@@ -397,84 +403,39 @@ static json::Value planJSON(StringRef model, const Cluster &cluster,
       {"notes", std::move(notes)}};
 }
 
-/// `cluster` restricted to `devices` devices, as an attribute; fails when
-/// they are not whole nodes or part of one node.
-static FailureOr<stpar::stp::ClusterAttr>
-getClusterAttr(mlir::MLIRContext &ctx, const Cluster &c, int64_t devices) {
-  using namespace stpar::stp;
-  int64_t perNode = std::min(devices, c.devicesPerNode);
-  if (devices % perNode)
-    return failure();
-  auto opt = [](double v) -> std::optional<F64Value> {
-    if (v <= 0)
-      return std::nullopt;
-    return F64Value(v);
-  };
-  DeviceAttr dev = DeviceAttr::get(&ctx, F64Value(c.device.fp32),
-                                   opt(c.device.tf32), opt(c.device.fp16),
-                                   opt(c.device.bf16), c.device.hbmCapacity,
-                                   F64Value(c.device.hbmBandwidth));
-  LinkAttr intra = LinkAttr::get(&ctx, F64Value(c.intraNode.bandwidth),
-                                 F64Value(c.intraNode.latency));
-  LinkAttr inter = LinkAttr::get(&ctx, F64Value(c.interNode.bandwidth),
-                                 F64Value(c.interNode.latency));
-  return ClusterAttr::get(&ctx, c.name, devices / perNode, perNode, dev, intra,
-                          inter);
-}
-
-/// Writes stp.mesh on the module and stp.spec on every planned op.
-static unsigned attachSpecs(mlir::ModuleOp module, mlir::func::FuncOp func,
-                            stpar::stp::ClusterAttr clusterAttr,
-                            const FlatGraph &g, const Plan &plan,
-                            const stpar::analysis::BridgedProblem &bridged,
-                            const stpar::analysis::OperatorGraph &graph) {
-  using namespace stpar::stp;
-  mlir::MLIRContext *ctx = module.getContext();
-  const Mesh &mesh = plan.config.mesh;
-  SmallVector<AxisAttr> axes;
-  for (const MeshAxis &a : mesh.axes)
-    axes.push_back(AxisAttr::get(ctx, mlir::StringAttr::get(ctx, a.name),
-                                 a.size));
-  MeshAttr meshAttr = MeshAttr::get(ctx, clusterAttr, axes);
-  module->setAttr(STPDialect::kMeshAttrName, meshAttr);
-  std::vector<mlir::Operation *> irOps;
-  for (mlir::Operation &op : func.getBody().front())
-    irOps.push_back(&op);
-  unsigned attached = 0;
-  for (unsigned i = 0; i < g.ops.size(); ++i) {
-    int pos = graph.ops[bridged.graphOpOfFlat[i]].sourceOp;
-    if (pos < 0 || unsigned(pos) >= irOps.size())
-      continue;
-    mlir::Operation *irOp = irOps[pos];
-    // stp.attention stands for three operators: its spec is the first's.
-    if (irOp->hasAttr(STPDialect::kSpecAttrName))
-      continue;
-    const Operator &op = g.ops[i];
-    const Partition &part = plan.partitions[i];
-    SmallVector<LoopDimAttr> loops;
-    for (auto [d, l] : llvm::enumerate(op.loops)) {
-      SmallVector<mlir::StringAttr> split;
-      for (unsigned a : part.loopAxes[d])
-        split.push_back(mlir::StringAttr::get(ctx, mesh.axes[a].name));
-      loops.push_back(LoopDimAttr::get(
-          ctx, mlir::StringAttr::get(ctx, l.name), l.extent,
-          l.kind == stpar::cost::LoopKind::Reduction ? stpar::stp::LoopKind::Reduction
-                                        : stpar::stp::LoopKind::Parallel,
-          split, false));
-    }
-    TemporalAttr temporal;
-    if (part.temporal) {
-      const TemporalPrimitive &t = *part.temporal;
-      temporal = TemporalAttr::get(
-          ctx, mesh.axes[t.rowAxis].name, mesh.axes[t.colAxis].name,
-          op.loops[t.mDim].name, op.loops[t.nDim].name,
-          op.loops[t.kDim].name, mesh.axes[t.rowAxis].size);
-    }
-    irOp->setAttr(STPDialect::kSpecAttrName,
-                  PartitionSpecAttr::get(ctx, meshAttr, loops, temporal));
-    ++attached;
+/// Writes `plan` into the model's IR (applyPlan), verifies it and fills
+/// `out` (devices, attached, planJSON read back from the IR).
+static bool attachPlan(stpar::tools::AnalyzedModel &model,
+                       const json::Value &plan, const Cluster &cluster,
+                       const stpar::stp::ApplyPlanOptions &options,
+                       PlannedModel &out) {
+  mlir::ModuleOp module = *model.module;
+  if (Error error = stpar::stp::applyPlan(module, plan, cluster, options)) {
+    fail(toString(std::move(error)));
+    return false;
   }
-  return attached;
+  // The dialect's verifier checks the specs against the mesh with the op's
+  // location.
+  if (mlir::failed(mlir::verify(module))) {
+    fail((options.source.empty() ? "internal: the planned IR"
+                                 : options.source + ": the plan") +
+         " does not fit the model (see the errors above)");
+    return false;
+  }
+  Expected<json::Value> exported = stpar::stp::exportPlan(module);
+  if (!exported) {
+    fail(toString(exported.takeError()));
+    return false;
+  }
+  out.planJSON = std::move(*exported);
+  out.attached = 0;
+  module.walk([&](mlir::Operation *op) {
+    if (op->hasAttr(stpar::stp::STPDialect::kSpecAttrName))
+      ++out.attached;
+  });
+  if (const json::Object *root = out.planJSON.getAsObject())
+    out.devices = root->getInteger("devices").value_or(0);
+  return true;
 }
 
 //===----------------------------------------------------------------------===//
@@ -676,37 +637,22 @@ stpar::tools::planModel(const ModelPlanOptions &o, raw_ostream &table) {
 
   PlannedModel out;
   out.devices = devices;
-  out.planJSON = planJSON(o.model, cluster, problem, g, *bridged, *graph,
-                          *result, *reports);
-  mlir::FailureOr<stpar::stp::ClusterAttr> clusterAttr =
-      getClusterAttr(*model.context, cluster, devices);
-  if (mlir::failed(clusterAttr)) {
-    fail("cannot express " + Twine(devices) + " devices of '" + cluster.name +
-         "' as a mesh");
+  // The plan goes into the IR as attributes; plan.json is read back from
+  // them (stpar/Dialect/STP/Transforms/PlanAttributes.h).
+  stpar::stp::OperatorNames irNames(model.func.getBody().front());
+  json::Value searched = planJSON(o.model, cluster, problem, g, *bridged,
+                                  *graph, irNames, *result, *reports);
+  if (!attachPlan(model, searched, cluster, stpar::stp::ApplyPlanOptions(),
+                  out))
     return std::nullopt;
-  }
-  out.attached = attachSpecs(*model.module, model.func, *clusterAttr, g, plan,
-                             *bridged, *graph);
-  if (mlir::failed(mlir::verify(*model.module))) {
-    fail("internal: the planned IR does not verify");
-    return std::nullopt;
-  }
   if (o.compare)
     printComparison(table, problem, cluster, eff, opts, plan);
   out.model = std::move(model);
   return out;
 }
 
-/// The name the cost model gives an IR op (its ONNX node name).
-static std::string getIRName(mlir::Operation *op) {
-  if (auto name = op->getLoc()->findInstanceOf<mlir::NameLoc>())
-    return name.getName().str();
-  return "";
-}
-
 std::optional<PlannedModel>
 stpar::tools::loadPlannedModel(const ModelPlanOptions &o, StringRef planPath) {
-  using namespace stpar::stp;
   auto bad = [&](const Twine &message) -> std::optional<PlannedModel> {
     fail(planPath + ": " + message);
     return std::nullopt;
@@ -732,162 +678,23 @@ stpar::tools::loadPlannedModel(const ModelPlanOptions &o, StringRef planPath) {
   ModelPlanOptions withDevices = o;
   withDevices.devices = *planDevices;
   withDevices.mesh.clear();
-  // The mesh.
-  const json::Object *meshObj = root->getObject("mesh");
-  const json::Array *axesArr = meshObj ? meshObj->getArray("axes") : nullptr;
-  if (!axesArr || axesArr->empty())
-    return bad("missing \"mesh\".\"axes\"");
-  std::vector<std::pair<std::string, int64_t>> axes;
-  int64_t product = 1;
-  for (const json::Value &a : *axesArr) {
-    const json::Object *ao = a.getAsObject();
-    std::optional<StringRef> name = ao ? ao->getString("name") : std::nullopt;
-    std::optional<int64_t> size = ao ? ao->getInteger("size") : std::nullopt;
-    if (!name || !size || *size < 1)
-      return bad("a mesh axis lacks \"name\" or a positive \"size\"");
-    axes.emplace_back(name->str(), *size);
-    product *= *size;
-  }
-  if (product != *planDevices)
-    return bad("the mesh has " + Twine(product) + " devices but the plan says " +
-               Twine(*planDevices));
+  // The rest (mesh, operators, specs) is checked by applyPlan.
   if (std::optional<StringRef> c = root->getString("cluster"))
     if (!o.cluster.empty() && *c != o.cluster)
       errs() << planPath << ": warning: the plan was made for cluster '" << *c
              << "', planning for '" << o.cluster << "'\n";
-  const json::Array *opsArr = root->getArray("operators");
-  if (!opsArr)
-    return bad("missing \"operators\"");
-
   std::optional<Front> front = openModel(withDevices);
   if (!front)
     return std::nullopt;
   AnalyzedModel &model = *front->model;
-  mlir::MLIRContext *ctx = model.context.get();
-  ctx->printOpOnDiagnostic(false); // the op is named by its location
-  mlir::FailureOr<ClusterAttr> clusterAttr =
-      getClusterAttr(*ctx, front->cluster, *planDevices);
-  if (mlir::failed(clusterAttr))
-    return bad("cannot express " + Twine(*planDevices) + " devices of '" +
-               front->cluster.name + "' as a mesh");
-  SmallVector<AxisAttr> axisAttrs;
-  for (auto &[name, size] : axes)
-    axisAttrs.push_back(
-        AxisAttr::get(ctx, mlir::StringAttr::get(ctx, name), size));
-  MeshAttr meshAttr = MeshAttr::get(ctx, *clusterAttr, axisAttrs);
-  auto axisSize = [&](StringRef name) -> int64_t {
-    for (auto &[n, s] : axes)
-      if (n == name)
-        return s;
-    return 0;
-  };
-
-  std::vector<mlir::Operation *> irOps;
-  for (mlir::Operation &op : model.func.getBody().front())
-    irOps.push_back(&op);
-  std::vector<std::pair<mlir::Operation *, PartitionSpecAttr>> specs;
-  for (auto [index, v] : llvm::enumerate(*opsArr)) {
-    const json::Object *op = v.getAsObject();
-    std::string where = "operator " + std::to_string(index);
-    if (!op)
-      return bad(where + ": not an object");
-    std::optional<StringRef> irName = op->getString("ir_op");
-    if (irName)
-      where += " ('" + irName->str() + "')";
-    std::optional<int64_t> pos = op->getInteger("ir_position");
-    if (!pos || *pos < 0 || *pos >= int64_t(irOps.size()))
-      return bad(where + ": \"ir_position\" is not an op of the model's "
-                         "function (the plan was made for another model?)");
-    mlir::Operation *irOp = irOps[*pos];
-    std::string actual = getIRName(irOp);
-    if (irName && !actual.empty() && actual != *irName)
-      return bad(where + ": the IR op at position " + Twine(*pos) + " is '" +
-                 actual + "' (the plan was made for another model?)");
-    const json::Object *spec = op->getObject("spec");
-    const json::Array *loops = spec ? spec->getArray("loops") : nullptr;
-    if (!loops)
-      return bad(where + ": missing \"spec\".\"loops\"");
-    // Loop extents against the op's iteration space (linalg ops).
-    std::optional<SmallVector<int64_t>> ranges;
-    if (auto linalgOp = dyn_cast<mlir::linalg::LinalgOp>(irOp))
-      ranges = linalgOp.getStaticLoopRanges();
-    SmallVector<LoopDimAttr> loopAttrs;
-    for (auto [d, lv] : llvm::enumerate(*loops)) {
-      const json::Object *l = lv.getAsObject();
-      std::optional<StringRef> name = l ? l->getString("name") : std::nullopt;
-      std::optional<int64_t> extent =
-          l ? l->getInteger("extent") : std::nullopt;
-      std::optional<bool> reduction =
-          l ? l->getBoolean("reduction") : std::nullopt;
-      const json::Array *la = l ? l->getArray("axes") : nullptr;
-      if (!name || !extent || !reduction || !la)
-        return bad(where + ": loop " + Twine(d) +
-                   " needs \"name\", \"extent\", \"reduction\", \"axes\"");
-      if (ranges && d < ranges->size() && (*ranges)[d] != *extent)
-        return bad(where + ": loop '" + *name + "' has extent " +
-                   Twine(*extent) + " but the op's loop " + Twine(d) +
-                   " has " + Twine((*ranges)[d]));
-      SmallVector<mlir::StringAttr> split;
-      int64_t splitSize = 1;
-      for (const json::Value &av : *la) {
-        std::optional<StringRef> an = av.getAsString();
-        if (!an || axisSize(*an) == 0)
-          return bad(where + ": loop '" + *name +
-                     "' is split over an axis that is not in the mesh");
-        split.push_back(mlir::StringAttr::get(ctx, *an));
-        splitSize *= axisSize(*an);
-      }
-      if (*extent % splitSize)
-        return bad(where + ": loop '" + *name + "' (extent " +
-                   Twine(*extent) + ") does not divide over " +
-                   Twine(splitSize) + " devices");
-      loopAttrs.push_back(LoopDimAttr::get(
-          ctx, mlir::StringAttr::get(ctx, *name), *extent,
-          *reduction ? stpar::stp::LoopKind::Reduction
-                     : stpar::stp::LoopKind::Parallel,
-          split, false));
-    }
-    // An embedding has one extra loop (the table rows); others match.
-    if (ranges && !(loopAttrs.size() == ranges->size() ||
-                    loopAttrs.size() == ranges->size() + 1))
-      return bad(where + ": the spec has " + Twine(loopAttrs.size()) +
-                 " loops but the op has " + Twine(ranges->size()));
-    TemporalAttr temporal;
-    if (const json::Object *t = spec->getObject("temporal")) {
-      auto s = [&](StringRef k) {
-        return t->getString(k).value_or("").str();
-      };
-      std::optional<int64_t> steps = t->getInteger("steps");
-      if (s("row_axis").empty() || s("col_axis").empty() || s("m").empty() ||
-          s("n").empty() || s("k").empty() || !steps)
-        return bad(where + ": \"temporal\" needs row_axis, col_axis, m, n, "
-                           "k and steps");
-      temporal = TemporalAttr::get(ctx, s("row_axis"), s("col_axis"), s("m"),
-                                   s("n"), s("k"), *steps);
-    }
-    if (any_of(specs, [&](auto &p) { return p.first == irOp; }))
-      continue; // stp.attention: the first operator's spec
-    // The attribute's verifier: each axis used once, temporal axes of equal
-    // size, steps = their size, ...
-    PartitionSpecAttr specAttr = PartitionSpecAttr::getChecked(
-        [&] { return irOp->emitError() << planPath << ": " << where << ": "; },
-        ctx, meshAttr, ArrayRef<LoopDimAttr>(loopAttrs), temporal);
-    if (!specAttr)
-      return bad(where + ": the spec does not fit the mesh (see the error "
-                         "above)");
-    specs.emplace_back(irOp, specAttr);
-  }
-  // The dialect's verifier checks the specs against the mesh (temporal
-  // axes of equal size, each axis used once, ...) with the op's location.
-  model.module->getOperation()->setAttr(STPDialect::kMeshAttrName, meshAttr);
-  for (auto &[irOp, spec] : specs)
-    irOp->setAttr(STPDialect::kSpecAttrName, spec);
-  if (mlir::failed(mlir::verify(*model.module)))
-    return bad("the plan does not fit the model (see the errors above)");
+  stpar::stp::ApplyPlanOptions options;
+  options.devices = *planDevices;
+  options.source = planPath.str();
   PlannedModel out;
-  out.devices = *planDevices;
+  if (!attachPlan(model, *parsed, front->cluster, options, out))
+    return std::nullopt;
+  // The file as given (exportPlan gives the same value).
   out.planJSON = std::move(*parsed);
-  out.attached = unsigned(specs.size());
   out.model = std::move(model);
   return out;
 }

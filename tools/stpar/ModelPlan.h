@@ -105,8 +105,8 @@ std::optional<PlannedModel> planModel(const ModelPlanOptions &options,
 /// Imports the model and applies the plan of `planPath` (a plan.json of
 /// `stpar plan -o`): checks the file's format, that its device count equals
 /// `options.devices` (when given) and that each operator's spec fits the IR
-/// op at `ir_position` (op name, loop count and extents, mesh axes), then
-/// attaches `stp.mesh` / `stp.spec`. Everything is checked before anything
+/// op named `ir_op` (docs/plan-format.md, "Operator names": loop count and
+/// extents, mesh axes), then writes it into the IR (stp::applyPlan). Everything is checked before anything
 /// is attached; errors name the operator. Returns std::nullopt after
 /// printing the error.
 std::optional<PlannedModel> loadPlannedModel(const ModelPlanOptions &options,

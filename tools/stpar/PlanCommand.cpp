@@ -208,7 +208,8 @@ static int runONNX() {
     ToolOutputFile file(planEmitMLIR, ec, sys::fs::OF_Text);
     if (ec)
       return fail("cannot write '" + planEmitMLIR + "': " + ec.message());
-    planned->model.module->print(file.os());
+    planned->model.module->print(file.os(),
+                                  stpar::tools::getPrintingFlags());
     file.os() << "\n";
     file.keep();
     outs().flush(); // keep the table and the note apart when both are piped

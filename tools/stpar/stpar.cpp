@@ -11,6 +11,9 @@
 
 #include "Commands.h"
 
+#include "stpar/Version.inc"
+
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -35,8 +38,25 @@ stpar::tools::CommandRegistration::CommandRegistration(
   registry().push_back({&subCommand, std::move(run)});
 }
 
+/// Hides the options that the linked LLVM and MLIR libraries register
+/// (back-end, debug-counter, MLIR context options, ...): `stpar --help` lists
+/// stpar's subcommands and their options only. The options stay usable.
+static void hideLibraryOptions() {
+  static const char *const kOwn[] = {"help", "help-list", "version"};
+  // Library options live in the top-level subcommand; stpar's own options
+  // are all registered with one of its subcommands.
+  for (auto &entry : cl::getRegisteredOptions(cl::SubCommand::getTopLevel()))
+    if (!is_contained(kOwn, entry.first))
+      entry.second->setHiddenFlag(cl::ReallyHidden);
+}
+
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
+  cl::SetVersionPrinter([](raw_ostream &os) {
+    os << "stpar " << STPAR_VERSION << " (commit " << STPAR_COMMIT
+       << "), spatial-temporal partitioning of transformer training graphs\n";
+  });
+  hideLibraryOptions();
   cl::ParseCommandLineOptions(
       argc, argv,
       "stpar: spatial-temporal partitioning of transformer training graphs\n\n"

@@ -213,8 +213,20 @@ module attributes {stp.mesh = 3} {}
 
 // -----
 
-// expected-error @+1 {{unknown stp attribute 'stp.plan' (expected 'stp.mesh', 'stp.spec', 'stp.composite', 'stp.group' or a marker of the partitioned program)}}
+// expected-error @+1 {{unknown stp attribute 'stp.planned' (expected 'stp.mesh', 'stp.spec', 'stp.composite', 'stp.group', 'stp.plan', 'stp.plan_ops' or a marker of the partitioned program)}}
+module attributes {stp.planned = 3} {}
+
+// -----
+
+// expected-error @+1 {{attribute 'stp.plan' must be a dictionary}}
 module attributes {stp.plan = 3} {}
+
+// -----
+
+module {
+  // expected-error @+1 {{attribute 'stp.plan_ops' must be an array of dictionaries}}
+  func.func private @f() attributes {stp.plan_ops = [1]}
+}
 
 // -----
 

@@ -111,10 +111,26 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
                                << "' must be a string";
     return success();
   }
+  if (name == kPlanAttrName) {
+    if (!isa<DictionaryAttr>(attr.getValue()))
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be a dictionary";
+    return success();
+  }
+  if (name == kPlanOpsAttrName) {
+    auto records = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!records || !llvm::all_of(records, [](Attribute r) {
+          return isa<DictionaryAttr>(r);
+        }))
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be an array of dictionaries";
+    return success();
+  }
   return op->emitOpError() << "unknown stp attribute '" << name
                            << "' (expected '" << kMeshAttrName << "', '"
                            << kSpecAttrName << "', '" << kCompositeAttrName
-                           << "', '" << kGroupAttrName << "' or a marker of "
+                           << "', '" << kGroupAttrName << "', '" << kPlanAttrName
+                           << "', '" << kPlanOpsAttrName << "' or a marker of "
                            << "the partitioned program)";
 }
 

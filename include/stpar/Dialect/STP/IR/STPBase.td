@@ -88,6 +88,12 @@ def STP_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kFallbackAttrName = "stp.fallback";
     /// Argument/result attribute: the grid axes splitting each tensor dim.
     static constexpr ::llvm::StringLiteral kSplitAttrName = "stp.split";
+    /// Module attribute (dictionary): the plan's summary, every field of
+    /// plan.json but "operators" (docs/plan-format.md, "The plan in the IR").
+    static constexpr ::llvm::StringLiteral kPlanAttrName = "stp.plan";
+    /// Op attribute (array of dictionaries): the op's records of plan.json's
+    /// "operators", the first without its "spec" (that is `stp.spec`).
+    static constexpr ::llvm::StringLiteral kPlanOpsAttrName = "stp.plan_ops";
 
     void registerOps();
 

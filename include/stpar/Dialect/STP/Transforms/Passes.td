@@ -198,4 +198,66 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
   ];
 }
 
+def ApplyPlanPass : Pass<"stp-apply-plan", "::mlir::ModuleOp"> {
+  let summary = "Attach a plan file (plan.json) to the module as attributes";
+  let description = [{
+    Reads a plan written by `stpar plan -o` or `stpar compile`
+    (docs/plan-format.md) and writes it into the IR: `stp.mesh` on the
+    module (the cluster restricted to the plan's devices and the plan's
+    mesh), `stp.spec` on every planned op, the plan's summary as `stp.plan`
+    on the module and each op's records of the file's "operators" as
+    `stp.plan_ops`. Operators are found by their stable name (the plan's
+    "ir_op": the ONNX node name of the op's location, with `#k` for the
+    k-th further op of one node), never by position, so a plan still applies
+    after an unrelated op is inserted. `-stp-export-plan` writes the same
+    file back: JSON -> IR -> JSON is the identity.
+
+    Everything is checked before anything is written: the file's format,
+    its mesh (the axes' product is its device count), every operator's name
+    (the first missing one is named: "the plan was made for another
+    model?"), its loop count and extents against the op's iteration space,
+    the axes of each split and the `#stp.spec` verifier's rules. The pass
+    fails with a diagnostic naming the operator.
+
+    The cluster is the `cluster` option (a preset name or a JSON file),
+    else the preset the plan names.
+
+    Input: a module as `stpar import` writes it. Output (abbreviated):
+
+    ```mlir
+    module attributes {stp.mesh = #stp.mesh<#stp.cluster<"dgx-a100-80g-1",
+        ...>, ["pp" = 1, "dp" = 2, "tp" = 2]>, stp.plan = {format =
+        "stpar-plan", devices = 4 : i64, ...}} {
+      func.func @main(...) {
+        %0 = linalg.generic {..., stp.spec = #stp.spec<...>,
+               stp.plan_ops = [ {ir_op = "/blocks.0/fc/MatMul", ...} ] } ...
+    ```
+  }];
+  let options = [
+    Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
+           "The plan file (plan.json)">,
+    Option<"cluster", "cluster", "std::string", /*default=*/"\"\"",
+           "Cluster preset or JSON file (default: the plan's cluster)">,
+    Option<"devices", "devices", "int64_t", /*default=*/"0",
+           "Fail unless the plan is for this many devices (0: any)">
+  ];
+  let dependentDialects = ["::stpar::stp::STPDialect"];
+}
+
+def ExportPlanPass : Pass<"stp-export-plan", "::mlir::ModuleOp"> {
+  let summary = "Write the module's plan attributes as a plan file";
+  let description = [{
+    The inverse of `-stp-apply-plan`: writes plan.json (docs/plan-format.md)
+    from `stp.mesh`, `stp.plan`, `stp.spec` and `stp.plan_ops`. The specs
+    come from the `stp.spec` attributes, so a spec edited in the IR shows in
+    the file; ops with `stp.spec` but no plan records (hand-annotated IR)
+    get a record with their name and spec. The IR is not changed. Fails
+    when the module has no `stp.mesh`.
+  }];
+  let options = [
+    Option<"output", "o", "std::string", /*default=*/"\"-\"",
+           "Output file ('-': standard output)">
+  ];
+}
+
 #endif // STPAR_DIALECT_STP_TRANSFORMS_PASSES_TD

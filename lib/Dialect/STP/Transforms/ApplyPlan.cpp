@@ -1,0 +1,103 @@
+//===- ApplyPlan.cpp - plan files to and from IR attributes -----*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements -stp-apply-plan (plan.json -> attributes) and -stp-export-plan
+// (attributes -> plan.json) over PlanAttributes.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Dialect/STP/Transforms/Passes.h"
+
+#include "stpar/Dialect/STP/IR/STPAttrs.h"
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
+
+#include "mlir/IR/Verifier.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace stpar::stp {
+#define GEN_PASS_DEF_APPLYPLANPASS
+#define GEN_PASS_DEF_EXPORTPLANPASS
+#include "stpar/Dialect/STP/Transforms/Passes.h.inc"
+} // namespace stpar::stp
+
+using namespace mlir;
+using namespace stpar;
+using namespace stpar::stp;
+
+namespace {
+struct ApplyPlanPass
+    : public stpar::stp::impl::ApplyPlanPassBase<ApplyPlanPass> {
+  using ApplyPlanPassBase::ApplyPlanPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (planFile.empty()) {
+      module.emitError("-stp-apply-plan needs a plan file: "
+                       "-stp-apply-plan=\"plan=plan.json\"");
+      return signalPassFailure();
+    }
+    auto buffer = llvm::MemoryBuffer::getFile(planFile);
+    if (!buffer) {
+      module.emitError() << planFile
+                         << ": cannot read: " << buffer.getError().message();
+      return signalPassFailure();
+    }
+    llvm::Expected<llvm::json::Value> plan =
+        llvm::json::parse((*buffer)->getBuffer());
+    if (!plan) {
+      module.emitError() << planFile
+                         << ": not JSON: " << llvm::toString(plan.takeError());
+      return signalPassFailure();
+    }
+    std::string clusterName = cluster;
+    if (clusterName.empty())
+      if (const llvm::json::Object *root = plan->getAsObject())
+        clusterName = root->getString("cluster").value_or("").str();
+    llvm::Expected<cost::Cluster> loaded = cost::loadCluster(clusterName);
+    if (!loaded) {
+      module.emitError() << planFile << ": the plan's cluster: "
+                         << llvm::toString(loaded.takeError())
+                         << " (give it with cluster=...)";
+      return signalPassFailure();
+    }
+    ApplyPlanOptions options;
+    options.devices = devices;
+    options.source = planFile;
+    if (llvm::Error error = applyPlan(module, *plan, *loaded, options)) {
+      module.emitError() << llvm::toString(std::move(error));
+      return signalPassFailure();
+    }
+  }
+};
+
+struct ExportPlanPass
+    : public stpar::stp::impl::ExportPlanPassBase<ExportPlanPass> {
+  using ExportPlanPassBase::ExportPlanPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    llvm::Expected<llvm::json::Value> plan = exportPlan(module);
+    if (!plan) {
+      module.emitError() << llvm::toString(plan.takeError());
+      return signalPassFailure();
+    }
+    std::string error;
+    std::unique_ptr<llvm::ToolOutputFile> file =
+        openOutputFile(output, &error);
+    if (!file) {
+      module.emitError() << error;
+      return signalPassFailure();
+    }
+    file->os() << llvm::formatv("{0:2}", *plan) << "\n";
+    file->keep();
+    markAllAnalysesPreserved();
+  }
+};
+} // namespace
