@@ -65,6 +65,15 @@ if config.enable_sanitizers in ("ON", "1", "TRUE", "YES"):
     config.environment["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1:allow_user_poisoning=0"
     config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
 
+# The plugin for stock mlir-opt-22 (not built with sanitizers: an
+# uninstrumented mlir-opt cannot load an instrumented plugin).
+plugin = os.path.join(config.stpar_obj_root, "lib", "STPARPlugin.so")
+if os.path.exists(plugin):
+    config.available_features.add("stpar-plugin")
+config.substitutions.append(("%stpar_plugin", plugin))
+config.substitutions.append(
+    ("%mlir-opt-22", os.path.join(config.llvm_tools_dir, "mlir-opt")))
+
 tool_dirs = [config.stpar_tools_dir, config.llvm_tools_dir]
-tools = ["stpar", "stpar-opt", "FileCheck", "not", "count"]
+tools = ["stpar", "stpar-opt", "stpar-translate", "FileCheck", "not", "count"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
