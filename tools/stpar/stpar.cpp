@@ -42,12 +42,12 @@ stpar::tools::CommandRegistration::CommandRegistration(
 /// (back-end, debug-counter, MLIR context options, ...): `stpar --help` lists
 /// stpar's subcommands and their options only. The options stay usable.
 static void hideLibraryOptions() {
-  static const char *const kOwn[] = {"help", "help-list", "version"};
   // Library options live in the top-level subcommand; stpar's own options
-  // are all registered with one of its subcommands.
-  for (auto &entry : cl::getRegisteredOptions(cl::SubCommand::getTopLevel()))
-    if (!is_contained(kOwn, entry.first))
-      entry.second->setHiddenFlag(cl::ReallyHidden);
+  // are all registered with one of its subcommands. Only the generic ones
+  // (--help, --version) stay listed. (Done inside libLLVM: the options'
+  // dynamic types live there.)
+  static cl::OptionCategory topLevel("stpar");
+  cl::HideUnrelatedOptions(topLevel, cl::SubCommand::getTopLevel());
 }
 
 int main(int argc, char **argv) {
