@@ -49,13 +49,9 @@ static OwningOpRef<Operation *> importONNX(llvm::SourceMgr &sources,
     return fail("--import-onnx reads a file (external data is found next "
                 "to it), not standard input");
   stpar::onnximport::ImportOptions options;
-  for (const std::string &binding : onnxDims) {
-    auto [name, value] = StringRef(binding).split('=');
-    int64_t v = 0;
-    if (name.empty() || value.getAsInteger(10, v))
-      return fail("--onnx-dim expects NAME=VALUE, got '" + binding + "'");
-    options.dims[name] = v;
-  }
+  if (llvm::Error error = stpar::onnximport::parseDimBindings(
+          onnxDims, options.dims, "--onnx-dim"))
+    return fail(llvm::toString(std::move(error)));
   OwningOpRef<ModuleOp> module =
       stpar::onnximport::importONNXFile(path, *context, options);
   if (!module)

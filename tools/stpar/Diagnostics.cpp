@@ -7,6 +7,7 @@
 #include "Diagnostics.h"
 
 #include "stpar/Dialect/STP/IR/OperatorNames.h"
+#include "stpar/Import/ONNX/ONNXImporter.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Location.h"
@@ -92,21 +93,10 @@ OpPrintingFlags stpar::tools::getPrintingFlags() {
 
 bool stpar::tools::parseDimBindings(const std::vector<std::string> &bindings,
                                     llvm::StringMap<int64_t> &dims) {
-  for (const std::string &binding : bindings) {
-    auto [name, value] = StringRef(binding).split('=');
-    int64_t v = 0;
-    if (name.empty() || value.empty() || value.getAsInteger(10, v)) {
-      llvm::errs() << "stpar: error: --dim expects NAME=VALUE with an integer "
-                      "VALUE, got '"
-                   << binding << "'\n";
-      return false;
-    }
-    auto [it, inserted] = dims.try_emplace(name, v);
-    if (!inserted && it->second != v) {
-      llvm::errs() << "stpar: error: --dim binds '" << name << "' twice ("
-                   << it->second << " and " << v << ")\n";
-      return false;
-    }
+  if (llvm::Error error = stpar::onnximport::parseDimBindings(bindings, dims)) {
+    llvm::errs() << "stpar: error: " << llvm::toString(std::move(error))
+                 << "\n";
+    return false;
   }
   return true;
 }

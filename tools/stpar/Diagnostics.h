@@ -5,7 +5,8 @@
 //===----------------------------------------------------------------------===//
 //
 // How the driver prints MLIR diagnostics (`FILE: error: message`, the ONNX
-// node named in the message) and parses options shared by subcommands.
+// node named in the message), and the settings its subcommands share (dim
+// bindings, how .mlir files are printed, where runtime/ is).
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,8 +23,10 @@
 namespace stpar::tools {
 
 /// Prints every diagnostic of `context` to stderr as
-/// `FILE: error|warning|note|remark: message` (FILE from the location's
-/// innermost file location, `stpar` when there is none) while alive.
+/// `FILE: error|warning|note|remark: [node 'NAME': ]message` (FILE from the
+/// location's innermost file location, `stpar` when there is none; NAME the
+/// ONNX node of the location unless the message names it already) while
+/// alive. Switches off printing the op with a diagnostic.
 class DiagnosticPrinter {
 public:
   explicit DiagnosticPrinter(mlir::MLIRContext &context);
@@ -34,8 +37,6 @@ private:
   mlir::DiagnosticEngine::HandlerID id;
 };
 
-/// Parses `NAME=VALUE` bindings (VALUE a non-negative integer) into `dims`;
-/// prints an error and returns false on a malformed one.
 /// How every .mlir file the driver writes is printed: with locations (the
 /// ONNX node names), so that a later `stpar-opt` run names operators as the
 /// driver does.
@@ -46,6 +47,8 @@ mlir::OpPrintingFlags getPrintingFlags();
 /// build tree and an installed prefix have the same layout).
 std::string getRuntimeDir();
 
+/// onnximport::parseDimBindings for `--dim`; prints `stpar: error: ...` and
+/// returns false on a malformed or conflicting binding.
 bool parseDimBindings(const std::vector<std::string> &bindings,
                       llvm::StringMap<int64_t> &dims);
 

@@ -22,7 +22,6 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
@@ -636,7 +635,6 @@ stpar::tools::planModel(const ModelPlanOptions &o, raw_ostream &table) {
   printONNXTable(table, problem, g, plan, *reports);
 
   PlannedModel out;
-  out.devices = devices;
   // The plan goes into the IR as attributes; plan.json is read back from
   // them (stpar/Dialect/STP/Transforms/PlanAttributes.h).
   stpar::stp::OperatorNames irNames(model.func.getBody().front());
@@ -657,24 +655,14 @@ stpar::tools::loadPlannedModel(const ModelPlanOptions &o, StringRef planPath) {
     fail(planPath + ": " + message);
     return std::nullopt;
   };
-  ErrorOr<std::unique_ptr<MemoryBuffer>> buffer =
-      MemoryBuffer::getFile(planPath);
-  if (!buffer)
-    return bad("cannot read: " + buffer.getError().message());
-  Expected<json::Value> parsed = json::parse((*buffer)->getBuffer());
+  Expected<json::Value> parsed = stpar::stp::readPlanFile(planPath);
   if (!parsed)
-    return bad("not JSON: " + toString(parsed.takeError()));
+    return bad(toString(parsed.takeError()));
+  Expected<int64_t> planDevices =
+      stpar::stp::getPlanDevices(*parsed, o.devices);
+  if (!planDevices)
+    return bad(toString(planDevices.takeError()));
   const json::Object *root = parsed->getAsObject();
-  if (!root || root->getString("format") != "stpar-plan" ||
-      root->getInteger("version") != 1)
-    return bad("not an stpar plan (expected \"format\": \"stpar-plan\", "
-               "\"version\": 1)");
-  std::optional<int64_t> planDevices = root->getInteger("devices");
-  if (!planDevices || *planDevices < 1)
-    return bad("missing or bad \"devices\"");
-  if (o.devices > 0 && *planDevices != o.devices)
-    return bad("the plan is for " + Twine(*planDevices) +
-               " devices but --devices is " + Twine(o.devices));
   ModelPlanOptions withDevices = o;
   withDevices.devices = *planDevices;
   withDevices.mesh.clear();
@@ -693,8 +681,6 @@ stpar::tools::loadPlannedModel(const ModelPlanOptions &o, StringRef planPath) {
   PlannedModel out;
   if (!attachPlan(model, *parsed, front->cluster, options, out))
     return std::nullopt;
-  // The file as given (exportPlan gives the same value).
-  out.planJSON = std::move(*parsed);
   out.model = std::move(model);
   return out;
 }

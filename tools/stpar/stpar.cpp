@@ -13,7 +13,6 @@
 
 #include "stpar/Version.inc"
 
-#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 

@@ -1396,3 +1396,24 @@ stpar::onnximport::importONNXFile(StringRef path, MLIRContext &context,
   Importer importer(context, path, options);
   return importer.run();
 }
+
+llvm::Error stpar::onnximport::parseDimBindings(
+    llvm::ArrayRef<std::string> bindings, llvm::StringMap<int64_t> &dims,
+    llvm::StringRef flag) {
+  for (const std::string &binding : bindings) {
+    auto [name, value] = llvm::StringRef(binding).split('=');
+    int64_t v = 0;
+    if (name.empty() || value.empty() || value.getAsInteger(10, v))
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          flag + " expects NAME=VALUE with an integer VALUE, got '" +
+              binding + "'");
+    auto [it, inserted] = dims.try_emplace(name, v);
+    if (!inserted && it->second != v)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          flag + " binds '" + name + "' twice (" + llvm::Twine(it->second) +
+              " and " + llvm::Twine(v) + ")");
+  }
+  return llvm::Error::success();
+}

@@ -22,6 +22,7 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <string>
@@ -65,6 +66,15 @@ constexpr int64_t kMaxOpsetVersion = 23;
 mlir::OwningOpRef<mlir::ModuleOp> importONNXFile(llvm::StringRef path,
                                                  mlir::MLIRContext &context,
                                                  const ImportOptions &options);
+
+/// Parses `NAME=VALUE` bindings of symbolic dims (VALUE an integer; the
+/// importer rejects negative and overflowing values) into `dims`. Errors:
+/// "FLAG expects NAME=VALUE with an integer VALUE, got '...'" and "FLAG
+/// binds 'NAME' twice (A and B)", FLAG being `flag` (the command-line flag
+/// the bindings came from).
+llvm::Error parseDimBindings(llvm::ArrayRef<std::string> bindings,
+                             llvm::StringMap<int64_t> &dims,
+                             llvm::StringRef flag = "--dim");
 
 /// Adds the dialects the importer produces to `registry`.
 void registerImportDialects(mlir::DialectRegistry &registry);

@@ -15,10 +15,8 @@
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
 
-#include "mlir/IR/Verifier.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 namespace stpar::stp {
@@ -43,17 +41,10 @@ struct ApplyPlanPass
                        "-stp-apply-plan=\"plan=plan.json\"");
       return signalPassFailure();
     }
-    auto buffer = llvm::MemoryBuffer::getFile(planFile);
-    if (!buffer) {
-      module.emitError() << planFile
-                         << ": cannot read: " << buffer.getError().message();
-      return signalPassFailure();
-    }
-    llvm::Expected<llvm::json::Value> plan =
-        llvm::json::parse((*buffer)->getBuffer());
+    llvm::Expected<llvm::json::Value> plan = readPlanFile(planFile);
     if (!plan) {
-      module.emitError() << planFile
-                         << ": not JSON: " << llvm::toString(plan.takeError());
+      module.emitError() << planFile << ": "
+                         << llvm::toString(plan.takeError());
       return signalPassFailure();
     }
     std::string clusterName = cluster;

@@ -15,6 +15,7 @@
 
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 
+#include "stpar/Dialect/STP/IR/OperatorNames.h"
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/IR/STPOps.h"
@@ -342,16 +343,9 @@ Value Partitioner::getBlockIndex(Location loc,
 }
 
 std::string Partitioner::getLabel(Operation *op) {
-  Location loc = op->getLoc();
-  if (auto fused = dyn_cast<FusedLoc>(loc))
-    for (Location inner : fused.getLocations())
-      if (isa<NameLoc>(inner)) {
-        loc = inner;
-        break;
-      }
-  if (auto name = dyn_cast<NameLoc>(loc))
-    if (!name.getName().getValue().empty())
-      return name.getName().str();
+  std::string node = getNodeName(op->getLoc());
+  if (!node.empty())
+    return node;
   return (op->getName().getStringRef() + "#" + Twine(positions.lookup(op)))
       .str();
 }

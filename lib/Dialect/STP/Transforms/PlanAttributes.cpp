@@ -14,6 +14,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <map>
 
@@ -161,6 +162,32 @@ static llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
+llvm::Expected<json::Value> stp::readPlanFile(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return makeError("cannot read: " + buffer.getError().message());
+  llvm::Expected<json::Value> parsed = json::parse((*buffer)->getBuffer());
+  if (!parsed)
+    return makeError("not JSON: " + llvm::toString(parsed.takeError()));
+  return parsed;
+}
+
+llvm::Expected<int64_t> stp::getPlanDevices(const json::Value &plan,
+                                            int64_t expected) {
+  const json::Object *root = plan.getAsObject();
+  if (!root || root->getString("format") != "stpar-plan" ||
+      root->getInteger("version") != 1)
+    return makeError("not an stpar plan (expected \"format\": "
+                     "\"stpar-plan\", \"version\": 1)");
+  std::optional<int64_t> devices = root->getInteger("devices");
+  if (!devices || *devices < 1)
+    return makeError("missing or bad \"devices\"");
+  if (expected > 0 && *devices != expected)
+    return makeError("the plan is for " + llvm::Twine(*devices) +
+                     " devices but --devices is " + llvm::Twine(expected));
+  return *devices;
+}
+
 llvm::Error stp::applyPlan(ModuleOp module, const json::Value &plan,
                            const cost::Cluster &cluster,
                            const ApplyPlanOptions &options) {
@@ -169,17 +196,10 @@ llvm::Error stp::applyPlan(ModuleOp module, const json::Value &plan,
   auto bad = [&](const llvm::Twine &message) {
     return makeError(prefix + message);
   };
+  llvm::Expected<int64_t> planDevices = getPlanDevices(plan, options.devices);
+  if (!planDevices)
+    return bad(llvm::toString(planDevices.takeError()));
   const json::Object *root = plan.getAsObject();
-  if (!root || root->getString("format") != "stpar-plan" ||
-      root->getInteger("version") != 1)
-    return bad("not an stpar plan (expected \"format\": \"stpar-plan\", "
-               "\"version\": 1)");
-  std::optional<int64_t> planDevices = root->getInteger("devices");
-  if (!planDevices || *planDevices < 1)
-    return bad("missing or bad \"devices\"");
-  if (options.devices > 0 && *planDevices != options.devices)
-    return bad("the plan is for " + llvm::Twine(*planDevices) +
-               " devices but --devices is " + llvm::Twine(options.devices));
   const json::Object *meshObj = root->getObject("mesh");
   const json::Array *axesArr = meshObj ? meshObj->getArray("axes") : nullptr;
   if (!axesArr || axesArr->empty())

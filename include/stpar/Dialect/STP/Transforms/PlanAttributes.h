@@ -61,6 +61,16 @@ mlir::Attribute convertJSONToAttr(mlir::MLIRContext *context,
                                   const llvm::json::Value &value);
 llvm::json::Value convertAttrToJSON(mlir::Attribute attr);
 
+/// Reads and parses the plan file at `path`. Errors: "cannot read: ..."
+/// or "not JSON: ..." (without the path).
+llvm::Expected<llvm::json::Value> readPlanFile(llvm::StringRef path);
+
+/// Checks that `plan` is a plan file (format "stpar-plan", version 1) for a
+/// positive number of devices, equal to `expected` unless that is 0; returns
+/// the plan's device count. Messages as applyPlan's (without the prefix).
+llvm::Expected<int64_t> getPlanDevices(const llvm::json::Value &plan,
+                                       int64_t expected);
+
 struct ApplyPlanOptions {
   /// The devices the caller expects (0: the plan's).
   int64_t devices = 0;
