@@ -8,6 +8,7 @@
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/Transforms/Passes.h"
+#include "stpar/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
@@ -36,6 +37,7 @@ void stpar::registerAllPasses() {
     mlir::registerLinalgPasses();
     mlir::shard::registerShardPasses();
     stpar::stp::registerSTPPasses();
+    stpar::pipelines::registerPipelines();
     return true;
   }();
   (void)registered;

@@ -1575,10 +1575,13 @@ LogicalResult Printer::emitFunction() {
                                                       "stp.param")) {
       line() << "// %arg" << arg.getArgNumber() << ": stp.param "
              << param.getName().getValue() << "\n";
+      // Read in place at run time from the file #stp.param records (the
+      // model's external data, or the .onnx file for embedded raw data).
+      StringRef file = param.getFile() ? param.getFile().getValue() : "";
       line() << "auto " << n << " = stpar_rt::loadParam<" << info->storage
-             << ">(ctx, " << arg.getArgNumber() << ", "
-             << jsonString(param.getName().getValue()) << ", " << info->dtype
-             << ", " << shapeLiteral(global) << ", "
+             << ">(ctx, " << jsonString(param.getName().getValue()) << ", "
+             << jsonString(file) << ", " << param.getOffset() << "ULL, "
+             << shapeLiteral(global) << ", "
              << shapeLiteral(local.getShape()) << ", "
              << blockOffsets(local, *split) << ");\n";
       continue;
@@ -1720,7 +1723,7 @@ FailureOr<EmittedProgram> Printer::run() {
      << "// Per-rank program on a grid of shape [";
   llvm::interleaveComma(gridShape, os);
   os << "] (" << (partitioned ? "partitioned" : "unpartitioned: one rank")
-     << "). Run: mpirun -np N ./stpar_program --weights W.bin --inputs INDIR "
+     << "). Run: mpirun -np N ./stpar_program --weights MODELDIR --inputs INDIR "
         "--outputs OUTDIR\n";
   os << (cuda ? "#include \"stpar_cuda_runtime.cuh\"\n"
               : "#include \"stpar_runtime.h\"\n")

@@ -41,8 +41,7 @@ void removeTree(StringRef dir) {
 
 } // namespace
 
-LogicalResult emitDirectory(ModuleOp module, EmitTarget target,
-                            StringRef modelPath, StringRef dir,
+LogicalResult emitDirectory(ModuleOp module, EmitTarget target, StringRef dir,
                             StringRef runtimeDir) {
   if (failed(legalizeForEmission(module, target)))
     return failure();
@@ -55,7 +54,6 @@ LogicalResult emitDirectory(ModuleOp module, EmitTarget target,
   llvm::sys::fs::make_absolute(absDir);
   llvm::sys::path::remove_dots(absDir, /*remove_dot_dot=*/true);
   llvm::SmallString<256> tmp;
-  llvm::SmallString<256> model(llvm::sys::path::parent_path(absDir));
   if (std::error_code ec = llvm::sys::fs::createUniqueDirectory(
           (absDir + ".tmp").str(), tmp))
     return module.emitError("cannot create a directory next to '")
@@ -86,11 +84,6 @@ LogicalResult emitDirectory(ModuleOp module, EmitTarget target,
     if (failed(writeFile(module, path(llvm::sys::path::filename(file)),
                          (*buffer)->getBuffer())))
       return fail();
-  }
-  std::string error;
-  if (!writeWeights(modelPath, module, path("weights.bin"), error)) {
-    module.emitError("cannot write weights.bin: ") << error;
-    return fail();
   }
   removeTree(absDir);
   if (std::error_code ec = llvm::sys::fs::rename(tmp, absDir)) {

@@ -1,7 +1,8 @@
 //===- stpar_io.h - files of emitted stpar programs --------------*- C++ -*-===//
 //
 // Part of stpar. Copied next to every program `stpar emit` writes.
-// Command line, weights.bin index, block reads of global tensors, outputs.
+// Command line, weights read in place, block reads of global tensors,
+// outputs.
 // The formats are documented in docs/emitted-code.md.
 //
 //===----------------------------------------------------------------------===//
@@ -56,7 +57,7 @@ inline Options parseOptions(int argc, char **argv) {
       o.outputs = value();
     else
       fatal("unknown argument '" + a +
-            "' (usage: stpar_program --weights W.bin --inputs INDIR "
+            "' (usage: stpar_program --weights MODELDIR --inputs INDIR "
             "--outputs OUTDIR)");
   }
   return o;
@@ -108,71 +109,58 @@ inline void readBlock(std::FILE *file, const std::string &what, uint64_t base,
   }
 }
 
-/// The index of weights.bin.
+/// The model's weights where the model keeps them: `--weights DIR` is the
+/// model's folder (or a checkpoint folder with the same files). Each
+/// parameter lives in DIR/FILE at byte OFFSET, row-major and little-endian,
+/// as its `#stp.param` records: the ONNX external-data file, or the .onnx
+/// file itself for embedded raw data. Files are opened once and each rank
+/// reads only its own block.
 class Weights {
 public:
-  struct Entry {
-    uint32_t dtype = 0;
-    Shape dims;
-    uint64_t offset = 0, nbytes = 0;
-    std::string name;
-  };
-
-  void open(const std::string &path) {
-    this->path = path;
-    file = std::fopen(path.c_str(), "rb");
-    if (!file)
-      fatal("cannot open weights file '" + path + "'");
-    char magic[8];
-    uint64_t count = 0;
-    if (std::fread(magic, 1, 8, file) != 8 ||
-        std::memcmp(magic, "STPARW01", 8) != 0 ||
-        std::fread(&count, 8, 1, file) != 1)
-      fatal("'" + path + "' is not an stpar weights file");
-    for (uint64_t i = 0; i < count; ++i) {
-      uint64_t arg = 0;
-      uint32_t rank = 0, nameLength = 0;
-      Entry e;
-      bool ok = std::fread(&arg, 8, 1, file) == 1 &&
-                std::fread(&e.dtype, 4, 1, file) == 1 &&
-                std::fread(&rank, 4, 1, file) == 1;
-      e.dims.resize(rank);
-      ok = ok && (rank == 0 || std::fread(e.dims.data(), 8, rank, file) == rank);
-      ok = ok && std::fread(&e.offset, 8, 1, file) == 1 &&
-           std::fread(&e.nbytes, 8, 1, file) == 1 &&
-           std::fread(&nameLength, 4, 1, file) == 1;
-      e.name.resize(nameLength);
-      ok = ok && (nameLength == 0 ||
-                  std::fread(&e.name[0], 1, nameLength, file) == nameLength);
-      if (!ok)
-        fatal("truncated index in '" + path + "'");
-      entries[arg] = e;
-    }
-  }
+  void open(const std::string &dir) { this->dir = dir; }
   ~Weights() {
-    if (file)
-      std::fclose(file);
+    for (auto &entry : files)
+      std::fclose(entry.second);
   }
 
-  /// Reads this rank's block of parameter `arg` into `dst`.
-  void read(uint64_t arg, const char *name, uint32_t dtype, size_t elementSize,
-            const Shape &global, const Shape &local, const Shape &offsets,
-            void *dst) {
-    auto it = entries.find(arg);
-    if (it == entries.end())
-      fatal(std::string("weights file has no parameter '") + name + "'");
-    const Entry &e = it->second;
-    if (e.name != name || e.dtype != dtype || e.dims != global)
-      fatal(std::string("weights file entry of '") + name +
-            "' has another name, dtype or shape than the program expects");
-    readBlock(file, std::string("parameter '") + name + "'", e.offset,
-              elementSize, global, local, offsets, dst);
+  /// Reads this rank's block of parameter `name` into `dst`. `file` is
+  /// empty when the model stores the values in a form that cannot be read
+  /// in place (varint-coded typed fields, another element type).
+  void read(const char *name, const char *file, uint64_t offset,
+            size_t elementSize, const Shape &global, const Shape &local,
+            const Shape &offsets, void *dst) {
+    std::string what = std::string("parameter '") + name + "'";
+    if (dir.empty())
+      fatal(what + ": no --weights DIR (the model's folder) given");
+    if (!*file)
+      fatal(what + " is stored in the model in a form the program cannot "
+                   "read in place; save the model with its weights as "
+                   "external data (onnx.save(..., save_as_external_data="
+                   "True))");
+    std::string rel = file;
+    if (rel.empty() || rel[0] == '/' || rel.find("..") != std::string::npos)
+      fatal(what + ": its file '" + rel + "' is not inside the weights folder");
+    std::FILE *&f = files[rel];
+    std::string path = dir + "/" + rel;
+    if (!f) {
+      f = std::fopen(path.c_str(), "rb");
+      if (!f)
+        fatal("cannot open '" + path + "' (" + what + ")");
+    }
+    if (std::fseek(f, 0, SEEK_END) != 0)
+      fatal("cannot read '" + path + "'");
+    long size = std::ftell(f);
+    uint64_t bytes = static_cast<uint64_t>(numElements(global)) * elementSize;
+    if (size < 0 || offset + bytes > static_cast<uint64_t>(size))
+      fatal(what + ": '" + path + "' has " + std::to_string(size) +
+            " bytes; the parameter needs " + std::to_string(bytes) +
+            " from byte " + std::to_string(offset));
+    readBlock(f, what, offset, elementSize, global, local, offsets, dst);
   }
 
 private:
-  std::string path;
-  std::FILE *file = nullptr;
-  std::map<uint64_t, Entry> entries;
+  std::string dir;
+  std::map<std::string, std::FILE *> files;
 };
 
 /// Reads this rank's block of `INDIR/input_<index>.bin`.

@@ -562,10 +562,12 @@ template <typename T> T readScalar(Context &, const Tensor<T> &t, int64_t i) {
   return t.data()[i];
 }
 template <typename T>
-Tensor<T> loadParam(Context &ctx, uint64_t arg, const char *name, uint32_t dtype,
-                    const Shape &global, const Shape &local, const Shape &offsets) {
+Tensor<T> loadParam(Context &ctx, const char *name, const char *file,
+                    uint64_t offset, const Shape &global, const Shape &local,
+                    const Shape &offsets) {
   Tensor<T> t = alloc<T>(numElements(local));
-  ctx.weights.read(arg, name, dtype, sizeof(T), global, local, offsets, t.data());
+  ctx.weights.read(name, file, offset, sizeof(T), global, local, offsets,
+                   t.data());
   return t;
 }
 template <typename T>

@@ -285,11 +285,11 @@ template <typename T> T readScalar(Context &ctx, const Tensor<T> &t, int64_t i) 
   return v;
 }
 template <typename T>
-Tensor<T> loadParam(Context &ctx, uint64_t arg, const char *name,
-                    uint32_t dtype, const Shape &global, const Shape &local,
+Tensor<T> loadParam(Context &ctx, const char *name, const char *file,
+                    uint64_t offset, const Shape &global, const Shape &local,
                     const Shape &offsets) {
   std::vector<T> host(numElements(local));
-  ctx.weights.read(arg, name, dtype, sizeof(T), global, local, offsets,
+  ctx.weights.read(name, file, offset, sizeof(T), global, local, offsets,
                    host.data());
   return fromHost(ctx, host.data(), static_cast<int64_t>(host.size()));
 }

@@ -12,8 +12,9 @@
 //               planned.mlir --stp-partition
 //
 // The dialect entry point registers the `stp` dialect; the pass entry point
-// registers every stp pass (-stp-normalize, -stp-apply-plan,
-// -stp-export-plan, -stp-partition, -stp-print-mesh-placement). The
+// registers every stp pass (-stp-normalize, -stp-plan, -stp-apply-plan,
+// -stp-export-plan, -stp-partition, -stp-print-mesh-placement) and the
+// stp-compile-pipeline (stpar/Pipelines/Pipelines.h). The
 // upstream dialects the passes create (shard, linalg, scf, ...) are part of
 // mlir-opt already.
 //
@@ -21,6 +22,7 @@
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/Transforms/Passes.h"
+#include "stpar/Pipelines/Pipelines.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/Plugins/DialectPlugin.h"
@@ -38,5 +40,8 @@ mlirGetDialectPluginInfo() {
 extern "C" LLVM_ATTRIBUTE_WEAK mlir::PassPluginLibraryInfo
 mlirGetPassPluginInfo() {
   return {MLIR_PLUGIN_API_VERSION, "stpar", LLVM_VERSION_STRING,
-          []() { stpar::stp::registerSTPPasses(); }};
+          []() {
+            stpar::stp::registerSTPPasses();
+            stpar::pipelines::registerPipelines();
+          }};
 }

@@ -8,10 +8,12 @@
 // [--plan plan.json | --strategy S [--mesh AxB]] [--emit=plan,mlir,cuda,cpu]
 // [--stop-after=plan|partition|emit] -o OUTDIR`: the main job. Phases:
 //
-//   1. plan       import, analyse and search (or read --plan); writes
-//                 plan.json, plan.txt and planned.mlir (the IR with stp.mesh
-//                 and stp.spec)
-//   2. partition  -stp-partition: the per-device SPMD program
+//   1. plan       import, then the planning half of the pipeline
+//                 (stpar/Pipelines/Pipelines.h: -stp-normalize, -stp-plan or
+//                 -stp-apply-plan with --plan); writes plan.json, plan.txt
+//                 and planned.mlir (the IR with the plan's attributes)
+//   2. partition  the rest of the pipeline (-stp-partition): the per-device
+//                 SPMD program
 //                 (docs/spmd-ir.md); writes partitioned.mlir
 //   3. emit       per-rank code: cuda/ (NCCL, cuBLAS, CUDA kernels) and
 //                 cpu/ (MPI, plain C++), docs/emitted-code.md
@@ -34,7 +36,6 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -78,7 +79,7 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     compileStrategy("strategy", cl::sub(compileCmd), cl::init("search"),
                     cl::value_desc("NAME"),
-                    cl::desc(stpar::tools::kStrategyHelp));
+                    cl::desc(stpar::pipelines::kStrategyHelp));
 static cl::opt<std::string>
     compileMesh("mesh", cl::sub(compileCmd), cl::value_desc("AxB..."),
                 cl::desc("Force the logical mesh shape (no pipeline stages); "
@@ -139,17 +140,11 @@ static bool canReplace(StringRef dir) {
   return !ec && it == sys::fs::directory_iterator();
 }
 
-/// Runs `-stp-partition` on the planned module (in place).
-static bool partition(mlir::ModuleOp module) {
-  stpar::registerAllPasses();
+/// Runs the stages after the plan (-stp-partition) on the planned module.
+static bool partition(mlir::ModuleOp module,
+                      const stpar::pipelines::CompilePipelineOptions &options) {
   mlir::PassManager pm(module.getContext());
-  std::string errors;
-  raw_string_ostream es(errors);
-  if (mlir::failed(mlir::parsePassPipeline("stp-partition",
-                                           pm, es))) {
-    fail("the partition pass is not available: " + es.str());
-    return false;
-  }
+  stpar::pipelines::buildPartitioningPipeline(pm, options);
   if (mlir::failed(pm.run(module))) {
     fail("partitioning failed (see the errors above)");
     return false;
@@ -199,36 +194,40 @@ static int runCompile() {
   stpar::tools::ModelPlanOptions o;
   o.model = compileInput;
   o.dims = compileDims;
-  o.batchDim = compileBatchDim;
-  o.cluster = compileCluster;
-  o.devices = compileDevices;
-  o.memoryLimit = compileMemoryLimit;
-  o.strategy = compileStrategy;
+  stpar::pipelines::CompilePipelineOptions &p = o.pipeline;
+  p.plan.batchDim = compileBatchDim;
+  p.plan.cluster = compileCluster;
+  p.plan.devices = compileDevices;
+  p.plan.memoryLimit = compileMemoryLimit;
+  p.plan.strategy = compileStrategy;
   if (!compileMesh.empty()) {
     Expected<std::vector<int64_t>> mesh =
-        stpar::tools::parseMeshShape(compileMesh);
+        stpar::pipelines::parseMeshShape(compileMesh);
     if (!mesh)
       return fail(toString(mesh.takeError()));
-    o.mesh = std::move(*mesh);
+    p.plan.mesh = std::move(*mesh);
   }
-  o.progress = true;
+  p.plan.progress = true;
   // The partition pass does not split pipeline stages yet: plan without.
-  o.noPipeline = true;
+  p.plan.pipeline = false;
+  p.planFile = compilePlan;
+  p.stopAfter = compileStopAfter == "plan" ? "plan" : "partition";
+  std::string table;
+  raw_string_ostream tableOS(table);
+  p.plan.table = &tableOS;
+  p.plan.notes = &errs();
 
   // Phase 1: the plan.
   progress(compilePlan.empty() ? "plan: importing and searching (no pipeline "
                                  "stages: they are not partitioned yet)"
                                : "plan: importing and reading " +
                                      compilePlan);
-  std::string table;
-  raw_string_ostream tableOS(table);
   std::optional<stpar::tools::PlannedModel> planned =
-      compilePlan.empty() ? stpar::tools::planModel(o, tableOS)
-                          : stpar::tools::loadPlannedModel(o, compilePlan);
+      stpar::tools::planModel(o);
   if (!planned)
     return 1;
   if (!compilePlan.empty()) {
-    stpar::tools::printPlanFile(tableOS, planned->planJSON, compilePlan);
+    stpar::pipelines::printPlanFile(tableOS, planned->planJSON, compilePlan);
     tableOS << "plan " << compilePlan << " (" << planned->attached
             << " op(s) carry stp.spec) on " << planned->devices
             << " devices\n";
@@ -273,7 +272,7 @@ static int runCompile() {
   // Phase 2: partition.
   if (toPartition) {
     progress("partition: -stp-partition");
-    if (!partition(module))
+    if (!partition(module, o.pipeline))
       return 1;
     if (emit.count("mlir") &&
         !writeFile(tmp, "partitioned.mlir", [&](raw_ostream &os) {
@@ -294,8 +293,8 @@ static int runCompile() {
       progress("emit: " + name + "/");
       SmallString<256> dir(tmp);
       sys::path::append(dir, name);
-      if (mlir::failed(stpar::target::emitDirectory(
-              module, target, compileInput, dir, runtimeDir)))
+      if (mlir::failed(stpar::target::emitDirectory(module, target, dir,
+                                                       runtimeDir)))
         return fail("emitting the " + name + " program failed (see the "
                     "errors above)");
     }

@@ -4,11 +4,11 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// stpar emit --target cpu|cuda MODULE.mlir [--model MODEL.onnx] -o DIR
+// stpar emit --target cpu|cuda MODULE.mlir -o DIR
 //
 // Prints the per-rank program of MODULE (partitioned or not) as C++ for the
 // target and writes DIR/{CMakeLists.txt, program.cpp|program.cu, runtime
-// headers, io.json, weights.bin} (stpar/Target/Emit.h,
+// headers, io.json} (stpar/Target/Emit.h,
 // docs/emitted-code.md). On an error nothing is written and the exit code
 // is 1.
 //
@@ -40,11 +40,6 @@ static cl::opt<std::string> emitInput(cl::Positional, cl::Required,
 static cl::opt<std::string> emitTarget("target", cl::Required,
                                        cl::desc("cpu or cuda"),
                                        cl::sub(emitCmd));
-static cl::opt<std::string>
-    emitModel("model", cl::value_desc("model.onnx"),
-              cl::desc("The ONNX model the module was imported from (its "
-                       "initializers become DIR/weights.bin)"),
-              cl::sub(emitCmd));
 static cl::opt<std::string> emitOutput("o", cl::Required,
                                        cl::value_desc("dir"),
                                        cl::desc("Output directory"),
@@ -72,8 +67,8 @@ static int runEmit() {
   if (!module)
     return 1;
   std::string runtimeDir = stpar::tools::getRuntimeDir();
-  if (failed(stpar::target::emitDirectory(*module, *target, emitModel,
-                                          emitOutput, runtimeDir)))
+  if (failed(stpar::target::emitDirectory(*module, *target, emitOutput,
+                                          runtimeDir)))
     return 1;
   return 0;
 }

@@ -8,6 +8,8 @@
 
 #include "stpar/Import/ONNX/ONNXImporter.h"
 #include "stpar/InitAll.h"
+#include "stpar/Dialect/STP/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "llvm/Support/raw_ostream.h"
@@ -43,6 +45,27 @@ static std::optional<std::string> findBatchDim(const StringMap<int64_t> &dims,
   return found.front();
 }
 
+std::optional<stpar::tools::AnalyzedModel>
+stpar::tools::importModel(StringRef path,
+                          const std::vector<std::string> &dims) {
+  stpar::onnximport::ImportOptions importOptions;
+  if (!parseDimBindings(dims, importOptions.dims))
+    return std::nullopt;
+  AnalyzedModel model;
+  mlir::DialectRegistry registry;
+  stpar::registerAllDialects(registry);
+  model.context = std::make_unique<mlir::MLIRContext>(registry);
+  model.printer = std::make_unique<DiagnosticPrinter>(*model.context);
+  model.module =
+      stpar::onnximport::importONNXFile(path, *model.context, importOptions);
+  if (!model.module)
+    return std::nullopt;
+  for (auto f : model.module->getOps<mlir::func::FuncOp>())
+    if (!f.isExternal())
+      model.func = f;
+  return model;
+}
+
 std::optional<stpar::tools::AnalyzedModel> stpar::tools::importForAnalysis(
     StringRef path, const std::vector<std::string> &dims,
     StringRef batchDimName, stpar::analysis::ConversionOptions options) {
@@ -58,6 +81,11 @@ std::optional<stpar::tools::AnalyzedModel> stpar::tools::importForAnalysis(
   model.module =
       stpar::onnximport::importONNXFile(path, *model.context, importOptions);
   if (!model.module)
+    return std::nullopt;
+  // The cost route sees the model as the pipeline does: normalized.
+  mlir::PassManager pm(model.context.get());
+  pm.addPass(stpar::stp::createNormalizePass());
+  if (mlir::failed(pm.run(*model.module)))
     return std::nullopt;
   std::optional<std::string> batchDim =
       findBatchDim(importOptions.dims, batchDimName);

@@ -42,9 +42,16 @@ struct AnalyzedModel {
   int64_t batch = 0;
 };
 
+/// Binds `dims` (NAME=VALUE) and imports the ONNX model at `path` (the
+/// module records the bindings as `stp.dims`); `graph` and `batch` stay
+/// empty. Prints the errors and returns std::nullopt on failure.
+std::optional<AnalyzedModel> importModel(llvm::StringRef path,
+                                         const std::vector<std::string> &dims);
+
 /// Binds `dims` (NAME=VALUE), finds the batch dim (`batchDimName` when
 /// given, else the one bound dim whose name contains "batch"), imports the
-/// ONNX model at `path` and converts its function with `options` (whose
+/// ONNX model at `path`, normalizes it (-stp-normalize, as the pipeline
+/// does) and converts its function with `options` (whose
 /// batchSize is set to the batch). Prints `stpar: error: ...` (or the
 /// importer's diagnostics) and returns std::nullopt on failure.
 std::optional<AnalyzedModel>

@@ -96,7 +96,7 @@ static cl::opt<bool> planExact("exact", cl::sub(planCmd),
 static cl::opt<std::string>
     planStrategy("strategy", cl::sub(planCmd), cl::init("search"),
                  cl::value_desc("NAME"),
-                 cl::desc(stpar::tools::kStrategyHelp));
+                 cl::desc(stpar::pipelines::kStrategyHelp));
 static cl::opt<std::string>
     planMesh("mesh", cl::sub(planCmd), cl::value_desc("AxB..."),
              cl::desc("ONNX models: force the logical mesh shape (no "
@@ -112,7 +112,7 @@ static int fail(const Twine &message) {
 
 static SearchOptions makeSearchOptions() {
   SearchOptions opts =
-      stpar::tools::makeSearchOptions(planMaxAxes, planExact, true);
+      stpar::pipelines::makeSearchOptions(planMaxAxes, planExact, true);
   opts.solver.space.temporal = !planSpatialOnly;
   return opts;
 }
@@ -157,7 +157,7 @@ static int runPlan() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   if (!result->best)
-    return stpar::tools::failNoPlan(*result);
+    return fail(stpar::pipelines::describeNoPlan(*result));
   outs() << "problem " << problem->name << " on " << problem->devices
          << " devices of " << cluster->name << "\n";
   outs() << "searched " << result->configurations << " configurations"
@@ -167,7 +167,7 @@ static int runPlan() {
   printPlan(outs(), *problem, *result->best);
   if (!planCompare)
     return 0;
-  stpar::tools::printComparison(outs(), *problem, *cluster, eff, opts, *result->best);
+  stpar::pipelines::printComparison(outs(), *problem, *cluster, eff, opts, *result->best);
   return 0;
 }
 
@@ -175,24 +175,28 @@ static int runONNX() {
   stpar::tools::ModelPlanOptions o;
   o.model = planInput;
   o.dims = planDims;
-  o.batchDim = planBatchDim;
-  o.cluster = planCluster;
-  o.devices = planDevices;
-  o.memoryLimit = planMemoryLimit;
-  o.strategy = planSpatialOnly ? std::string("spatial") : planStrategy;
+  stpar::pipelines::PlanOptions &p = o.pipeline.plan;
+  p.batchDim = planBatchDim;
+  p.cluster = planCluster;
+  p.devices = planDevices;
+  p.memoryLimit = planMemoryLimit;
+  p.strategy = planSpatialOnly ? std::string("spatial") : planStrategy;
   if (!planMesh.empty()) {
     Expected<std::vector<int64_t>> mesh =
-        stpar::tools::parseMeshShape(planMesh);
+        stpar::pipelines::parseMeshShape(planMesh);
     if (!mesh)
       return fail(toString(mesh.takeError()));
-    o.mesh = std::move(*mesh);
+    p.mesh = std::move(*mesh);
   }
-  o.exact = planExact;
-  o.compare = planCompare;
-  o.maxMeshAxes = planMaxAxes;
-  o.progress = true;
+  p.exact = planExact;
+  p.compare = planCompare;
+  p.maxMeshAxes = planMaxAxes;
+  p.progress = true;
+  p.table = &outs();
+  p.notes = &errs();
+  o.pipeline.stopAfter = "plan";
   std::optional<stpar::tools::PlannedModel> planned =
-      stpar::tools::planModel(o, outs());
+      stpar::tools::planModel(o);
   if (!planned)
     return 1;
   if (!planOutput.empty()) {

@@ -18,8 +18,10 @@
 //               with cmake + ninja -j2;
 //   3. inputs   random inputs (`ort-run.js gen-inputs`, fixed seed) or the
 //               ONNX test data of --inputs (`ort-run.js from-pb`);
-//   4. run      `mpirun --oversubscribe -np N stpar_program --weights W
-//               --inputs WORK/inputs --outputs WORK/outputs`;
+//   4. run      `mpirun --oversubscribe -np N stpar_program --weights
+//               MODELDIR --inputs WORK/inputs --outputs WORK/outputs` (the
+//               program reads its weight blocks in place from the model's
+//               folder);
 //   5. ort      the unpartitioned model on ONNX Runtime (`ort-run.js run`);
 //   6. compare  `ort-run.js compare`: one line per output (max abs and rel
 //               error, PASS/FAIL).
@@ -381,9 +383,12 @@ int Verifier::run() {
   if (!sys::fs::exists(cpuDir + "/CMakeLists.txt") ||
       !sys::fs::exists(ioFile))
     return fail("no CPU project with io.json in " + cpuDir);
-  // The weights file: io.json's "weights" (relative to the project), else
-  // weights.bin.
-  std::string weights = cpuDir + "/weights.bin";
+  // The weights: read in place from the model's folder (its external data
+  // or the .onnx file itself), unless io.json names another folder
+  // (relative to the project).
+  SmallString<256> weights(model);
+  sys::fs::make_absolute(weights);
+  sys::path::remove_filename(weights);
   if (ErrorOr<std::unique_ptr<MemoryBuffer>> buffer =
           MemoryBuffer::getFile(ioFile)) {
     Expected<json::Value> io = json::parse((*buffer)->getBuffer());
@@ -464,7 +469,7 @@ int Verifier::run() {
     mpi.args.push_back("--allow-run-as-root");
   mpi.args.insert(mpi.args.end(),
                   {"-np", std::to_string(*ranks), program, "--weights",
-                   weights, "--inputs", inputs, "--outputs", outputs});
+                   std::string(weights), "--inputs", inputs, "--outputs", outputs});
   rc = execute("run", mpi, error);
   if (rc != 0)
     return fail(rc < 0 ? error

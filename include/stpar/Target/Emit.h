@@ -52,21 +52,14 @@ mlir::LogicalResult legalizeForEmission(mlir::ModuleOp module,
 mlir::FailureOr<EmittedProgram> emitProgram(mlir::ModuleOp module,
                                             EmitTarget target);
 
-/// Writes weights.bin (format in docs/emitted-code.md): the global data of
-/// every `stp.param` argument of the module's entry function, read from the
-/// ONNX model at `onnxPath` (and its external data files). Returns false
-/// with `error` set when the model cannot be read or a parameter's data is
-/// missing or has another type or shape than the argument.
-bool writeWeights(llvm::StringRef onnxPath, mlir::ModuleOp module,
-                  llvm::StringRef path, std::string &error);
-
 /// Legalizes, prints and writes DIR/{CMakeLists.txt, program source,
-/// runtime files, io.json, weights.bin}. Writes into a temporary sibling
-/// directory and renames it to `dir` at the end; on failure nothing is left.
-/// `runtimeDir` is the runtime/ folder of the stpar sources; `modelPath` may
-/// be empty when the function has no `stp.param` arguments.
+/// runtime files, io.json}. Writes into a temporary sibling directory and
+/// renames it to `dir` at the end; on failure nothing is left. `runtimeDir`
+/// is stpar's runtime/ folder (<prefix>/share/stpar/runtime). No weight is
+/// read or copied: the programs read each rank's block of every parameter
+/// at run time from the file and offset its `#stp.param` records
+/// (docs/emitted-code.md, "Weights").
 mlir::LogicalResult emitDirectory(mlir::ModuleOp module, EmitTarget target,
-                                  llvm::StringRef modelPath,
                                   llvm::StringRef dir,
                                   llvm::StringRef runtimeDir);
 

@@ -30,6 +30,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <google/protobuf/io/coded_stream.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -624,6 +625,121 @@ void emitCaptured(ArrayRef<CapturedDiag> diags, StringRef label) {
   }
 }
 
+/// Where the bytes of an embedded initializer lie inside the model file.
+struct EmbeddedData {
+  int64_t offset = 0, length = 0;
+};
+
+/// Finds, in the serialized model `bytes`, the byte range of each top-level
+/// initializer's values when the file stores them in the little-endian
+/// layout the emitted programs read: `raw_data`, or packed `float_data`
+/// (FLOAT) / `double_data` (DOUBLE). Varint-coded typed fields are not
+/// listed. The emitted programs read embedded weights from there at run
+/// time (docs/emitted-code.md, "Weights"); nothing is copied. Walks the
+/// protobuf wire format (ModelProto.graph = 7, GraphProto.initializer = 5,
+/// TensorProto: data_type = 2, float_data = 4, name = 8, raw_data = 9,
+/// double_data = 10).
+static llvm::StringMap<EmbeddedData> findEmbeddedData(StringRef bytes) {
+  using google::protobuf::io::CodedInputStream;
+  llvm::StringMap<EmbeddedData> found;
+  CodedInputStream in(reinterpret_cast<const uint8_t *>(bytes.data()),
+                      static_cast<int>(bytes.size()));
+  in.SetRecursionLimit(8);
+  auto skip = [&](uint32_t tag) {
+    switch (tag & 7) {
+    case 0: {
+      uint64_t v;
+      return in.ReadVarint64(&v);
+    }
+    case 1:
+      return in.Skip(8);
+    case 2: {
+      uint32_t n;
+      return in.ReadVarint32(&n) && in.Skip(static_cast<int>(n));
+    }
+    case 5:
+      return in.Skip(4);
+    default:
+      return false;
+    }
+  };
+  // Reads one TensorProto of `size` bytes at the current position.
+  auto tensor = [&](uint32_t size) {
+    CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(size));
+    std::string name;
+    int32_t dtype = 0;
+    EmbeddedData raw, floats, doubles;
+    bool hasRaw = false, hasFloats = false, hasDoubles = false;
+    while (uint32_t tag = in.ReadTag()) {
+      uint32_t field = tag >> 3;
+      uint32_t n = 0;
+      if ((tag & 7) == 2 && (field == 4 || field == 8 || field == 9 ||
+                             field == 10)) {
+        if (!in.ReadVarint32(&n))
+          break;
+        EmbeddedData range{in.CurrentPosition(), n};
+        if (field == 8) {
+          if (!in.ReadString(&name, static_cast<int>(n)))
+            break;
+          continue;
+        }
+        (field == 9 ? raw : field == 4 ? floats : doubles) = range;
+        (field == 9 ? hasRaw : field == 4 ? hasFloats : hasDoubles) = true;
+        if (!in.Skip(static_cast<int>(n)))
+          break;
+      } else if (field == 2 && (tag & 7) == 0) {
+        uint32_t v = 0;
+        if (!in.ReadVarint32(&v))
+          break;
+        dtype = static_cast<int32_t>(v);
+      } else if (!skip(tag)) {
+        break;
+      }
+    }
+    in.PopLimit(limit);
+    if (hasRaw)
+      found[name] = raw;
+    else if (hasFloats && dtype == onnx::TensorProto::FLOAT)
+      found[name] = floats;
+    else if (hasDoubles && dtype == onnx::TensorProto::DOUBLE)
+      found[name] = doubles;
+  };
+  while (uint32_t tag = in.ReadTag()) {
+    if (tag != ((7u << 3) | 2)) {
+      if (!skip(tag))
+        break;
+      continue;
+    }
+    uint32_t graphSize = 0;
+    if (!in.ReadVarint32(&graphSize))
+      break;
+    CodedInputStream::Limit graph = in.PushLimit(static_cast<int>(graphSize));
+    while (uint32_t inner = in.ReadTag()) {
+      uint32_t size = 0;
+      if (inner == ((5u << 3) | 2)) {
+        if (!in.ReadVarint32(&size))
+          break;
+        tensor(size);
+      } else if (!skip(inner)) {
+        break;
+      }
+    }
+    in.PopLimit(graph);
+  }
+  return found;
+}
+
+/// Whether ONNX data of type `onnxType` is stored (raw) as the IR's `t`.
+static bool hasIRLayout(int32_t onnxType, Type t) {
+  using TP = onnx::TensorProto;
+  return (onnxType == TP::FLOAT && t.isF32()) ||
+         (onnxType == TP::DOUBLE && t.isF64()) ||
+         (onnxType == TP::INT64 && t.isInteger(64)) ||
+         (onnxType == TP::INT32 && t.isInteger(32)) ||
+         (onnxType == TP::INT8 && t.isInteger(8)) ||
+         ((onnxType == TP::BOOL || onnxType == TP::UINT8) && t.isInteger(1));
+}
+
 class Importer {
 public:
   Importer(MLIRContext &ctx, StringRef path, const ImportOptions &options)
@@ -664,6 +780,8 @@ private:
 
   ImportState state;
   onnx::ModelProto model;
+  /// Embedded initializers' byte ranges in the model file.
+  llvm::StringMap<EmbeddedData> embedded;
   llvm::StringSet<> initializerNames;
   /// Graph inputs and initializers: the values there before any node runs.
   llvm::StringSet<> graphNames;
@@ -691,6 +809,7 @@ LogicalResult Importer::parse() {
     return fileError() << "not a valid ONNX model: no IR version";
   if (model.graph().node_size() == 0)
     return fileError() << "the model's graph is empty (no nodes)";
+  embedded = findEmbeddedData(bytes);
   return success();
 }
 
@@ -1249,6 +1368,15 @@ OwningOpRef<ModuleOp> Importer::build() {
   Location fileLoc = state.fileLoc();
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
   b.setInsertionPointToEnd(module->getBody());
+  // The bound dims, for the passes that need them (the batch of -stp-plan).
+  if (!state.options->dims.empty()) {
+    SmallVector<NamedAttribute> dims;
+    for (const auto &entry : state.options->dims)
+      dims.push_back(b.getNamedAttr(entry.getKey(),
+                                    b.getI64IntegerAttr(entry.getValue())));
+    (*module)->setAttr(stp::STPDialect::kDimsAttrName,
+                       b.getDictionaryAttr(dims));
+  }
   SmallVector<Type> argTypes;
   SmallVector<DictionaryAttr> argAttrs;
   SmallVector<std::string> argNames;
@@ -1333,6 +1461,15 @@ OwningOpRef<ModuleOp> Importer::build() {
                    << typedValueCount(init) << " values, expected "
                    << elements,
                nullptr;
+      }
+      // Where the programs read the values at run time: the model file
+      // itself, when its bytes are in the IR's layout.
+      auto range = embedded.find(init.name());
+      if (range != embedded.end() && hasIRLayout(init.data_type(), elem) &&
+          range->second.length == elements * dtypeWidth(init.data_type())) {
+        file = b.getStringAttr(llvm::sys::path::filename(state.path));
+        offset = range->second.offset;
+        length = range->second.length;
       }
     }
     argTypes.push_back(RankedTensorType::get(shape, elem));

@@ -213,7 +213,7 @@ module attributes {stp.mesh = 3} {}
 
 // -----
 
-// expected-error @+1 {{unknown stp attribute 'stp.planned' (expected 'stp.mesh', 'stp.spec', 'stp.composite', 'stp.group', 'stp.plan', 'stp.plan_ops' or a marker of the partitioned program)}}
+// expected-error @+1 {{unknown stp attribute 'stp.planned' (expected 'stp.mesh', 'stp.spec', 'stp.composite', 'stp.group', 'stp.plan', 'stp.plan_ops', 'stp.dims' or a marker of the partitioned program)}}
 module attributes {stp.planned = 3} {}
 
 // -----
@@ -249,3 +249,8 @@ module attributes {stp.mesh = #stp.mesh<#cl, ["dp" = 8]>} {
     return
   }
 }
+
+// -----
+
+// expected-error @+1 {{attribute 'stp.dims' must be a dictionary of non-negative integers}}
+module attributes {stp.dims = {batch = -1 : i64}} {}

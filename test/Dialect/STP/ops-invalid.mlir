@@ -37,6 +37,11 @@ func.func private @f(tensor<4xf32> {stp.param = #stp.param<name = "w", data = ex
 
 // -----
 
+// expected-error @+1 {{embedded parameter "w" names a file but no length}}
+func.func private @f(tensor<4xf32> {stp.param = #stp.param<name = "w", data = embedded, file = "model.onnx", offset = 8>})
+
+// -----
+
 // expected-error @+1 {{'func.func' op 'stp.param' must be a #stp.param}}
 func.func private @f(tensor<4xf32> {stp.param = "w"})
 

@@ -2,10 +2,11 @@
 """Builds and runs a program written by `stpar emit --target cpu`, then
 compares its outputs with expected ones.
 
-  run-emitted.py DIR --np N [--cmake] [--pb TESTDATA] [--inputs INDIR]
-                 [--expected EXPDIR] [--rtol R] [--atol A]
+  run-emitted.py DIR [--weights MODELDIR] --np N [--cmake] [--pb TESTDATA]
+                 [--inputs INDIR] [--expected EXPDIR] [--rtol R] [--atol A]
 
-DIR is the emitted directory. Inputs come from TESTDATA/input_<i>.pb (ONNX
+DIR is the emitted directory; MODELDIR the model's folder, from which the
+program reads its weights in place. Inputs come from TESTDATA/input_<i>.pb (ONNX
 backend-test layout, converted to DIR/in/input_<i>.bin) or from INDIR
 (input_<i>.bin). Expected outputs are TESTDATA/output_<i>.pb or
 EXPDIR/output_<i>.bin. Prints one line per output with the max abs and max
@@ -42,6 +43,7 @@ def build(d, use_cmake):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("dir")
+    p.add_argument("--weights", default="")
     p.add_argument("--np", type=int, default=1)
     p.add_argument("--cmake", action="store_true")
     p.add_argument("--pb")
@@ -66,7 +68,7 @@ def main():
             arr.tofile(os.path.join(indir, e["file"]))
     exe = build(a.dir, a.cmake)
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(a.np),
-           exe, "--weights", os.path.join(a.dir, "weights.bin"),
+           exe] + (["--weights", a.weights] if a.weights else []) + [
            "--inputs", indir, "--outputs", outdir]
     subprocess.run(cmd, check=True)
     ok = True

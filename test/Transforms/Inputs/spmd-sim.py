@@ -234,6 +234,12 @@ def parse_constant(op):
     value = text.split(" : ")[0]
     if value in ("true", "false"):
         return value == "true"
+    if value.startswith("0x"):
+        # A float printed by its bits (e.g. -inf as 0xFF800000 : f32).
+        bits = int(value, 16)
+        if text.split(" : ")[1].strip().startswith("f64"):
+            return float(np.array(bits, dtype=np.uint64).view(np.float64))
+        return float(np.array(bits, dtype=np.uint32).view(np.float32))
     return float(value) if ("." in value or "e" in value or "inf" in value
                             or "nan" in value) else int(value)
 

@@ -782,9 +782,11 @@ LogicalResult ParamAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (!name || name.getValue().empty())
     return emitError() << "parameter name must not be empty";
   bool hasFile = file && !file.getValue().empty();
-  if (data == DataLocation::Embedded && hasFile)
+  // An embedded parameter names the model file when its bytes can be read
+  // there in place; then its byte range is exact.
+  if (data == DataLocation::Embedded && hasFile && length < 0)
     return emitError() << "embedded parameter \"" << name.getValue()
-                       << "\" must not name a file";
+                       << "\" names a file but no length";
   if (data != DataLocation::Embedded && !hasFile)
     return emitError() << stringifyDataLocation(data) << " parameter \""
                        << name.getValue() << "\" needs a 'file'";

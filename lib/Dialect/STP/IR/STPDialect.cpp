@@ -126,11 +126,23 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
                                << "' must be an array of dictionaries";
     return success();
   }
+  if (name == kDimsAttrName) {
+    auto dims = dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!dims || !llvm::all_of(dims, [](NamedAttribute d) {
+          auto value = dyn_cast<IntegerAttr>(d.getValue());
+          return value && !value.getValue().isNegative();
+        }))
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be a dictionary of non-negative "
+                                  "integers";
+    return success();
+  }
   return op->emitOpError() << "unknown stp attribute '" << name
                            << "' (expected '" << kMeshAttrName << "', '"
                            << kSpecAttrName << "', '" << kCompositeAttrName
                            << "', '" << kGroupAttrName << "', '" << kPlanAttrName
-                           << "', '" << kPlanOpsAttrName << "' or a marker of "
+                           << "', '" << kPlanOpsAttrName << "', '" << kDimsAttrName
+                           << "' or a marker of "
                            << "the partitioned program)";
 }
 

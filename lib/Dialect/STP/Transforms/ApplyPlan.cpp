@@ -37,13 +37,13 @@ struct ApplyPlanPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (planFile.empty()) {
-      module.emitError("-stp-apply-plan needs a plan file: "
+      emitError(module.getLoc(), "-stp-apply-plan needs a plan file: "
                        "-stp-apply-plan=\"plan=plan.json\"");
       return signalPassFailure();
     }
     llvm::Expected<llvm::json::Value> plan = readPlanFile(planFile);
     if (!plan) {
-      module.emitError() << planFile << ": "
+      emitError(module.getLoc()) << planFile << ": "
                          << llvm::toString(plan.takeError());
       return signalPassFailure();
     }
@@ -53,7 +53,7 @@ struct ApplyPlanPass
         clusterName = root->getString("cluster").value_or("").str();
     llvm::Expected<cost::Cluster> loaded = cost::loadCluster(clusterName);
     if (!loaded) {
-      module.emitError() << planFile << ": the plan's cluster: "
+      emitError(module.getLoc()) << planFile << ": the plan's cluster: "
                          << llvm::toString(loaded.takeError())
                          << " (give it with cluster=...)";
       return signalPassFailure();
@@ -62,7 +62,7 @@ struct ApplyPlanPass
     options.devices = devices;
     options.source = planFile;
     if (llvm::Error error = applyPlan(module, *plan, *loaded, options)) {
-      module.emitError() << llvm::toString(std::move(error));
+      emitError(module.getLoc()) << llvm::toString(std::move(error));
       return signalPassFailure();
     }
   }
@@ -76,14 +76,14 @@ struct ExportPlanPass
     ModuleOp module = getOperation();
     llvm::Expected<llvm::json::Value> plan = exportPlan(module);
     if (!plan) {
-      module.emitError() << llvm::toString(plan.takeError());
+      emitError(module.getLoc()) << llvm::toString(plan.takeError());
       return signalPassFailure();
     }
     std::string error;
     std::unique_ptr<llvm::ToolOutputFile> file =
         openOutputFile(output, &error);
     if (!file) {
-      module.emitError() << error;
+      emitError(module.getLoc()) << error;
       return signalPassFailure();
     }
     file->os() << llvm::formatv("{0:2}", *plan) << "\n";

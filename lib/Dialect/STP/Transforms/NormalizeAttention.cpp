@@ -195,6 +195,7 @@ struct AttentionPattern : OpRewritePattern<linalg::SoftmaxOp> {
     // The mask, additive or a Where (select) with a very negative fill.
     Value logits = softmax.getInput();
     Value additiveMask, whereCond;
+    Operation *whereOp = nullptr;
     bool maskedOnTrue = true;
     double fill = 0;
     std::optional<EwOp> maskOp = matchEw(logits);
@@ -231,6 +232,7 @@ struct AttentionPattern : OpRewritePattern<linalg::SoftmaxOp> {
             !other.isConstant() && maskOp->isFull(3 - i) &&
             isScores(other.tensor)) {
           whereCond = maskOp->operands[0].tensor;
+          whereOp = maskOp->op;
           maskedOnTrue = i == 1;
           fill = *filled.constant;
           scores = other.tensor;
@@ -301,9 +303,14 @@ struct AttentionPattern : OpRewritePattern<linalg::SoftmaxOp> {
     }
 
     rewriter.setInsertionPoint(root);
+    // Each new op keeps the location of the node it stands for (the ONNX
+    // node name is the op's stable name in plans): K^T the Q K^T MatMul's,
+    // the additive mask the Where's, the attention the P V MatMul's.
     Location loc = root->getLoc();
-    Value key =
-        kvRepeated ? keyHeads : transposeLastTwo(rewriter, loc, qkMatmul->rhs);
+    Value key = kvRepeated ? keyHeads
+                           : transposeLastTwo(rewriter, qkMatmul->op->getLoc(),
+                                              qkMatmul->rhs);
+    Location maskLoc = whereOp ? whereOp->getLoc() : loc;
     Value value = kvRepeated ? valueHeads : pv->rhs;
     if (whereCond) {
       // select(c, fill, s) == s + select(c, fill, 0) for finite logits s and
@@ -311,14 +318,15 @@ struct AttentionPattern : OpRewritePattern<linalg::SoftmaxOp> {
       auto condType = cast<RankedTensorType>(whereCond.getType());
       Type elem = type.getElementType();
       Value init =
-          tensor::EmptyOp::create(rewriter, loc, condType.getShape(), elem);
+          tensor::EmptyOp::create(rewriter, maskLoc, condType.getShape(), elem);
       auto identity =
           AffineMap::getMultiDimIdentityMap(condType.getRank(), getContext());
       SmallVector<utils::IteratorType> iterators(condType.getRank(),
                                                  utils::IteratorType::parallel);
       additiveMask =
           linalg::GenericOp::create(
-              rewriter, loc, TypeRange{init.getType()}, ValueRange{whereCond},
+              rewriter, maskLoc, TypeRange{init.getType()},
+              ValueRange{whereCond},
               ValueRange{init}, ArrayRef<AffineMap>{identity, identity},
               iterators,
               [&](OpBuilder &b, Location l, ValueRange args) {

@@ -378,9 +378,13 @@ def STP_ParamAttr : STP_Attr<"Param", "param"> {
 
     | `data` | meaning |
     | --- | --- |
-    | `embedded` | stored inside the ONNX model file (`raw_data` or typed fields) |
+    | `embedded` | stored inside the ONNX model file (`raw_data` or typed fields); when those bytes are in the argument's layout (raw data, packed float/double fields), `file` is the model file and `offset`/`length` their byte range in it |
     | `external` | stored in `file` (relative to the model's folder) at byte `offset`, `length` bytes (`length = -1`: to the end of the file) |
     | `absent` | declared external but the file does not exist: planning works, running needs the values |
+
+    The emitted programs read each rank's block of the values in place from
+    `file` at `offset` (in the folder given with `--weights`, the model's
+    own); compiling never reads them.
 
     `trainable` marks parameters the optimizer updates (floating-point
     initializers with more than one element); others are buffers (masks,

@@ -94,6 +94,10 @@ def STP_Dialect : Dialect {
     /// Op attribute (array of dictionaries): the op's records of plan.json's
     /// "operators", the first without its "spec" (that is `stp.spec`).
     static constexpr ::llvm::StringLiteral kPlanOpsAttrName = "stp.plan_ops";
+    /// Module attribute (dictionary of i64): the model's symbolic dims as
+    /// the importer bound them (`--dim NAME=VALUE`), e.g. {batch = 8, seq =
+    /// 64}; -stp-plan reads the batch (the global batch of one step) here.
+    static constexpr ::llvm::StringLiteral kDimsAttrName = "stp.dims";
 
     void registerOps();
 

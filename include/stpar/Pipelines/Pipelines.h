@@ -1,0 +1,63 @@
+//===- Pipelines.h - the stpar compile pipeline -----------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// One pipeline, two front doors (docs/pipeline.md): `stpar compile` and
+// `stpar-opt --stp-compile-pipeline{...}` both fill their PassManager with
+// buildCompilePipeline, so they run the same passes with the same options:
+//
+//   -stp-normalize                   composites (LayerNorm, GELU, attention)
+//   -stp-plan | -stp-apply-plan      the plan as attributes
+//   -stp-partition                   the per-device SPMD program
+//
+// Emission (C++/CUDA text) is a translation on the partitioned module
+// (stpar-translate --stp-to-cpu / --stp-to-cuda; `stpar compile` writes
+// both directories).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_PIPELINES_PIPELINES_H
+#define STPAR_PIPELINES_PIPELINES_H
+
+#include "stpar/Pipelines/Plan.h"
+
+#include "mlir/Pass/PassManager.h"
+
+#include <string>
+
+namespace stpar::pipelines {
+
+/// The options of the whole pipeline.
+struct CompilePipelineOptions {
+  /// The search (cluster, devices, strategy, mesh, memory limit, ...).
+  PlanOptions plan;
+  /// A plan file (plan.json) to apply instead of searching; `plan.cluster`
+  /// and `plan.devices` then check it (0 / empty: the file's).
+  std::string planFile;
+  /// The last stage: "plan" or "partition" (default).
+  std::string stopAfter = "partition";
+};
+
+/// Adds the stages up to and including the plan: -stp-normalize, then
+/// -stp-plan (or -stp-apply-plan with `planFile`).
+void buildPlanningPipeline(mlir::OpPassManager &pm,
+                           const CompilePipelineOptions &options);
+
+/// Adds the stages after the plan: -stp-partition.
+void buildPartitioningPipeline(mlir::OpPassManager &pm,
+                               const CompilePipelineOptions &options);
+
+/// Adds every stage up to `options.stopAfter`.
+void buildCompilePipeline(mlir::OpPassManager &pm,
+                          const CompilePipelineOptions &options);
+
+/// Registers the pipeline as `stp-compile-pipeline` (options: cluster,
+/// devices, strategy, memory-limit, mesh, batch-dim, exact, pipeline, plan,
+/// stop-after) and the -stp-plan pass.
+void registerPipelines();
+
+} // namespace stpar::pipelines
+
+#endif // STPAR_PIPELINES_PIPELINES_H

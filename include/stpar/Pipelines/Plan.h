@@ -1,0 +1,124 @@
+//===- Plan.h - search a plan for a module, as -stp-plan does ---*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// The search stage of the pipeline (docs/pipeline.md): an imported module
+// (the ONNX importer's output, with the bound dims in `stp.dims`) becomes
+// an operator graph (stpar/Analysis/CostModel.h), a search problem
+// (stpar/Analysis/SearchBridge.h) and a plan (stpar/Search/Solver.h); the
+// plan is written into the module as attributes only (`stp.mesh`,
+// `stp.spec`, `stp.plan`, `stp.plan_ops`; docs/plan-format.md, "The plan
+// in the IR") through stp::applyPlan. `-stp-plan` runs this; so does
+// `stpar plan`/`stpar compile` through the same pass.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef STPAR_PIPELINES_PLAN_H
+#define STPAR_PIPELINES_PLAN_H
+
+#include "stpar/Cost/Cluster.h"
+#include "stpar/Search/Solver.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stpar::pipelines {
+
+/// How a plan is searched. The string and number fields are the options of
+/// `-stp-plan` (and of `stp-compile-pipeline`); the streams are for C++
+/// callers (the driver) only.
+struct PlanOptions {
+  /// Cluster preset name or JSON file (stpar/Cost/Cluster.h). Required.
+  std::string cluster;
+  /// Devices to plan for; 0: the product of `mesh` when given, else every
+  /// device of the cluster.
+  int64_t devices = 0;
+  /// Per-device memory limit in bytes; 0: the cluster's HBM capacity.
+  double memoryLimit = 0;
+  /// search (default), spatial (no temporal primitive), temporal (only
+  /// temporal-primitive candidates where any exist), megatron, megatron-sp
+  /// (with sequence parallelism), dp (ZeRO-0 data parallelism).
+  std::string strategy = "search";
+  /// Forced logical mesh shape, major first (no pipeline stages); empty:
+  /// searched. For megatron, [a, b] is dp = a, tp = b; [n] is tp = n.
+  std::vector<int64_t> mesh;
+  /// The symbolic dim holding the global batch of one step (a key of the
+  /// module's `stp.dims`); empty: the one key that contains "batch".
+  std::string batchDim;
+  /// Exact dynamic programming (no caps on candidates, states and fronts).
+  bool exact = false;
+  /// At most this many mesh axes.
+  unsigned maxMeshAxes = 3;
+  /// Search pipeline stages too. `stpar compile` turns this off: the
+  /// partition pass does not split pipeline stages yet.
+  bool pipeline = true;
+  /// Also cost the baselines (spatial-only search, Megatron with and
+  /// without sequence parallelism, ZeRO-1/2/3) and print them after the
+  /// table (`table` must be set).
+  bool compare = false;
+  /// Where the plan table goes (one row per operator, the step breakdown);
+  /// null: no table.
+  llvm::raw_ostream *table = nullptr;
+  /// Where the conversion's and the bridge's approximation notes go, as
+  /// `MODEL: note: ...`; null: as remarks on the module.
+  llvm::raw_ostream *notes = nullptr;
+  /// A progress line on stderr while searching (when stderr is a terminal).
+  bool progress = false;
+};
+
+/// The strategy names accepted by PlanOptions::strategy, for help texts.
+extern const char *const kStrategyHelp;
+
+/// Parses "AxBxC" (or "N") into a mesh shape.
+llvm::Expected<std::vector<int64_t>> parseMeshShape(llvm::StringRef text);
+
+/// Checks `options` without a model: a known strategy, the cluster (loaded
+/// into `cluster`), and that it can host the devices (whole nodes or part of
+/// one) and that `mesh` multiplies to them. Returns the device count.
+llvm::Expected<int64_t> checkPlanOptions(const PlanOptions &options,
+                                         cost::Cluster &cluster);
+
+/// Searches a plan for the one function with a body in `module` and writes
+/// it into the module (stp::applyPlan; the verifier then checks every spec).
+/// Errors: the checks of checkPlanOptions; no `stp.dims` entry for the batch;
+/// dynamic shapes; "no plan fits" with the smallest memory found and the
+/// shortfall in GiB; no plan of the strategy applies to the devices.
+llvm::Error planModule(mlir::ModuleOp module, const PlanOptions &options);
+
+/// The search options both plan routes start from: at most `maxMeshAxes`
+/// mesh axes, the DP's caps unless `exact` (24 candidates per operator, 256
+/// states, 3 points per front; docs/search.md), and a progress line on
+/// stderr when `progress` and stderr is a terminal.
+search::SearchOptions makeSearchOptions(unsigned maxMeshAxes, bool exact,
+                                        bool progress);
+
+/// "no plan fits: the smallest plan found needs X GiB per device, the
+/// limit is Y GiB (short by Z GiB)".
+std::string describeNoPlan(const search::SearchResult &result);
+
+/// The baselines beside `bestPlan` (spatial-only search, Megatron with and
+/// without sequence parallelism, ZeRO-1/2/3), one row each, with the step
+/// time relative to `bestPlan`'s.
+void printComparison(llvm::raw_ostream &os, const search::Problem &problem,
+                     const cost::Cluster &cluster,
+                     const cost::EfficiencyModel &eff,
+                     const search::SearchOptions &opts,
+                     const search::Plan &bestPlan);
+
+/// A plan file (docs/plan-format.md) as a table: its mesh, step time and
+/// memory, then one row per operator with its partition in words and the
+/// file's time and memory. `path` names the plan in the heading.
+void printPlanFile(llvm::raw_ostream &os, const llvm::json::Value &plan,
+                   llvm::StringRef path);
+
+} // namespace stpar::pipelines
+
+#endif // STPAR_PIPELINES_PLAN_H

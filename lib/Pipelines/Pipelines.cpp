@@ -1,0 +1,109 @@
+//===- Pipelines.cpp - the stpar compile pipeline ---------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Pipelines/Pipelines.h"
+
+#include "stpar/Dialect/STP/Transforms/Passes.h"
+#include "stpar/Pipelines/Passes.h"
+
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+using namespace stpar::pipelines;
+
+void stpar::pipelines::buildPlanningPipeline(
+    OpPassManager &pm, const CompilePipelineOptions &options) {
+  pm.addPass(stpar::stp::createNormalizePass());
+  if (options.planFile.empty()) {
+    pm.addPass(createPlanPass(options.plan));
+    return;
+  }
+  stpar::stp::ApplyPlanPassOptions apply;
+  apply.planFile = options.planFile;
+  apply.cluster = options.plan.cluster;
+  apply.devices = options.plan.devices;
+  pm.addPass(stpar::stp::createApplyPlanPass(apply));
+}
+
+void stpar::pipelines::buildPartitioningPipeline(
+    OpPassManager &pm, const CompilePipelineOptions &) {
+  pm.addPass(stpar::stp::createPartitionPass());
+}
+
+void stpar::pipelines::buildCompilePipeline(
+    OpPassManager &pm, const CompilePipelineOptions &options) {
+  buildPlanningPipeline(pm, options);
+  if (options.stopAfter != "plan")
+    buildPartitioningPipeline(pm, options);
+}
+
+namespace {
+/// The textual options of `stp-compile-pipeline{...}`.
+struct CompilePipelineTextOptions
+    : public PassPipelineOptions<CompilePipelineTextOptions> {
+  Option<std::string> cluster{*this, "cluster",
+                              llvm::cl::desc("Cluster preset or JSON file")};
+  Option<int64_t> devices{*this, "devices",
+                          llvm::cl::desc("Devices (default: the mesh's "
+                                         "product, else the cluster's)"),
+                          llvm::cl::init(0)};
+  Option<std::string> strategy{
+      *this, "strategy",
+      llvm::cl::desc("search, spatial, temporal, megatron, megatron-sp or dp"),
+      llvm::cl::init("search")};
+  Option<double> memoryLimit{*this, "memory-limit",
+                             llvm::cl::desc("Per-device memory limit (bytes)"),
+                             llvm::cl::init(0)};
+  Option<std::string> mesh{*this, "mesh",
+                           llvm::cl::desc("Force the mesh shape, e.g. 2x4")};
+  Option<std::string> batchDim{
+      *this, "batch-dim",
+      llvm::cl::desc("The stp.dims entry holding the global batch")};
+  Option<bool> exact{*this, "exact",
+                     llvm::cl::desc("Exact dynamic programming"),
+                     llvm::cl::init(false)};
+  Option<bool> pipeline{
+      *this, "pipeline",
+      llvm::cl::desc("Search pipeline stages too (off: -stp-partition does "
+                     "not split pipeline stages yet)"),
+      llvm::cl::init(false)};
+  Option<std::string> plan{
+      *this, "plan",
+      llvm::cl::desc("Apply this plan.json instead of searching")};
+  Option<std::string> stopAfter{*this, "stop-after",
+                                llvm::cl::desc("plan or partition (default)"),
+                                llvm::cl::init("partition")};
+};
+} // namespace
+
+void stpar::pipelines::registerPipelines() {
+  registerSTPPipelinesPasses();
+  PassPipelineRegistration<CompilePipelineTextOptions>(
+      "stp-compile-pipeline",
+      "The stpar pipeline: -stp-normalize, -stp-plan (or -stp-apply-plan "
+      "with plan=), -stp-partition (docs/pipeline.md)",
+      [](OpPassManager &pm, const CompilePipelineTextOptions &text) {
+        CompilePipelineOptions options;
+        options.plan.cluster = text.cluster;
+        options.plan.devices = text.devices;
+        options.plan.strategy = text.strategy;
+        options.plan.memoryLimit = text.memoryLimit;
+        if (!text.mesh.empty())
+          if (llvm::Expected<std::vector<int64_t>> shape =
+                  parseMeshShape(text.mesh))
+            options.plan.mesh = std::move(*shape);
+          else
+            // -stp-plan reports a bad shape with the module's location.
+            llvm::consumeError(shape.takeError());
+        options.plan.batchDim = text.batchDim;
+        options.plan.exact = text.exact;
+        options.plan.pipeline = text.pipeline;
+        options.planFile = text.plan;
+        options.stopAfter = text.stopAfter;
+        buildCompilePipeline(pm, options);
+      });
+}

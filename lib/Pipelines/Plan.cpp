@@ -1,0 +1,710 @@
+//===- Plan.cpp - search a plan for a module (-stp-plan) --------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Pipelines/Plan.h"
+
+#include "stpar/Analysis/CostModel.h"
+#include "stpar/Analysis/SearchBridge.h"
+#include "stpar/Cost/Cluster.h"
+#include "stpar/Dialect/STP/IR/OperatorNames.h"
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
+#include "stpar/Search/Solver.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Location.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace llvm;
+using namespace stpar::cost;
+using namespace stpar::search;
+using stpar::pipelines::PlanOptions;
+
+static Error makeError(const Twine &message) {
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+static const double kGiB = double(int64_t(1) << 30);
+
+std::string stpar::pipelines::describeNoPlan(const SearchResult &r) {
+  return ("no plan fits: the smallest plan found needs " +
+          formatv("{0:f3}", r.smallestMemory / kGiB).str() +
+          " GiB per device, the limit is " +
+          formatv("{0:f3}", r.memoryLimit / kGiB).str() + " GiB (short by " +
+          formatv("{0:f3}", (r.smallestMemory - r.memoryLimit) / kGiB).str() +
+          " GiB)");
+}
+
+/// The baselines beside `bestPlan` (--compare).
+void stpar::pipelines::printComparison(raw_ostream &outs,
+                                       const Problem &problem,
+                                       const Cluster &cluster,
+                                       const EfficiencyModel &eff,
+                                       const SearchOptions &opts,
+                                       const Plan &bestPlan) {
+  const double gib = kGiB;
+  double best = bestPlan.cost.stepTime;
+  outs << "comparison (same cost model):\n";
+  outs << format("  %-28s %12s %10s %10s  %s\n", "plan", "step ms",
+                   "t/t_stpar", "GiB", "configuration");
+  auto row = [&](StringRef name, Expected<SearchResult> &r) {
+    if (!r) {
+      outs << format("  %-28s %12s  %s\n", name.str().c_str(), "error",
+                     toString(r.takeError()).c_str());
+      r = SearchResult(); // consumed
+      return;
+    }
+    if (!r->best) {
+      // No configuration applied at all (e.g. the batch does not divide
+      // over the data-parallel ranks) vs. none fitting in memory.
+      bool applies = r->configurations > 0 &&
+                     std::isfinite(r->smallestMemory);
+      outs << format("  %-28s %12s  %s\n", name.str().c_str(),
+                     applies ? "no plan fits" : "n/a",
+                     applies ? "(memory)"
+                             : "(no configuration applies: a split does "
+                               "not divide, e.g. the batch)");
+      return;
+    }
+    const Plan &p = *r->best;
+    outs << format("  %-28s %12.3f %10.3f %10.3f  %s\n", name.str().c_str(),
+                     p.cost.stepTime * 1e3, p.cost.stepTime / best,
+                     p.cost.getMemory() / gib, p.label.c_str());
+  };
+  outs << format("  %-28s %12.3f %10.3f %10.3f\n", "stpar search",
+                   best * 1e3, 1.0, bestPlan.cost.getMemory() / gib);
+  SearchOptions spatialOpts = opts;
+  spatialOpts.solver.space.temporal = false;
+  spatialOpts.progress = nullptr;
+  Expected<SearchResult> spatial = stpar::search::search(problem, cluster, eff, spatialOpts);
+  row("spatial-only search", spatial);
+  Expected<SearchResult> mega =
+      searchMegatron(problem, cluster, eff, false, spatialOpts);
+  row("megatron (best grid)", mega);
+  Expected<SearchResult> megaSP =
+      searchMegatron(problem, cluster, eff, true, spatialOpts);
+  row("megatron + seq. parallel", megaSP);
+  for (int z = 1; z <= 3; ++z) {
+    Expected<SearchResult> zr = searchZeRO(problem, cluster, eff, z);
+    row(("zero-" + Twine(z) + " data parallel").str(), zr);
+    if (!zr)
+      consumeError(zr.takeError());
+  }
+  for (Expected<SearchResult> *r : {&spatial, &mega, &megaSP})
+    if (!*r)
+      consumeError(r->takeError());
+}
+
+//===----------------------------------------------------------------------===//
+// ONNX models
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Per flattened operator: the cost of its partition (one micro-batch).
+struct OpReport {
+  OperatorCost cost;
+  /// Seconds per micro-batch from the objective (with input re-layouts).
+  double seconds = 0, bytes = 0;
+  /// Local bytes of the output and of the first input (collectives).
+  double outputBytes = 0, inputBytes = 0, paramBytes = 0;
+  std::vector<GradientSync> syncs;
+};
+} // namespace
+
+/// The operator of `problem`, partitioned, with micro-batch extents.
+static Operator getPlannedOp(const FlatGraph &g, const Problem &problem,
+                             const Plan &plan, unsigned i) {
+  Operator op = g.ops[i];
+  for (LoopDim &l : op.loops)
+    if (l.name == problem.batchLoop)
+      l.extent /= plan.config.microBatches;
+  applyPartition(op, plan.partitions[i]);
+  return op;
+}
+
+static Expected<std::vector<OpReport>>
+reportOps(const FlatGraph &g, const Problem &problem, const Plan &plan,
+          const Cluster &cluster, const EfficiencyModel &eff) {
+  std::vector<OpReport> out;
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    Operator op = getPlannedOp(g, problem, plan, i);
+    Expected<OperatorCost> c = costOperator(op, plan.config.mesh, cluster, eff);
+    if (!c)
+      return c.takeError();
+    OpReport r;
+    r.cost = *c;
+    r.seconds = i < plan.cost.opSeconds.size() ? plan.cost.opSeconds[i] : 0;
+    r.bytes = i < plan.cost.opBytes.size() ? plan.cost.opBytes[i] : 0;
+    for (const Operand &o : op.operands) {
+      double b = getLocalElements(op, o, plan.config.mesh) * o.elementBytes;
+      if (o.role == OperandRole::Output && r.outputBytes == 0)
+        r.outputBytes = b;
+      else if (o.role == OperandRole::Input && r.inputBytes == 0)
+        r.inputBytes = b;
+      else if (o.role == OperandRole::Parameter)
+        r.paramBytes += b;
+    }
+    r.syncs = getGradientSyncs(op, plan.config.mesh, 0u);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+static double getCompute(const OperatorCost &c) {
+  return c.forward + c.backwardInput + c.backwardWeight;
+}
+
+/// The table: one row per planned operator (layers folded), a summary per
+/// layer kind, then the step breakdown.
+static void printONNXTable(raw_ostream &os, const Problem &problem,
+                           const FlatGraph &g, const Plan &plan,
+                           ArrayRef<OpReport> reports) {
+  const Mesh &mesh = plan.config.mesh;
+  os << "mesh";
+  for (const MeshAxis &a : mesh.axes)
+    os << " " << a.name << "=" << a.size;
+  os << ", micro-batches " << plan.config.microBatches << ", ZeRO stage "
+     << plan.config.zeroStage
+     << (plan.config.recompute ? ", recomputation" : "") << "\n";
+  os << "times per micro-batch in ms (layer rows: one layer), memory in MiB\n";
+  os << format("  %-30s %-10s %-44s %9s %9s %9s %9s\n", "operator", "kind",
+               "partition", "compute", "comm", "exposed", "memory");
+  const double mib = double(1 << 20);
+  struct Kind {
+    double compute = 0, comm = 0, exposed = 0, bytes = 0;
+    unsigned ops = 0;
+  };
+  std::vector<std::pair<std::string, Kind>> kinds;
+  auto kindOf = [&](const std::string &k) -> Kind & {
+    for (auto &e : kinds)
+      if (e.first == k)
+        return e.second;
+    kinds.push_back({k, Kind()});
+    return kinds.back().second;
+  };
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    const OpReport &r = reports[i];
+    double compute = getCompute(r.cost);
+    double comm = std::max(0.0, r.seconds - compute);
+    Kind &k = kindOf(g.ops[i].layerKind.empty() ? "other" : g.ops[i].layerKind);
+    k.compute += compute;
+    k.comm += comm;
+    k.exposed += comm;
+    k.bytes += r.bytes;
+    ++k.ops;
+    if (g.layerOf[i] > 0)
+      continue;
+    std::string name = g.ops[i].name;
+    if (g.layerOf[i] == 0) {
+      name = problem.ops[g.original[i]].name;
+      if (problem.layers > 1)
+        name += " x" + std::to_string(problem.layers);
+    }
+    if (name.size() > 30)
+      name = name.substr(0, 27) + "...";
+    os << format("  %-30s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n",
+                 name.c_str(), g.ops[i].layerKind.c_str(),
+                 describePartition(g.ops[i], plan.partitions[i], mesh).c_str(),
+                 compute * 1e3, comm * 1e3, comm * 1e3, r.bytes / mib);
+  }
+  os << "by layer kind (all layers, per micro-batch):\n";
+  Kind total;
+  for (auto &[name, k] : kinds) {
+    os << format("  %-30s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n",
+                 name.c_str(), "", (std::to_string(k.ops) + " operators").c_str(),
+                 k.compute * 1e3, k.comm * 1e3, k.exposed * 1e3,
+                 k.bytes / mib);
+    total.compute += k.compute;
+    total.comm += k.comm;
+    total.exposed += k.exposed;
+    total.bytes += k.bytes;
+    total.ops += k.ops;
+  }
+  os << format("  %-30s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n", "total", "",
+               (std::to_string(total.ops) + " operators").c_str(),
+               total.compute * 1e3, total.comm * 1e3, total.exposed * 1e3,
+               total.bytes / mib);
+  printPlanTotals(os, plan.cost);
+}
+
+/// The affine slice rules of the temporal primitive as text (PrimePar).
+static const char *const kTemporalRules[3] = {
+    "(r, r + c + t, c)", "(r, r + c - 1, c + t)",
+    "(r + t, r + c - 1 + d, c - 1 + d)"};
+
+static json::Object specJSON(const Operator &op, const Partition &part,
+                             const Mesh &mesh) {
+  json::Array loops;
+  for (auto [d, l] : llvm::enumerate(op.loops)) {
+    json::Array axes;
+    for (unsigned a : part.loopAxes[d])
+      axes.push_back(mesh.axes[a].name);
+    loops.push_back(json::Object{{"name", l.name},
+                                 {"extent", l.extent},
+                                 {"reduction", l.kind == LoopKind::Reduction},
+                                 {"axes", std::move(axes)}});
+  }
+  json::Object spec{{"loops", std::move(loops)}};
+  if (part.temporal) {
+    const TemporalPrimitive &t = *part.temporal;
+    spec["temporal"] = json::Object{
+        {"row_axis", mesh.axes[t.rowAxis].name},
+        {"col_axis", mesh.axes[t.colAxis].name},
+        {"m", op.loops[t.mDim].name},
+        {"n", op.loops[t.nDim].name},
+        {"k", op.loops[t.kDim].name},
+        {"steps", mesh.axes[t.rowAxis].size}};
+  } else {
+    spec["temporal"] = nullptr;
+  }
+  return spec;
+}
+
+static json::Value planJSON(StringRef model, const Cluster &cluster,
+                            const Problem &problem, const FlatGraph &g,
+                            const stpar::analysis::BridgedProblem &bridged,
+                            const stpar::analysis::OperatorGraph &graph,
+                            const stpar::stp::OperatorNames &irNames,
+                            const SearchResult &result,
+                            ArrayRef<OpReport> reports) {
+  const Plan &plan = *result.best;
+  const Mesh &mesh = plan.config.mesh;
+  json::Array axes;
+  for (const MeshAxis &a : mesh.axes)
+    axes.push_back(json::Object{{"name", a.name}, {"size", a.size}});
+  json::Array ops, collectives, transfers, syncs;
+  double phase[3] = {0, 0, 0}, comm[2] = {0, 0};
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    const Operator &op = g.ops[i];
+    const Partition &part = plan.partitions[i];
+    const OpReport &r = reports[i];
+    const auto &gop = graph.ops[bridged.graphOpOfFlat[i]];
+    json::Object spec = specJSON(op, part, mesh);
+    json::Object phases;
+    const char *names[3] = {"forward", "input_grad", "weight_grad"};
+    double secs[3] = {r.cost.forward, r.cost.backwardInput,
+                      r.cost.backwardWeight};
+    for (unsigned k = 0; k < 3; ++k) {
+      json::Object ph{{"seconds", secs[k]}};
+      if (part.temporal)
+        ph["slice_rule"] = kTemporalRules[k];
+      phases[names[k]] = std::move(ph);
+      phase[k] += secs[k];
+    }
+    comm[0] += r.cost.forwardComm;
+    comm[1] += r.cost.backwardComm;
+    // The IR op by its stable name (never its position).
+    std::string irOp;
+    if (gop.sourceOp >= 0 && size_t(gop.sourceOp) < irNames.getOps().size())
+      irOp = irNames.getName(irNames.getOps()[gop.sourceOp]).str();
+    ops.push_back(json::Object{
+        {"name", op.name},
+        {"ir_op", irOp},
+        {"kind", getOpKindName(op.kind)},
+        {"layer_kind", op.layerKind},
+        {"layer", g.layerOf[i]},
+        {"section", getSectionName(g.sections[i])},
+        {"spec", std::move(spec)},
+        {"phases", std::move(phases)},
+        {"seconds_per_micro_batch", r.seconds},
+        {"compute_seconds", getCompute(r.cost)},
+        {"comm_seconds", std::max(0.0, r.seconds - getCompute(r.cost))},
+        {"memory_bytes", r.bytes},
+        {"transient_bytes", r.cost.transientBytes}});
+    if (r.cost.forwardComm > 0)
+      collectives.push_back(json::Object{{"op", op.name},
+                                         {"phase", "forward"},
+                                         {"kind", "all-reduce"},
+                                         {"bytes", r.outputBytes},
+                                         {"seconds", r.cost.forwardComm}});
+    if (r.cost.backwardComm > 0)
+      collectives.push_back(json::Object{{"op", op.name},
+                                         {"phase", "input_grad"},
+                                         {"kind", "all-reduce"},
+                                         {"bytes", r.inputBytes},
+                                         {"seconds", r.cost.backwardComm}});
+    if (part.temporal) {
+      int64_t q = mesh.axes[part.temporal->rowAxis].size;
+      transfers.push_back(json::Object{
+          {"op", op.name},
+          {"kind", "ring-shift"},
+          {"steps_per_phase", q},
+          {"bytes_per_step", (r.inputBytes + r.paramBytes) / double(q)},
+          {"overlapped", true}});
+    }
+    for (const GradientSync &s : r.syncs) {
+      json::Array sa;
+      for (unsigned a : s.axes)
+        sa.push_back(mesh.axes[a].name);
+      syncs.push_back(json::Object{{"op", op.name},
+                                   {"parameter", s.parameter},
+                                   {"bytes", s.bytes},
+                                   {"axes", std::move(sa)}});
+    }
+  }
+  json::Array notes;
+  for (const std::string &n : bridged.notes)
+    notes.push_back(n);
+  const PlanCost &c = plan.cost;
+  return json::Object{
+      {"format", "stpar-plan"},
+      {"version", 1},
+      {"model", model},
+      {"cluster", cluster.name},
+      {"devices", problem.devices},
+      {"mesh",
+       json::Object{{"axes", std::move(axes)},
+                    {"pipeline_stages", plan.config.getStages()},
+                    {"micro_batches", plan.config.microBatches},
+                    {"zero_stage", plan.config.zeroStage},
+                    {"recompute", plan.config.recompute}}},
+      {"search", json::Object{{"configurations", int64_t(result.configurations)},
+                              {"exact", result.stats.isExact()},
+                              {"layers", problem.layers}}},
+      {"operators", std::move(ops)},
+      {"collectives", std::move(collectives)},
+      {"transfers", std::move(transfers)},
+      {"gradient_sync", std::move(syncs)},
+      {"memory",
+       json::Object{{"states", c.stateBytes},
+                    {"activations", c.activationBytes},
+                    {"transient", c.transientBytes},
+                    {"total", c.getMemory()},
+                    {"limit", result.memoryLimit}}},
+      {"times",
+       json::Object{{"step", c.stepTime},
+                    {"pipeline", c.pipeline},
+                    {"bubble", c.bubble},
+                    {"relayout", c.relayout},
+                    {"exposed_sync", c.exposedSync},
+                    {"optimizer", c.optimizer},
+                    {"phases_per_micro_batch",
+                     json::Object{{"forward", phase[0]},
+                                  {"input_grad", phase[1]},
+                                  {"weight_grad", phase[2]},
+                                  {"forward_comm", comm[0]},
+                                  {"backward_comm", comm[1]}}}}},
+      {"notes", std::move(notes)}};
+}
+
+const char *const stpar::pipelines::kStrategyHelp =
+    "How the plan is chosen: search (default), spatial (no temporal "
+    "primitive), temporal (temporal primitive wherever it applies), "
+    "megatron, megatron-sp (with sequence parallelism), dp (data "
+    "parallelism)";
+
+Expected<std::vector<int64_t>> stpar::pipelines::parseMeshShape(StringRef text) {
+  std::vector<int64_t> shape;
+  SmallVector<StringRef> parts;
+  text.split(parts, 'x');
+  for (StringRef p : parts) {
+    int64_t v = 0;
+    if (p.getAsInteger(10, v) || v < 1)
+      return createStringError(inconvertibleErrorCode(),
+                               "bad mesh shape '" + text +
+                                   "' (expected sizes joined by 'x', e.g. "
+                                   "2x4)");
+    shape.push_back(v);
+  }
+  return shape;
+}
+
+SearchOptions stpar::pipelines::makeSearchOptions(unsigned maxMeshAxes,
+                                              bool exact, bool progress) {
+  SearchOptions opts;
+  opts.maxMeshAxes = maxMeshAxes;
+  if (!exact) {
+    opts.solver.maxCandidates = 24;
+    opts.solver.maxStates = 256;
+    opts.solver.maxFront = 3;
+  }
+  if (progress && sys::Process::StandardErrIsDisplayed())
+    opts.progress = [](size_t done, size_t total) {
+      errs() << "\rsearching: " << done << "/" << total << " configurations";
+      if (done == total)
+        errs() << "\n";
+    };
+  return opts;
+}
+
+Expected<int64_t> stpar::pipelines::checkPlanOptions(const PlanOptions &o,
+                                                     Cluster &cluster) {
+  static const char *const known[] = {"search",   "spatial",     "temporal",
+                                      "megatron", "megatron-sp", "dp"};
+  if (!is_contained(known, o.strategy))
+    return makeError("unknown --strategy '" + o.strategy + "' (" +
+                     kStrategyHelp + ")");
+  if (o.cluster.empty())
+    return makeError("no cluster given (--cluster, or cluster= of -stp-plan)");
+  Expected<Cluster> loaded = loadCluster(o.cluster);
+  if (!loaded)
+    return loaded.takeError();
+  cluster = std::move(*loaded);
+  int64_t meshDevices = 1;
+  for (int64_t s : o.mesh) {
+    if (s < 1)
+      return makeError("mesh sizes must be >= 1");
+    meshDevices *= s;
+  }
+  // Devices: --devices, else the --mesh product, else the whole cluster.
+  int64_t devices = o.devices > 0     ? o.devices
+                    : !o.mesh.empty() ? meshDevices
+                                      : cluster.getNumDevices();
+  if (devices > cluster.getNumDevices())
+    return makeError("the cluster '" + cluster.name + "' has " +
+                     Twine(cluster.getNumDevices()) +
+                     " devices; it cannot host " + Twine(devices));
+  if (devices > cluster.devicesPerNode && devices % cluster.devicesPerNode)
+    return makeError("the cluster '" + cluster.name + "' has " +
+                     Twine(cluster.devicesPerNode) +
+                     " devices per node; it cannot host " + Twine(devices) +
+                     " devices as whole nodes or part of one node");
+  if (!o.mesh.empty() && meshDevices != devices)
+    return makeError("--mesh has " + Twine(meshDevices) +
+                     " devices but the plan is for " + Twine(devices) +
+                     " (--devices)");
+  return devices;
+}
+
+/// The global batch: the `stp.dims` entry named `batchDim`, else the one
+/// whose name contains "batch".
+static Expected<int64_t> findBatch(mlir::ModuleOp module,
+                                   StringRef batchDim) {
+  auto dims = module->getAttrOfType<mlir::DictionaryAttr>(
+      stpar::stp::STPDialect::kDimsAttrName);
+  if (!dims)
+    return makeError("the module has no '" +
+                     stpar::stp::STPDialect::kDimsAttrName +
+                     "' attribute (the bound symbolic dims the ONNX importer "
+                     "records); the batch is unknown");
+  std::optional<mlir::NamedAttribute> found;
+  if (!batchDim.empty()) {
+    found = dims.getNamed(batchDim);
+    if (!found)
+      return makeError("--batch-dim " + batchDim + ": not bound with --dim " +
+                       batchDim + "=VALUE");
+  } else {
+    unsigned count = 0;
+    for (mlir::NamedAttribute d : dims)
+      if (StringRef(d.getName().getValue().lower()).contains("batch")) {
+        found = d;
+        ++count;
+      }
+    if (count != 1)
+      return makeError(Twine(count == 0 ? "no" : "more than one") +
+                       " bound --dim name contains 'batch'; name the batch "
+                       "dim with --batch-dim NAME");
+  }
+  int64_t batch = cast<mlir::IntegerAttr>(found->getValue()).getInt();
+  if (batch < 1)
+    return makeError("--dim " + found->getName().getValue() +
+                     ": the batch size must be >= 1");
+  return batch;
+}
+
+/// The model's file as the importer located the module.
+static std::string getModelName(mlir::ModuleOp module) {
+  std::string file;
+  module.getLoc()->walk([&](mlir::Location inner) {
+    if (auto fileLoc = dyn_cast<mlir::FileLineColLoc>(inner)) {
+      file = fileLoc.getFilename().str();
+      return mlir::WalkResult::interrupt();
+    }
+    return mlir::WalkResult::advance();
+  });
+  return file.empty() ? "module" : file;
+}
+
+Error stpar::pipelines::planModule(mlir::ModuleOp module,
+                                   const PlanOptions &o) {
+  Cluster cluster;
+  Expected<int64_t> devicesOr = checkPlanOptions(o, cluster);
+  if (!devicesOr)
+    return devicesOr.takeError();
+  int64_t devices = *devicesOr;
+  mlir::func::FuncOp func;
+  for (auto f : module.getOps<mlir::func::FuncOp>())
+    if (!f.isExternal()) {
+      if (func)
+        return makeError("the module has more than one function with a body");
+      func = f;
+    }
+  if (!func)
+    return makeError("the module has no function with a body");
+  Expected<int64_t> batch = findBatch(module, o.batchDim);
+  if (!batch)
+    return batch.takeError();
+  std::string model = getModelName(module);
+
+  stpar::analysis::ConversionOptions conversion;
+  conversion.batchSize = *batch;
+  mlir::FailureOr<stpar::analysis::OperatorGraph> graph =
+      stpar::analysis::convertToOperatorGraph(func, conversion);
+  if (mlir::failed(graph))
+    return makeError("the model cannot be costed (see the errors above)");
+  Expected<stpar::analysis::BridgedProblem> bridged =
+      stpar::analysis::buildSearchProblem(*graph, sys::path::stem(model),
+                                          o.cluster, devices);
+  if (!bridged)
+    return bridged.takeError();
+  Problem &problem = bridged->problem;
+  if (o.memoryLimit > 0)
+    problem.memoryLimit = o.memoryLimit;
+  auto note = [&](const std::string &text) {
+    if (o.notes)
+      *o.notes << model << ": note: " << text << "\n";
+    else
+      mlir::emitRemark(module.getLoc()) << text;
+  };
+  for (const std::string &text : graph->notes)
+    note(text);
+  for (const std::string &text : bridged->notes)
+    note(text);
+
+  EfficiencyModel eff = getDefaultEfficiency();
+  if (cluster.device.bf16 <= 0)
+    eff.dtype = DType::FP16;
+  SearchOptions opts = makeSearchOptions(o.maxMeshAxes, o.exact, o.progress);
+  opts.solver.space.temporal = o.strategy != "spatial";
+  opts.solver.space.onlyTemporal = o.strategy == "temporal";
+  if (!o.mesh.empty())
+    opts.meshShapes = {o.mesh};
+  if (!o.pipeline)
+    opts.pipeline = false;
+  Expected<SearchResult> result =
+      o.strategy == "megatron" || o.strategy == "megatron-sp"
+          ? searchMegatron(problem, cluster, eff, o.strategy == "megatron-sp",
+                           opts)
+      : o.strategy == "dp" ? searchZeRO(problem, cluster, eff, 0, o.mesh)
+                           : stpar::search::search(problem, cluster, eff, opts);
+  if (!result)
+    return result.takeError();
+  if (!result->best) {
+    if (result->configurations == 0 || !std::isfinite(result->smallestMemory))
+      return makeError("no '" + o.strategy + "' plan applies to " +
+                       Twine(devices) + " devices" +
+                       (o.mesh.empty() ? "" : " on the given --mesh") +
+                       " (e.g. the batch " + Twine(*batch) +
+                       " or another loop does not divide over the devices)");
+    return makeError(describeNoPlan(*result));
+  }
+  const Plan &plan = *result->best;
+  FlatGraph g = flatten(problem);
+  if (g.ops.size() != bridged->graphOpOfFlat.size())
+    return makeError("internal: flattened operators and graph operators "
+                     "differ");
+  Expected<std::vector<OpReport>> reports =
+      reportOps(g, problem, plan, cluster, eff);
+  if (!reports)
+    return reports.takeError();
+
+  if (raw_ostream *table = o.table) {
+    *table << "model " << model << " (" << graph->ops.size()
+           << " operators, " << problem.ops.size() << " planned"
+           << (problem.layers > 1 ||
+                       llvm::is_contained(problem.sections, Section::Layer)
+                   ? " with a layer block x" + std::to_string(problem.layers)
+                   : std::string())
+           << ") on " << devices << " devices of " << cluster.name << "\n";
+    *table << "batch " << *batch << " sequences per step; ";
+    if (o.strategy == "search" || o.strategy == "spatial" ||
+        o.strategy == "temporal")
+      *table << "searched " << result->configurations << " configurations"
+             << (result->stats.isExact() ? " (exact DP)" : " (capped DP)");
+    else
+      *table << "strategy " << o.strategy << " (" << plan.label << ")";
+    if (o.strategy != "search")
+      *table << ", --strategy " << o.strategy;
+    *table << "\n";
+    printONNXTable(*table, problem, g, plan, *reports);
+  }
+
+  // The plan goes into the IR as attributes (PlanAttributes.h); plan.json
+  // is read back from them.
+  stpar::stp::OperatorNames irNames(func.getBody().front());
+  json::Value searched = planJSON(model, cluster, problem, g, *bridged,
+                                  *graph, irNames, *result, *reports);
+  if (Error error = stpar::stp::applyPlan(module, searched, cluster,
+                                          stpar::stp::ApplyPlanOptions()))
+    return error;
+  if (o.compare && o.table)
+    printComparison(*o.table, problem, cluster, eff, opts, plan);
+  return Error::success();
+}
+
+void stpar::pipelines::printPlanFile(raw_ostream &os, const json::Value &plan,
+                                 StringRef path) {
+  const json::Object *root = plan.getAsObject();
+  if (!root)
+    return;
+  os << "plan " << path << " (read back; times and memory as the file "
+     << "states them)\n";
+  if (const json::Object *mesh = root->getObject("mesh")) {
+    os << "mesh";
+    if (const json::Array *axes = mesh->getArray("axes"))
+      for (const json::Value &a : *axes)
+        if (const json::Object *ao = a.getAsObject())
+          os << " " << ao->getString("name").value_or("?") << "="
+             << ao->getInteger("size").value_or(0);
+    os << ", micro-batches " << mesh->getInteger("micro_batches").value_or(1)
+       << ", ZeRO stage " << mesh->getInteger("zero_stage").value_or(0)
+       << "\n";
+  }
+  if (const json::Object *times = root->getObject("times"))
+    os << format("step time %.3f ms", times->getNumber("step").value_or(0) * 1e3);
+  if (const json::Object *memory = root->getObject("memory"))
+    os << format(", memory per device %.3f GiB",
+                 memory->getNumber("total").value_or(0) / kGiB);
+  os << "\n";
+  os << format("  %-40s %-10s %-44s %12s %10s\n", "operator", "kind",
+               "partition", "ms/micro-b", "MiB");
+  const json::Array *ops = root->getArray("operators");
+  if (!ops)
+    return;
+  for (const json::Value &v : *ops) {
+    const json::Object *op = v.getAsObject();
+    if (!op)
+      continue;
+    std::string words;
+    const json::Object *spec = op->getObject("spec");
+    if (const json::Array *loops = spec ? spec->getArray("loops") : nullptr)
+      for (const json::Value &lv : *loops) {
+        const json::Object *l = lv.getAsObject();
+        const json::Array *axes = l ? l->getArray("axes") : nullptr;
+        if (!axes || axes->empty())
+          continue;
+        words += (words.empty() ? "" : " ") +
+                 l->getString("name").value_or("?").str() + "{";
+        for (auto [i, a] : llvm::enumerate(*axes))
+          words += (i ? "," : "") + a.getAsString().value_or("?").str();
+        words += "}";
+      }
+    if (const json::Object *t = spec ? spec->getObject("temporal") : nullptr)
+      words += (words.empty() ? "" : " ") + ("temporal(" +
+               t->getString("row_axis").value_or("?") + "," +
+               t->getString("col_axis").value_or("?") + ": m=" +
+               t->getString("m").value_or("?") + " n=" +
+               t->getString("n").value_or("?") + " k=" +
+               t->getString("k").value_or("?") + ")").str();
+    if (words.empty())
+      words = "replicated";
+    std::string name = op->getString("name").value_or("?").str();
+    os << format("  %-40s %-10s %-44s %12.4f %10.3f\n", name.c_str(),
+                 op->getString("layer_kind").value_or("").str().c_str(),
+                 words.c_str(),
+                 op->getNumber("seconds_per_micro_batch").value_or(0) * 1e3,
+                 op->getNumber("memory_bytes").value_or(0) / (1 << 20));
+  }
+}
