@@ -32,6 +32,7 @@ void stpar::pipelines::buildPlanningPipeline(
 void stpar::pipelines::buildPartitioningPipeline(
     OpPassManager &pm, const CompilePipelineOptions &) {
   pm.addPass(stpar::stp::createPartitionPass());
+  pm.addPass(stpar::stp::createPlanMemoryPass());
 }
 
 void stpar::pipelines::buildCompilePipeline(
@@ -85,7 +86,7 @@ void stpar::pipelines::registerPipelines() {
   PassPipelineRegistration<CompilePipelineTextOptions>(
       "stp-compile-pipeline",
       "The stpar pipeline: -stp-normalize, -stp-plan (or -stp-apply-plan "
-      "with plan=), -stp-partition (docs/pipeline.md)",
+      "with plan=), -stp-partition, -stp-plan-memory (docs/pipeline.md)",
       [](OpPassManager &pm, const CompilePipelineTextOptions &text) {
         CompilePipelineOptions options;
         options.plan.cluster = text.cluster;

@@ -18,7 +18,9 @@
 #include "stpar/Target/Emit.h"
 
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
+#include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/IR/STPOps.h"
+#include "stpar/Dialect/STP/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -31,6 +33,7 @@
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -230,6 +233,7 @@ private:
   LogicalResult emitCollective(Operation *op);
   LogicalResult emitFor(scf::ForOp op);
   std::string newTensor(Value v, StringRef init = "");
+  std::string arenaOffset(Value v);
   std::string groupAxes(ArrayRef<int16_t> axes);
   std::string blockOffsets(RankedTensorType local, const SplitAxes &split);
 
@@ -248,10 +252,10 @@ private:
   /// cuda: values written on the communication stream whose event the
   /// compute stream has not waited for yet.
   llvm::MapVector<Value, int> pending;
-  /// Double buffers of the shifts in the loop being printed.
-  DenseMap<Operation *, std::string> doubleBuffers;
   std::string loopParity;
   std::string ioInputs, ioOutputs;
+  /// The first value without a buffer of the memory plan (an error).
+  Value unplanned;
   /// The grid-axes groups the collectives use, in first-use order: their
   /// communicators are created (collectively) before the body runs.
   llvm::SetVector<std::string, std::vector<std::string>,
@@ -259,15 +263,41 @@ private:
       commGroups;
 };
 
+/// The arena offset -stp-plan-memory gave `v` (a C++ expression: a
+/// loop-carried value alternates between its even- and odd-step buffers).
+std::string Printer::arenaOffset(Value v) {
+  auto result = dyn_cast<OpResult>(v);
+  DenseI64ArrayAttr even, odd;
+  if (result) {
+    even = result.getOwner()->getAttrOfType<DenseI64ArrayAttr>(
+        stp::STPDialect::kBuffersAttrName);
+    odd = result.getOwner()->getAttrOfType<DenseI64ArrayAttr>(
+        stp::STPDialect::kOddBuffersAttrName);
+  }
+  unsigned i = result ? result.getResultNumber() : 0;
+  if (!even || i >= even.size() || even[i] < 0) {
+    if (!unplanned)
+      unplanned = v;
+    return "0ULL";
+  }
+  std::string e = std::to_string(even[i]) + "ULL";
+  if (odd && i < odd.size() && odd[i] >= 0 && !loopParity.empty())
+    return "(" + loopParity + " ? " + std::to_string(odd[i]) + "ULL : " + e +
+           ")";
+  return e;
+}
+
 std::string Printer::newTensor(Value v, StringRef init) {
   auto type = tensorType(v);
   auto info = getElementInfo(type.getElementType());
+  std::string offset = arenaOffset(v);
   std::string n = define(v);
   if (!init.empty())
-    line() << "auto " << n << " = stpar_rt::clone(ctx, " << init << ");\n";
+    line() << "auto " << n << " = stpar_rt::cloneAt(ctx, " << offset << ", "
+           << init << ");\n";
   else
-    line() << "auto " << n << " = stpar_rt::alloc<" << info->storage
-           << ">(ctx, " << type.getNumElements() << ");\n";
+    line() << "auto " << n << " = stpar_rt::at<" << info->storage
+           << ">(ctx, " << offset << ", " << type.getNumElements() << ");\n";
   return n;
 }
 
@@ -953,17 +983,9 @@ LogicalResult Printer::emitCollective(Operation *op) {
            << ", " << slice.getSliceAxis().getSExtValue() << ");\n";
     return success();
   }
-  // Result buffer (a shift in a double-buffered loop writes its double
-  // buffer).
+  // Result buffer (in a loop, a carried value's even- or odd-step buffer).
   Value result = op->getResult(0);
-  std::string out;
-  if (auto it = doubleBuffers.find(op); it != doubleBuffers.end()) {
-    out = define(result);
-    line() << "auto " << out << " = " << it->second << "[" << loopParity
-           << "]; // double buffer\n";
-  } else {
-    out = newTensor(result);
-  }
+  std::string out = newTensor(result);
   std::string type = info->mpiOrNccl;
 
   if (!cuda) {
@@ -1192,21 +1214,9 @@ LogicalResult Printer::emitFor(scf::ForOp op) {
   }
   std::string iv = define(op.getInductionVar());
   std::string step = "step" + std::to_string(nextId++);
-  // Double buffers for the shifts of the next step's operands.
-  DenseMap<Operation *, std::string> saved = doubleBuffers;
+  // The memory plan gives carried values (the temporal primitive's double
+  // buffers among them) an even- and an odd-step buffer.
   std::string savedParity = loopParity;
-  for (Operation &inner : op.getBody()->without_terminator()) {
-    if (!inner.hasAttr("stp.double_buffer") || !isa<shard::ShiftOp>(inner))
-      continue;
-    auto t = tensorType(inner.getResult(0));
-    auto info = getElementInfo(t.getElementType());
-    std::string db = "db" + std::to_string(nextId++);
-    line() << "stpar_rt::Tensor<" << info->storage << "> " << db
-           << "[2] = {stpar_rt::alloc<" << info->storage << ">(ctx, "
-           << t.getNumElements() << "), stpar_rt::alloc<" << info->storage
-           << ">(ctx, " << t.getNumElements() << ")};\n";
-    doubleBuffers[&inner] = db;
-  }
   loopParity = step + " & 1";
   line() << "int64_t " << step << " = 0;\n";
   line() << "for (int64_t " << iv << " = " << name(op.getLowerBound()) << "; "
@@ -1217,7 +1227,6 @@ LogicalResult Printer::emitFor(scf::ForOp op) {
     return failure();
   --indent;
   line() << "}\n";
-  doubleBuffers = saved;
   loopParity = savedParity;
   for (auto [res, it] : llvm::zip(op.getResults(), iters)) {
     std::string n = define(res);
@@ -1264,8 +1273,9 @@ LogicalResult Printer::emitOp(Operation *op) {
             return intLiteral(i.getValue().getSExtValue());
           };
           if (dense.isSplat()) {
-            line() << "auto " << n << " = stpar_rt::full<" << info->storage
-                   << ">(ctx, " << t.getNumElements() << ", "
+            line() << "auto " << n << " = stpar_rt::fullAt<" << info->storage
+                   << ">(ctx, " << arenaOffset(c.getResult()) << ", "
+                   << t.getNumElements() << ", "
                    << lit(dense.getSplatValue<Attribute>()) << ");\n";
             return success();
           }
@@ -1278,8 +1288,9 @@ LogicalResult Printer::emitOp(Operation *op) {
               constOs << "\n    ";
           }
           constOs << "};\n";
-          line() << "auto " << n << " = stpar_rt::fromHost<" << info->storage
-                 << ">(ctx, " << k << ", " << t.getNumElements() << ");\n";
+          line() << "auto " << n << " = stpar_rt::fromHostAt<"
+                 << info->storage << ">(ctx, " << arenaOffset(c.getResult())
+                 << ", " << k << ", " << t.getNumElements() << ");\n";
           return success();
         }
         std::string expr;
@@ -1350,8 +1361,10 @@ LogicalResult Printer::emitOp(Operation *op) {
         if (!t)
           return unsupported();
         auto info = getElementInfo(t.getElementType());
-        line() << "auto " << define(f.getResult(0)) << " = stpar_rt::full<"
-               << info->storage << ">(ctx, " << t.getNumElements() << ", "
+        std::string offset = arenaOffset(f.getResult(0));
+        line() << "auto " << define(f.getResult(0)) << " = stpar_rt::fullAt<"
+               << info->storage << ">(ctx, " << offset << ", "
+               << t.getNumElements() << ", "
                << "static_cast<" << info->storage << ">("
                << name(f.getInputs()[0]) << "));\n";
         return success();
@@ -1546,6 +1559,28 @@ std::string jsonEntry(StringRef name, StringRef file, StringRef dtype,
 }
 
 LogicalResult Printer::emitFunction() {
+  // The arena of the memory plan (-stp-plan-memory): the rank's one
+  // allocation.
+  auto arena = func->getAttrOfType<DictionaryAttr>(
+      stp::STPDialect::kArenaAttrName);
+  auto argBuffers = func->getAttrOfType<DenseI64ArrayAttr>(
+      stp::STPDialect::kArgBuffersAttrName);
+  if (!arena || !argBuffers ||
+      argBuffers.size() != static_cast<int64_t>(func.getNumArguments()))
+    return func.emitError("cannot emit: the function has no memory plan "
+                          "(run -stp-plan-memory)");
+  auto total = [&](StringRef key) {
+    auto v = arena.getAs<IntegerAttr>(key);
+    return std::to_string(v ? v.getInt() : 0) + "ULL";
+  };
+  line() << "// Memory plan: arena " << total("arena") << " bytes, arguments "
+         << total("arguments") << ", intermediates' live peak "
+         << total("live_peak") << ".\n";
+  line() << "ctx.reserveArena(" << total("arena") << ", " << total("arguments")
+         << ", " << total("live_peak") << ");\n";
+  auto argOffset = [&](BlockArgument arg) {
+    return std::to_string(argBuffers[arg.getArgNumber()]) + "ULL";
+  };
   int inputIndex = 0;
   for (BlockArgument arg : func.getArguments()) {
     auto local = tensorType(arg);
@@ -1579,7 +1614,8 @@ LogicalResult Printer::emitFunction() {
       // model's external data, or the .onnx file for embedded raw data).
       StringRef file = param.getFile() ? param.getFile().getValue() : "";
       line() << "auto " << n << " = stpar_rt::loadParam<" << info->storage
-             << ">(ctx, " << jsonString(param.getName().getValue()) << ", "
+             << ">(ctx, " << argOffset(arg) << ", "
+             << jsonString(param.getName().getValue()) << ", "
              << jsonString(file) << ", " << param.getOffset() << "ULL, "
              << shapeLiteral(global) << ", "
              << shapeLiteral(local.getShape()) << ", "
@@ -1593,7 +1629,8 @@ LogicalResult Printer::emitFunction() {
     line() << "// %arg" << arg.getArgNumber() << ": input " << inputIndex
            << " " << onnxName << "\n";
     line() << "auto " << n << " = stpar_rt::loadInput<" << info->storage
-           << ">(ctx, " << inputIndex << ", " << shapeLiteral(global) << ", "
+           << ">(ctx, " << argOffset(arg) << ", " << inputIndex << ", "
+           << shapeLiteral(global) << ", "
            << shapeLiteral(local.getShape()) << ", "
            << blockOffsets(local, *split) << ");\n";
     if (!ioInputs.empty())
@@ -1714,6 +1751,13 @@ FailureOr<EmittedProgram> Printer::run() {
   }
   if (failed(emitFunction()))
     return failure();
+  if (unplanned) {
+    Operation *owner = unplanned.getDefiningOp();
+    return (owner ? owner->emitError() : func.emitError())
+               << "cannot emit: a tensor has no buffer in the memory plan "
+                  "(run -stp-plan-memory after the last change)",
+           failure();
+  }
 
   EmittedProgram p;
   p.sourceName = cuda ? "program.cu" : "program.cpp";
@@ -1770,7 +1814,18 @@ LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
              << getEmitTargetName(target)
              << " target (it has no linalg.generic form)";
   }
-  return success();
+  // The memory plan of the ops as they are printed (-stp-plan-memory,
+  // again when the generalization above replaced planned ops).
+  bool planned = true;
+  module.walk([&](func::FuncOp f) {
+    if (!f.isExternal() && !f->hasAttr(stp::STPDialect::kArenaAttrName))
+      planned = false;
+  });
+  if (named.empty() && planned)
+    return success();
+  PassManager pm(module.getContext());
+  pm.addPass(stp::createPlanMemoryPass());
+  return pm.run(module);
 }
 
 FailureOr<EmittedProgram> emitProgram(ModuleOp module, EmitTarget target) {

@@ -163,6 +163,38 @@ private:
   std::map<std::string, std::FILE *> files;
 };
 
+/// The rank's one arena (docs/emitted-code.md, "Memory"): every tensor of
+/// the program is a view at the byte offset -stp-plan-memory chose.
+struct Arena {
+  char *base = nullptr;
+  /// The plan's totals (bytes): the arena, the arguments in it, the most
+  /// intermediate bytes live at one step.
+  uint64_t bytes = 0, arguments = 0, livePeak = 0;
+  /// The highest byte used so far.
+  uint64_t touched = 0;
+
+  char *at(uint64_t offset, uint64_t size) {
+    if (offset + size > bytes)
+      fatal("arena overflow: " + std::to_string(size) + " bytes at " +
+            std::to_string(offset) + " of " + std::to_string(bytes));
+    if (offset + size > touched)
+      touched = offset + size;
+    return base + offset;
+  }
+  /// One line on stderr (rank 0): the plan and what the run used.
+  void report(int rank) const {
+    if (rank != 0 || !base)
+      return;
+    std::fprintf(stderr,
+                 "stpar_program: arena %llu bytes per rank (arguments %llu, "
+                 "intermediates' live peak %llu), %llu bytes used\n",
+                 static_cast<unsigned long long>(bytes),
+                 static_cast<unsigned long long>(arguments),
+                 static_cast<unsigned long long>(livePeak),
+                 static_cast<unsigned long long>(touched));
+  }
+};
+
 /// Reads this rank's block of `INDIR/input_<index>.bin`.
 inline void readInput(const Options &o, int index, size_t elementSize,
                       const Shape &global, const Shape &local,

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -97,9 +98,23 @@ public:
       weights.open(options.weights);
   }
   ~Context() {
+    arena.report(rank);
+    std::free(arena.base);
     for (auto &entry : comms)
       MPI_Comm_free(&entry.second);
     MPI_Finalize();
+  }
+
+  /// Allocates the arena of the memory plan (one allocation per rank).
+  void reserveArena(uint64_t bytes, uint64_t arguments, uint64_t livePeak) {
+    size_t rounded = (std::max<uint64_t>(bytes, 1) + 255) / 256 * 256;
+    arena.base = static_cast<char *>(std::aligned_alloc(256, rounded));
+    if (!arena.base)
+      fatal("cannot allocate the arena of " + std::to_string(bytes) +
+            " bytes");
+    arena.bytes = bytes;
+    arena.arguments = arguments;
+    arena.livePeak = livePeak;
   }
 
   /// Linear index of this device among the group over `axes` (major
@@ -156,6 +171,7 @@ public:
   int rank = 0, size = 1;
   Options options;
   Weights weights;
+  Arena arena;
 
 private:
   std::map<Shape, MPI_Comm> comms;
@@ -561,19 +577,55 @@ template <typename T> Tensor<T> full(Context &, int64_t n, T v) { return full(n,
 template <typename T> T readScalar(Context &, const Tensor<T> &t, int64_t i) {
   return t.data()[i];
 }
+/// A tensor of `n` elements at byte `offset` of the arena (a view: the
+/// arena owns the memory), zero-filled.
+template <typename T> Tensor<T> at(Context &ctx, uint64_t offset, int64_t n) {
+  Tensor<T> t;
+  t.size = n;
+  T *p = reinterpret_cast<T *>(
+      ctx.arena.at(offset, sizeof(T) * std::max<int64_t>(n, 1)));
+  std::fill(p, p + n, T());
+  t.buffer = std::shared_ptr<T>(std::shared_ptr<T>(), p);
+  return t;
+}
+/// A copy of `src` at byte `offset` of the arena.
 template <typename T>
-Tensor<T> loadParam(Context &ctx, const char *name, const char *file,
-                    uint64_t offset, const Shape &global, const Shape &local,
-                    const Shape &offsets) {
-  Tensor<T> t = alloc<T>(numElements(local));
+Tensor<T> cloneAt(Context &ctx, uint64_t offset, const Tensor<T> &src) {
+  Tensor<T> t;
+  t.size = src.size;
+  T *p = reinterpret_cast<T *>(
+      ctx.arena.at(offset, sizeof(T) * std::max<int64_t>(src.size, 1)));
+  if (p != src.data())
+    std::copy(src.data(), src.data() + src.size, p);
+  t.buffer = std::shared_ptr<T>(std::shared_ptr<T>(), p);
+  return t;
+}
+template <typename T>
+Tensor<T> fullAt(Context &ctx, uint64_t offset, int64_t n, T v) {
+  Tensor<T> t = at<T>(ctx, offset, n);
+  std::fill(t.data(), t.data() + n, v);
+  return t;
+}
+template <typename T>
+Tensor<T> fromHostAt(Context &ctx, uint64_t offset, const T *v, int64_t n) {
+  Tensor<T> t = at<T>(ctx, offset, n);
+  std::copy(v, v + n, t.data());
+  return t;
+}
+template <typename T>
+Tensor<T> loadParam(Context &ctx, uint64_t at_, const char *name,
+                    const char *file, uint64_t offset, const Shape &global,
+                    const Shape &local, const Shape &offsets) {
+  Tensor<T> t = at<T>(ctx, at_, numElements(local));
   ctx.weights.read(name, file, offset, sizeof(T), global, local, offsets,
                    t.data());
   return t;
 }
 template <typename T>
-Tensor<T> loadInput(Context &ctx, int index, const Shape &global,
-                    const Shape &local, const Shape &offsets) {
-  Tensor<T> t = alloc<T>(numElements(local));
+Tensor<T> loadInput(Context &ctx, uint64_t at_, int index,
+                    const Shape &global, const Shape &local,
+                    const Shape &offsets) {
+  Tensor<T> t = at<T>(ctx, at_, numElements(local));
   readInput(ctx.options, index, sizeof(T), global, local, offsets, t.data());
   return t;
 }

@@ -156,6 +156,9 @@ public:
   }
   ~Context() {
     cudaDeviceSynchronize();
+    arena.report(rank);
+    if (arena.base)
+      cudaFree(arena.base);
     for (auto &entry : comms)
       ncclCommDestroy(entry.second);
     ncclCommDestroy(world);
@@ -165,6 +168,15 @@ public:
     cudaStreamDestroy(compute);
     cudaStreamDestroy(comm);
     MPI_Finalize();
+  }
+
+  /// Allocates the arena of the memory plan: the program's only
+  /// cudaMalloc (docs/emitted-code.md, "Memory").
+  void reserveArena(uint64_t bytes, uint64_t arguments, uint64_t livePeak) {
+    STP_CUDA(cudaMalloc(&arena.base, std::max<uint64_t>(bytes, 1)));
+    arena.bytes = bytes;
+    arena.arguments = arguments;
+    arena.livePeak = livePeak;
   }
 
   int64_t groupIndex(const Shape &axes) const {
@@ -224,6 +236,7 @@ public:
   std::vector<cudaEvent_t> events;
   ncclComm_t world = nullptr;
   cublasHandle_t blas = nullptr;
+  Arena arena;
 
 private:
   std::map<Shape, ncclComm_t> comms;
@@ -245,12 +258,48 @@ template <typename T> Tensor<T> alloc(Context &ctx, int64_t n) {
 }
 /// An uninitialized buffer for the communication stream's temporaries (no
 /// memset on the compute stream that the communication stream would race).
-template <typename T> Tensor<T> scratch(Context &, int64_t n) {
+/// It comes from the device's stream-ordered memory pool on the
+/// communication stream (no cudaMalloc), and goes back to it there.
+template <typename T> Tensor<T> scratch(Context &ctx, int64_t n) {
   Tensor<T> t;
   t.size = n;
   T *p = nullptr;
-  STP_CUDA(cudaMalloc(&p, sizeof(T) * std::max<int64_t>(n, 1)));
-  t.buffer = std::shared_ptr<T>(p, [](T *q) { cudaFree(q); });
+  cudaStream_t stream = ctx.comm;
+  STP_CUDA(cudaMallocAsync(reinterpret_cast<void **>(&p),
+                           sizeof(T) * std::max<int64_t>(n, 1), stream));
+  t.buffer = std::shared_ptr<T>(p, [stream](T *q) { cudaFreeAsync(q, stream); });
+  return t;
+}
+/// A tensor of `n` elements at byte `offset` of the arena (a view: the
+/// arena owns the memory), zero-filled on the compute stream.
+template <typename T> Tensor<T> at(Context &ctx, uint64_t offset, int64_t n) {
+  Tensor<T> t;
+  t.size = n;
+  size_t bytes = sizeof(T) * std::max<int64_t>(n, 1);
+  T *p = reinterpret_cast<T *>(ctx.arena.at(offset, bytes));
+  STP_CUDA(cudaMemsetAsync(p, 0, bytes, ctx.compute));
+  t.buffer = std::shared_ptr<T>(std::shared_ptr<T>(), p);
+  return t;
+}
+template <typename T>
+Tensor<T> cloneAt(Context &ctx, uint64_t offset, const Tensor<T> &src) {
+  Tensor<T> t;
+  t.size = src.size;
+  T *p = reinterpret_cast<T *>(
+      ctx.arena.at(offset, sizeof(T) * std::max<int64_t>(src.size, 1)));
+  if (p != src.data())
+    STP_CUDA(cudaMemcpyAsync(p, src.data(), sizeof(T) * src.size,
+                             cudaMemcpyDeviceToDevice, ctx.compute));
+  t.buffer = std::shared_ptr<T>(std::shared_ptr<T>(), p);
+  return t;
+}
+template <typename T>
+Tensor<T> fromHostAt(Context &ctx, uint64_t offset, const T *values,
+                     int64_t n) {
+  Tensor<T> t = at<T>(ctx, offset, n);
+  STP_CUDA(cudaMemcpyAsync(t.data(), values, sizeof(T) * n,
+                           cudaMemcpyHostToDevice, ctx.compute));
+  STP_CUDA(cudaStreamSynchronize(ctx.compute));
   return t;
 }
 template <typename T> Tensor<T> clone(Context &ctx, const Tensor<T> &src) {
@@ -278,6 +327,13 @@ template <typename T> Tensor<T> full(Context &ctx, int64_t n, T value) {
   STP_CUDA(cudaGetLastError());
   return t;
 }
+template <typename T>
+Tensor<T> fullAt(Context &ctx, uint64_t offset, int64_t n, T value) {
+  Tensor<T> t = at<T>(ctx, offset, n);
+  fillKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(t.data(), n, value);
+  STP_CUDA(cudaGetLastError());
+  return t;
+}
 template <typename T> T readScalar(Context &ctx, const Tensor<T> &t, int64_t i) {
   T v;
   STP_CUDA(cudaStreamSynchronize(ctx.compute));
@@ -285,20 +341,23 @@ template <typename T> T readScalar(Context &ctx, const Tensor<T> &t, int64_t i) 
   return v;
 }
 template <typename T>
-Tensor<T> loadParam(Context &ctx, const char *name, const char *file,
-                    uint64_t offset, const Shape &global, const Shape &local,
-                    const Shape &offsets) {
+Tensor<T> loadParam(Context &ctx, uint64_t at_, const char *name,
+                    const char *file, uint64_t offset, const Shape &global,
+                    const Shape &local, const Shape &offsets) {
   std::vector<T> host(numElements(local));
   ctx.weights.read(name, file, offset, sizeof(T), global, local, offsets,
                    host.data());
-  return fromHost(ctx, host.data(), static_cast<int64_t>(host.size()));
+  return fromHostAt(ctx, at_, host.data(),
+                    static_cast<int64_t>(host.size()));
 }
 template <typename T>
-Tensor<T> loadInput(Context &ctx, int index, const Shape &global,
-                    const Shape &local, const Shape &offsets) {
+Tensor<T> loadInput(Context &ctx, uint64_t at_, int index,
+                    const Shape &global, const Shape &local,
+                    const Shape &offsets) {
   std::vector<T> host(numElements(local));
   readInput(ctx.options, index, sizeof(T), global, local, offsets, host.data());
-  return fromHost(ctx, host.data(), static_cast<int64_t>(host.size()));
+  return fromHostAt(ctx, at_, host.data(),
+                    static_cast<int64_t>(host.size()));
 }
 template <typename T>
 void storeOutput(Context &ctx, int index, const Tensor<T> &t) {

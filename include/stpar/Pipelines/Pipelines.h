@@ -11,6 +11,7 @@
 //   -stp-normalize                   composites (LayerNorm, GELU, attention)
 //   -stp-plan | -stp-apply-plan      the plan as attributes
 //   -stp-partition                   the per-device SPMD program
+//   -stp-plan-memory                 one arena per rank, every buffer's offset
 //
 // Emission (C++/CUDA text) is a translation on the partitioned module
 // (stpar-translate --stp-to-cpu / --stp-to-cuda; `stpar compile` writes
@@ -45,7 +46,7 @@ struct CompilePipelineOptions {
 void buildPlanningPipeline(mlir::OpPassManager &pm,
                            const CompilePipelineOptions &options);
 
-/// Adds the stages after the plan: -stp-partition.
+/// Adds the stages after the plan: -stp-partition, -stp-plan-memory.
 void buildPartitioningPipeline(mlir::OpPassManager &pm,
                                const CompilePipelineOptions &options);
 

@@ -213,7 +213,7 @@ module attributes {stp.mesh = 3} {}
 
 // -----
 
-// expected-error @+1 {{unknown stp attribute 'stp.planned' (expected 'stp.mesh', 'stp.spec', 'stp.composite', 'stp.group', 'stp.plan', 'stp.plan_ops', 'stp.dims' or a marker of the partitioned program)}}
+// expected-error @+1 {{unknown stp attribute 'stp.planned' (expected 'stp.mesh', 'stp.spec', 'stp.composite', 'stp.group', 'stp.plan', 'stp.plan_ops', 'stp.dims', a memory-plan attribute or a marker of the partitioned program)}}
 module attributes {stp.planned = 3} {}
 
 // -----

@@ -16,6 +16,7 @@
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/Operation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 
 using namespace mlir;
 using namespace stpar::stp;
@@ -126,6 +127,32 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
                                << "' must be an array of dictionaries";
     return success();
   }
+  if (name == kBuffersAttrName || name == kOddBuffersAttrName ||
+      name == kArgBuffersAttrName) {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!offsets || llvm::any_of(offsets.asArrayRef(),
+                                 [](int64_t o) { return o < -1; }))
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be an array<i64> of offsets >= -1";
+    unsigned expected = name == kArgBuffersAttrName
+                            ? (isa<FunctionOpInterface>(op)
+                                   ? cast<FunctionOpInterface>(op)
+                                         .getNumArguments()
+                                   : 0)
+                            : op->getNumResults();
+    if (offsets.size() != expected)
+      return op->emitOpError()
+             << "attribute '" << name << "' has " << offsets.size()
+             << " offsets for " << expected
+             << (name == kArgBuffersAttrName ? " arguments" : " results");
+    return success();
+  }
+  if (name == kArenaAttrName) {
+    if (!isa<DictionaryAttr>(attr.getValue()))
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be a dictionary";
+    return success();
+  }
   if (name == kDimsAttrName) {
     auto dims = dyn_cast<DictionaryAttr>(attr.getValue());
     if (!dims || !llvm::all_of(dims, [](NamedAttribute d) {
@@ -142,7 +169,7 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
                            << kSpecAttrName << "', '" << kCompositeAttrName
                            << "', '" << kGroupAttrName << "', '" << kPlanAttrName
                            << "', '" << kPlanOpsAttrName << "', '" << kDimsAttrName
-                           << "' or a marker of "
+                           << "', a memory-plan attribute or a marker of "
                            << "the partitioned program)";
 }
 

@@ -98,6 +98,23 @@ def STP_Dialect : Dialect {
     /// the importer bound them (`--dim NAME=VALUE`), e.g. {batch = 8, seq =
     /// 64}; -stp-plan reads the batch (the global batch of one step) here.
     static constexpr ::llvm::StringLiteral kDimsAttrName = "stp.dims";
+    /// Op attribute (array<i64>): the byte offset in the rank's arena of
+    /// each result's buffer (-1: the result has none, e.g. a view); set by
+    /// -stp-plan-memory.
+    static constexpr ::llvm::StringLiteral kBuffersAttrName = "stp.buffers";
+    /// Op attribute (array<i64>): for results carried to the next step of
+    /// an scf.for, the second (odd-step) buffer of each result (-1: none).
+    static constexpr ::llvm::StringLiteral kOddBuffersAttrName =
+        "stp.odd_buffers";
+    /// Function attribute (array<i64>): the arena offset of each argument's
+    /// buffer (-1: a scalar).
+    static constexpr ::llvm::StringLiteral kArgBuffersAttrName =
+        "stp.arg_buffers";
+    /// Function attribute (dictionary): the memory plan's totals in bytes:
+    /// `arena` (the arena's size), `arguments` (parameters and inputs),
+    /// `buffers` (all buffers: the bytes without reuse), `live_peak` (the
+    /// most bytes of intermediates live at one step).
+    static constexpr ::llvm::StringLiteral kArenaAttrName = "stp.arena";
 
     void registerOps();
 

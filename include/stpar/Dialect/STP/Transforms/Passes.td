@@ -198,6 +198,43 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
   ];
 }
 
+def PlanMemoryPass : Pass<"stp-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Give every buffer of the per-rank program a place in one arena";
+  let description = [{
+    A static memory plan for the program `stpar emit` prints: every tensor
+    the program holds gets a byte offset in one arena per rank, so the
+    program makes one allocation (cuda: one `cudaMalloc`) instead of one
+    per tensor, and buffers whose lifetimes do not overlap share memory.
+
+    - Buffers: each function argument (parameters and inputs, live for the
+      whole step) and each tensor result of an op that makes a new tensor;
+      views (`tensor.expand_shape`, `collapse_shape`, `cast`, `reshape`)
+      and `scf.for` results share the buffer they view.
+    - Lifetimes, in the order of the function body's ops: from the defining
+      op to the last use of the buffer or of any view of it. Everything
+      inside an `scf.for` counts as the loop's step. A collective's input
+      lives until the last use of the collective's result (the program
+      waits for an asynchronous transfer at its result's first use, and the
+      transfer reads its input until then); an unused result, until the end
+      of its block. Returned values live to the end.
+    - A value an `scf.for` carries to its next step (an `scf.yield`
+      operand) gets two buffers, used on even and odd steps, so a step
+      never overwrites the value it reads (the double buffers of the
+      temporal primitive's ring shifts are the same mechanism); both live
+      until the last use of the loop's result.
+    - Placement: greedy by size, largest first, each at the lowest offset
+      (256-byte aligned) free over its whole lifetime.
+
+    Writes `stp.buffers` (and `stp.odd_buffers`) on the ops,
+    `stp.arg_buffers` on the function and `stp.arena = {arena, arguments,
+    buffers, live_peak}` (bytes) on it: the arena's size, the arguments'
+    bytes, the bytes of all buffers (the memory without reuse) and the most
+    intermediate bytes live at one step (with the arguments, a lower bound
+    of any placement). `-stp-partition`'s output is the usual input; an
+    unpartitioned module works too. Running it again replaces the plan.
+  }];
+}
+
 def ApplyPlanPass : Pass<"stp-apply-plan", "::mlir::ModuleOp"> {
   let summary = "Attach a plan file (plan.json) to the module as attributes";
   let description = [{
