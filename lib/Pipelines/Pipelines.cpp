@@ -32,6 +32,7 @@ void stpar::pipelines::buildPlanningPipeline(
 void stpar::pipelines::buildPartitioningPipeline(
     OpPassManager &pm, const CompilePipelineOptions &) {
   pm.addPass(stpar::stp::createPartitionPass());
+  pm.addPass(stpar::stp::createScheduleCollectivesPass());
   pm.addPass(stpar::stp::createPlanMemoryPass());
 }
 
@@ -86,20 +87,24 @@ void stpar::pipelines::registerPipelines() {
   PassPipelineRegistration<CompilePipelineTextOptions>(
       "stp-compile-pipeline",
       "The stpar pipeline: -stp-normalize, -stp-plan (or -stp-apply-plan "
-      "with plan=), -stp-partition, -stp-plan-memory (docs/pipeline.md)",
+      "with plan=), -stp-partition, -stp-schedule-collectives, "
+      "-stp-plan-memory (docs/pipeline.md)",
       [](OpPassManager &pm, const CompilePipelineTextOptions &text) {
         CompilePipelineOptions options;
         options.plan.cluster = text.cluster;
         options.plan.devices = text.devices;
         options.plan.strategy = text.strategy;
         options.plan.memoryLimit = text.memoryLimit;
-        if (!text.mesh.empty())
+        if (!text.mesh.empty()) {
           if (llvm::Expected<std::vector<int64_t>> shape =
                   parseMeshShape(text.mesh))
             options.plan.mesh = std::move(*shape);
-          else
-            // -stp-plan reports a bad shape with the module's location.
+          else {
+            // -stp-plan reports the bad shape with the module's location.
             llvm::consumeError(shape.takeError());
+            options.plan.meshText = text.mesh;
+          }
+        }
         options.plan.batchDim = text.batchDim;
         options.plan.exact = text.exact;
         options.plan.pipeline = text.pipeline;

@@ -33,7 +33,7 @@ struct PlanPass : public stpar::pipelines::impl::PlanPassBase<PlanPass> {
     std::string shape;
     for (int64_t s : options.mesh)
       shape += (shape.empty() ? "" : "x") + std::to_string(s);
-    mesh = shape;
+    mesh = options.meshText.empty() ? shape : options.meshText;
     batchDim = options.batchDim;
     exact = options.exact;
     pipeline = options.pipeline;

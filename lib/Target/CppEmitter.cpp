@@ -223,8 +223,7 @@ private:
   LogicalResult emitFunction();
   LogicalResult emitBlock(Block &block);
   LogicalResult emitOp(Operation *op);
-  void waitFor(Operation *op);
-  void waitPending(Value v, int id);
+  void printWaits(Operation *op);
   LogicalResult emitScalar(Operation *op,
                            llvm::function_ref<std::string(Value)> nameOf,
                            std::string &expr);
@@ -248,19 +247,19 @@ private:
       bodyOs{body};
   int indent = 1;
   DenseMap<Value, std::string> names;
-  int nextId = 0, nextKernel = 0, nextEvent = 0, nextConst = 0;
-  /// cuda: values written on the communication stream whose event the
-  /// compute stream has not waited for yet.
-  llvm::MapVector<Value, int> pending;
+  int nextId = 0, nextKernel = 0, nextConst = 0;
+  int64_t numEvents = 0;
+  /// The C++ name of each collective's result by its `done` event (for the
+  /// comments of the waits), and the cpu target's non-blocking shifts.
+  DenseMap<int64_t, std::string> eventResults;
+  DenseSet<int64_t> shiftRequests;
   std::string loopParity;
   std::string ioInputs, ioOutputs;
   /// The first value without a buffer of the memory plan (an error).
   Value unplanned;
-  /// The grid-axes groups the collectives use, in first-use order: their
-  /// communicators are created (collectively) before the body runs.
-  llvm::SetVector<std::string, std::vector<std::string>,
-                  std::set<std::string>>
-      commGroups;
+  /// The grid-axes groups of stp.streams: their communicators are created
+  /// (collectively) before the body runs.
+  std::vector<std::string> communicators;
 };
 
 /// The arena offset -stp-plan-memory gave `v` (a C++ expression: a
@@ -967,13 +966,6 @@ LogicalResult Printer::emitCollective(Operation *op) {
   auto info = getElementInfo(inType.getElementType());
   std::string in = name(input);
   std::string inShape = shapeLiteral(inType.getShape());
-  if (!isa<shard::AllSliceOp, shard::ShiftOp>(op))
-    commGroups.insert(groupAxes(
-        llvm::TypeSwitch<Operation *, ArrayRef<int16_t>>(op)
-            .Case<shard::AllReduceOp, shard::AllGatherOp,
-                  shard::ReduceScatterOp, shard::AllToAllOp>(
-                [](auto o) { return o.getGridAxes(); })
-            .Default([](Operation *) { return ArrayRef<int16_t>(); })));
   int64_t n = inType.getNumElements();
 
   if (auto slice = dyn_cast<shard::AllSliceOp>(op)) {
@@ -983,6 +975,15 @@ LogicalResult Printer::emitCollective(Operation *op) {
            << ", " << slice.getSliceAxis().getSExtValue() << ");\n";
     return success();
   }
+  // Events (-stp-schedule-collectives): `ready` on the compute stream
+  // before, `done` on the communication stream after.
+  auto events = op->getAttrOfType<DenseI64ArrayAttr>(
+      stp::STPDialect::kEventsAttrName);
+  if (!events || events.size() != 2)
+    return op->emitError("cannot emit '")
+           << op->getName()
+           << "': it has no stp.events (run -stp-schedule-collectives)";
+  int64_t ready = events[0], done = events[1];
   // Result buffer (in a loop, a carried value's even- or odd-step buffer).
   Value result = op->getResult(0);
   std::string out = newTensor(result);
@@ -1016,13 +1017,14 @@ LogicalResult Printer::emitCollective(Operation *op) {
         .Case([&](shard::ShiftOp o) {
           // Non-blocking (MPI_Isend/Irecv); waited for before the first
           // use of the result, like the cuda target's event.
-          int request = nextEvent++;
+          int64_t request = done;
+          shiftRequests.insert(request);
+          eventResults[request] = out;
           line() << "auto shift" << request << " = stpar_rt::shiftStart(ctx, "
                  << o.getShiftAxis().getSExtValue() << ", "
                  << static_cast<int64_t>(o.getOffset()) << ", "
                  << (o.getRotate() ? "true" : "false") << ", " << in
                  << ".data(), " << out << ".data(), " << n << ");\n";
-          pending[result] = request;
         });
     return success();
   }
@@ -1030,7 +1032,6 @@ LogicalResult Printer::emitCollective(Operation *op) {
   // cuda: the communication stream waits for the input, runs the
   // collective and records an event the compute stream waits for before
   // the result's first use.
-  int ready = nextEvent++, done = nextEvent++;
   line() << "STP_CUDA(cudaEventRecord(ctx.events[" << ready
          << "], ctx.compute));\n";
   line() << "STP_CUDA(cudaStreamWaitEvent(ctx.comm, ctx.events[" << ready
@@ -1134,7 +1135,7 @@ LogicalResult Printer::emitCollective(Operation *op) {
       });
   line() << "STP_CUDA(cudaEventRecord(ctx.events[" << done
          << "], ctx.comm));\n";
-  pending[result] = done;
+  eventResults[done] = out;
   return success();
 }
 
@@ -1142,30 +1143,22 @@ LogicalResult Printer::emitCollective(Operation *op) {
 // Blocks, loops and the other ops
 //===----------------------------------------------------------------------===//
 
-void Printer::waitPending(Value v, int id) {
-  if (cuda)
-    line() << "STP_CUDA(cudaStreamWaitEvent(ctx.compute, ctx.events[" << id
-           << "], 0)); // " << name(v) << " arrived\n";
-  else
-    line() << "stpar_rt::wait(shift" << id << "); // " << name(v)
-           << " arrived\n";
-}
-
-void Printer::waitFor(Operation *op) {
-  if (pending.empty())
+/// The waits -stp-schedule-collectives put before `op` (`stp.waits`): cuda:
+/// the compute stream waits for the transfer's `done` event; cpu: a
+/// non-blocking shift completes (the other collectives are blocking).
+void Printer::printWaits(Operation *op) {
+  auto waits =
+      op->getAttrOfType<DenseI64ArrayAttr>(stp::STPDialect::kWaitsAttrName);
+  if (!waits)
     return;
-  SmallVector<Value> used;
-  op->walk([&](Operation *inner) {
-    for (Value v : inner->getOperands())
-      if (pending.count(v))
-        used.push_back(v);
-  });
-  for (Value v : used) {
-    auto it = pending.find(v);
-    if (it == pending.end())
-      continue;
-    waitPending(v, it->second);
-    pending.erase(it);
+  for (int64_t id : waits.asArrayRef()) {
+    std::string what = eventResults.lookup(id);
+    if (cuda)
+      line() << "STP_CUDA(cudaStreamWaitEvent(ctx.compute, ctx.events[" << id
+             << "], 0)); // " << what << " arrived\n";
+    else if (shiftRequests.contains(id))
+      line() << "stpar_rt::wait(shift" << id << "); // " << what
+             << " arrived\n";
   }
 }
 
@@ -1175,30 +1168,11 @@ bool isCollective(Operation *op) {
 }
 
 LogicalResult Printer::emitBlock(Block &block) {
-  // Double-buffered transfers whose operands are ready when the block
-  // starts go first, so they overlap the block's compute.
-  SmallVector<Operation *> order, late;
+  // In the order -stp-schedule-collectives chose, with its waits.
   for (Operation &op : block) {
-    bool early = op.hasAttr("stp.double_buffer") && isCollective(&op) &&
-                 llvm::all_of(op.getOperands(), [&](Value v) {
-                   return v.getParentBlock() != &block || isa<BlockArgument>(v);
-                 });
-    (early ? order : late).push_back(&op);
-  }
-  order.append(late.begin(), late.end());
-  for (Operation *op : order) {
-    waitFor(op);
-    if (failed(emitOp(op)))
+    printWaits(&op);
+    if (failed(emitOp(&op)))
       return failure();
-  }
-  // Transfers of this block nothing used: complete them here.
-  SmallVector<std::pair<Value, int>> unused;
-  for (auto &[v, id] : pending)
-    if (v.getParentBlock() == &block)
-      unused.push_back({v, id});
-  for (auto &[v, id] : unused) {
-    waitPending(v, id);
-    pending.erase(v);
   }
   return success();
 }
@@ -1749,6 +1723,23 @@ FailureOr<EmittedProgram> Printer::run() {
                                 "axes"),
              failure();
   }
+  // Streams, events and communicators (-stp-schedule-collectives).
+  auto streams = func->getAttrOfType<DictionaryAttr>(
+      stp::STPDialect::kStreamsAttrName);
+  if (!streams)
+    return func.emitError("cannot emit: the function has no stp.streams "
+                          "(run -stp-schedule-collectives)"),
+           failure();
+  if (auto n = streams.getAs<IntegerAttr>("events"))
+    numEvents = n.getInt();
+  if (auto groups = streams.getAs<ArrayAttr>("communicators"))
+    for (Attribute g : groups)
+      if (auto axes = dyn_cast<DenseI64ArrayAttr>(g)) {
+        std::string text = "stpar_rt::Shape{";
+        for (auto [i, a] : llvm::enumerate(axes.asArrayRef()))
+          text += (i ? ", " : "") + std::to_string(a);
+        communicators.push_back(text + "}");
+      }
   if (failed(emitFunction()))
     return failure();
   if (unplanned) {
@@ -1774,15 +1765,15 @@ FailureOr<EmittedProgram> Printer::run() {
      << "\nnamespace {\n\n"
      << constants << (constants.empty() ? "" : "\n") << kernels
      << "void run(stpar_rt::Context &ctx) {\n";
-  if (!commGroups.empty())
+  if (!communicators.empty())
     os << "  // Communicators of the grid-axes groups (collective calls).\n";
-  for (const std::string &g : commGroups)
+  for (const std::string &g : communicators)
     os << "  ctx.prepare(" << g << ");\n";
   os << body << "}\n\n} // namespace\n\n"
      << "int main(int argc, char **argv) {\n"
      << "  stpar_rt::Context ctx(argc, argv, " << shapeLiteral(gridShape);
   if (cuda)
-    os << ", " << nextEvent;
+    os << ", " << numEvents;
   os << ");\n  run(ctx);\n  return 0;\n}\n";
   p.cmakeLists = cmakeFor(cuda);
   p.ioJson = "{\"inputs\": [\n    " + ioInputs + "],\n \"outputs\": [\n    " +
@@ -1814,16 +1805,21 @@ LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
              << getEmitTargetName(target)
              << " target (it has no linalg.generic form)";
   }
-  // The memory plan of the ops as they are printed (-stp-plan-memory,
-  // again when the generalization above replaced planned ops).
-  bool planned = true;
+  // The schedule of the collectives and the memory plan of the ops as they
+  // are printed (-stp-schedule-collectives, -stp-plan-memory; again when
+  // the generalization above replaced ops).
+  bool scheduled = true, planned = true;
   module.walk([&](func::FuncOp f) {
-    if (!f.isExternal() && !f->hasAttr(stp::STPDialect::kArenaAttrName))
-      planned = false;
+    if (f.isExternal())
+      return;
+    scheduled &= f->hasAttr(stp::STPDialect::kStreamsAttrName);
+    planned &= f->hasAttr(stp::STPDialect::kArenaAttrName);
   });
-  if (named.empty() && planned)
+  if (named.empty() && scheduled && planned)
     return success();
   PassManager pm(module.getContext());
+  if (!scheduled)
+    pm.addPass(stp::createScheduleCollectivesPass());
   pm.addPass(stp::createPlanMemoryPass());
   return pm.run(module);
 }

@@ -9,7 +9,8 @@
 // RUN: not %mlir-opt-22 %s 2>&1 | FileCheck %s --check-prefix=NOPLUGIN
 // NOPLUGIN: #stp.device
 
-// The whole pipeline (normalize, search, partition) on an imported model.
+// The whole pipeline (normalize, search, partition and the lowering:
+// schedule of the collectives, memory plan) on an imported model.
 // RUN: stpar-translate --import-onnx %shared/models/torch113_gpt2_tiny_op17/model.onnx \
 // RUN:   --onnx-dim batch=8 --onnx-dim seq=8 -o %t.model.mlir
 // RUN: %mlir-opt-22 --load-dialect-plugin=%stpar_plugin --load-pass-plugin=%stpar_plugin %t.model.mlir \
@@ -17,6 +18,9 @@
 // RUN:   | FileCheck %s --check-prefix=PIPELINE
 // PIPELINE: module attributes {{{.*}}stp.partitioned
 // PIPELINE: shard.grid @grid
+// PIPELINE: func.func @main
+// PIPELINE-SAME: stp.arena = {arena =
+// PIPELINE-SAME: stp.streams = {communicators =
 // PIPELINE: stp.attention
 
 // The plan file round-trips through the plugin's passes as well.

@@ -11,6 +11,7 @@
 //   -stp-normalize                   composites (LayerNorm, GELU, attention)
 //   -stp-plan | -stp-apply-plan      the plan as attributes
 //   -stp-partition                   the per-device SPMD program
+//   -stp-schedule-collectives        events, waits, communicators
 //   -stp-plan-memory                 one arena per rank, every buffer's offset
 //
 // Emission (C++/CUDA text) is a translation on the partitioned module
@@ -46,7 +47,8 @@ struct CompilePipelineOptions {
 void buildPlanningPipeline(mlir::OpPassManager &pm,
                            const CompilePipelineOptions &options);
 
-/// Adds the stages after the plan: -stp-partition, -stp-plan-memory.
+/// Adds the stages after the plan: -stp-partition,
+/// -stp-schedule-collectives, -stp-plan-memory.
 void buildPartitioningPipeline(mlir::OpPassManager &pm,
                                const CompilePipelineOptions &options);
 

@@ -50,6 +50,8 @@ struct PlanOptions {
   /// Forced logical mesh shape, major first (no pipeline stages); empty:
   /// searched. For megatron, [a, b] is dp = a, tp = b; [n] is tp = n.
   std::vector<int64_t> mesh;
+  /// The mesh as text when it did not parse (-stp-plan then reports it).
+  std::string meshText;
   /// The symbolic dim holding the global batch of one step (a key of the
   /// module's `stp.dims`); empty: the one key that contains "batch".
   std::string batchDim;

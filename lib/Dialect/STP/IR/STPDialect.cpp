@@ -147,7 +147,17 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
              << (name == kArgBuffersAttrName ? " arguments" : " results");
     return success();
   }
-  if (name == kArenaAttrName) {
+  if (name == kEventsAttrName || name == kWaitsAttrName) {
+    auto ids = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!ids || llvm::any_of(ids.asArrayRef(), [](int64_t i) { return i < 0; }) ||
+        (name == kEventsAttrName && ids.size() != 2))
+      return op->emitOpError()
+             << "attribute '" << name << "' must be an array<i64> of "
+             << (name == kEventsAttrName ? "two " : "")
+             << "non-negative event ids";
+    return success();
+  }
+  if (name == kArenaAttrName || name == kStreamsAttrName) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitOpError() << "attribute '" << name
                                << "' must be a dictionary";

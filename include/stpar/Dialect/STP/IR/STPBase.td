@@ -115,6 +115,18 @@ def STP_Dialect : Dialect {
     /// `buffers` (all buffers: the bytes without reuse), `live_peak` (the
     /// most bytes of intermediates live at one step).
     static constexpr ::llvm::StringLiteral kArenaAttrName = "stp.arena";
+    /// Op attribute (array<i64: ready, done>): a collective's two events
+    /// (cuda: recorded on the compute stream before it, on the
+    /// communication stream after it); set by -stp-schedule-collectives.
+    static constexpr ::llvm::StringLiteral kEventsAttrName = "stp.events";
+    /// Op attribute (array<i64>): the `done` events the compute stream
+    /// waits for right before this op (the collectives whose results it is
+    /// the first to use, or, on a terminator, that nothing used).
+    static constexpr ::llvm::StringLiteral kWaitsAttrName = "stp.waits";
+    /// Function attribute (dictionary): `events` (how many) and
+    /// `communicators` (the grid-axes groups, as arrays of axis indices, in
+    /// the order every rank creates them).
+    static constexpr ::llvm::StringLiteral kStreamsAttrName = "stp.streams";
 
     void registerOps();
 

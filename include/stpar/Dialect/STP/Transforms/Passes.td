@@ -198,6 +198,39 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
   ];
 }
 
+def ScheduleCollectivesPass
+    : Pass<"stp-schedule-collectives", "::mlir::ModuleOp"> {
+  let summary = "Decide where collectives overlap compute: order, events, waits, communicators";
+  let description = [{
+    The decisions the emitted program follows to overlap communication
+    with compute (docs/emitted-code.md, "cuda streams and events"), made
+    on the SPMD IR:
+
+    - Order: in each block, a collective marked `stp.double_buffer` whose
+      operands are all ready when the block starts (block arguments or
+      values from outside) moves to the start of the block, so the ring
+      shift of a temporal loop's next operand runs during the step's
+      compute.
+    - Events: every collective gets `stp.events = array<i64: ready, done>`
+      (cuda: `ready` is recorded on the compute stream before it and
+      waited for by the communication stream; `done` is recorded on the
+      communication stream after it).
+    - Waits: the first op that uses a collective's result (through any
+      nested op) gets that collective's `done` in `stp.waits`: the compute
+      stream waits for it right before that op, not earlier. A result
+      nothing in its block uses is waited for at the block's terminator.
+    - Communicators: `stp.streams = {events = N, communicators = [[axes],
+      ...]}` on the function lists the grid-axes groups the collectives
+      use, in first-use order; every rank creates them in that order
+      before the body runs.
+
+    The cpu target follows the same attributes: its ring shifts are
+    non-blocking (`MPI_Isend`/`MPI_Irecv`, completed at the wait), its
+    other collectives blocking. Running the pass again replaces the
+    attributes.
+  }];
+}
+
 def PlanMemoryPass : Pass<"stp-plan-memory", "::mlir::ModuleOp"> {
   let summary = "Give every buffer of the per-rank program a place in one arena";
   let description = [{
