@@ -70,7 +70,7 @@ namespace {
 struct ElementInfo {
   const char *storage; ///< C++ type of a buffer element
   const char *scalar;  ///< C++ type of a scalar value
-  int dtype;           ///< weights.bin code (-1: not a tensor element type)
+  int dtype;           ///< io.json type code (-1: not a tensor element type)
   const char *dtypeName;
   const char *mpiOrNccl; ///< ncclDataType_t
 };
