@@ -52,8 +52,9 @@ static cl::opt<std::string> costCluster("cluster", cl::sub(costCmd),
                                         cl::desc("Preset name or JSON file"));
 static cl::opt<std::string>
     costStrategy("strategy", cl::sub(costCmd), cl::Required,
-                 cl::desc("megatron:tp=T,pp=P,dp=D,mb=M[,gb=G][,interleave=V]"
-                          "[,zero=Z][,recompute=0|1] (gb: ONNX models only)"));
+                 cl::desc("megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,interleave=V]"
+                          "[,zero=Z][,recompute=0|1] (mb: 1 by default; gb: "
+                          "ONNX models only)"));
 static cl::list<std::string>
     costDims("dim", cl::sub(costCmd), cl::value_desc("NAME=VALUE"),
              cl::desc("ONNX models: bind a symbolic dim; the batch dim's "

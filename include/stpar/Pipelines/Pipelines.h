@@ -4,9 +4,11 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// One pipeline, two front doors (docs/pipeline.md): `stpar compile` and
-// `stpar-opt --stp-compile-pipeline{...}` both fill their PassManager with
-// buildCompilePipeline, so they run the same passes with the same options:
+// One pipeline, two front doors (docs/pipeline.md): `stpar-opt
+// --stp-compile-pipeline{...}` runs buildCompilePipeline; `stpar compile`
+// runs its two halves (buildPlanningPipeline, buildPartitioningPipeline)
+// to write planned.mlir between them. Both run the same passes with the
+// same options:
 //
 //   -stp-normalize                   composites (LayerNorm, GELU, attention)
 //   -stp-plan | -stp-apply-plan      the plan as attributes
