@@ -172,12 +172,7 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
                            const FlatGraph &g, const Plan &plan,
                            ArrayRef<OpReport> reports) {
   const Mesh &mesh = plan.config.mesh;
-  os << "mesh";
-  for (const MeshAxis &a : mesh.axes)
-    os << " " << a.name << "=" << a.size;
-  os << ", micro-batches " << plan.config.microBatches << ", ZeRO stage "
-     << plan.config.zeroStage
-     << (plan.config.recompute ? ", recomputation" : "") << "\n";
+  printPlanConfig(os, plan.config);
   os << "times per micro-batch in ms (layer rows: one layer), memory in MiB\n";
   os << format("  %-30s %-10s %-44s %9s %9s %9s %9s\n", "operator", "kind",
                "partition", "compute", "comm", "exposed", "memory");
@@ -478,26 +473,20 @@ Expected<int64_t> stpar::pipelines::checkPlanOptions(const PlanOptions &o,
   return devices;
 }
 
-/// The global batch: the `stp.dims` entry named `batchDim`, else the one
-/// whose name contains "batch".
-static Expected<int64_t> findBatch(mlir::ModuleOp module,
-                                   StringRef batchDim) {
-  auto dims = module->getAttrOfType<mlir::DictionaryAttr>(
-      stpar::stp::STPDialect::kDimsAttrName);
-  if (!dims)
-    return makeError("the module has no '" +
-                     stpar::stp::STPDialect::kDimsAttrName +
-                     "' attribute (the bound symbolic dims the ONNX importer "
-                     "records); the batch is unknown");
+Expected<std::pair<std::string, int64_t>>
+stpar::pipelines::findBatchDim(mlir::DictionaryAttr dims,
+                               StringRef batchDim) {
   std::optional<mlir::NamedAttribute> found;
   if (!batchDim.empty()) {
-    found = dims.getNamed(batchDim);
+    if (dims)
+      found = dims.getNamed(batchDim);
     if (!found)
       return makeError("--batch-dim " + batchDim + ": not bound with --dim " +
                        batchDim + "=VALUE");
   } else {
     unsigned count = 0;
-    for (mlir::NamedAttribute d : dims)
+    for (mlir::NamedAttribute d : dims ? dims.getValue()
+                                       : ArrayRef<mlir::NamedAttribute>())
       if (StringRef(d.getName().getValue().lower()).contains("batch")) {
         found = d;
         ++count;
@@ -511,20 +500,7 @@ static Expected<int64_t> findBatch(mlir::ModuleOp module,
   if (batch < 1)
     return makeError("--dim " + found->getName().getValue() +
                      ": the batch size must be >= 1");
-  return batch;
-}
-
-/// The model's file as the importer located the module.
-static std::string getModelName(mlir::ModuleOp module) {
-  std::string file;
-  module.getLoc()->walk([&](mlir::Location inner) {
-    if (auto fileLoc = dyn_cast<mlir::FileLineColLoc>(inner)) {
-      file = fileLoc.getFilename().str();
-      return mlir::WalkResult::interrupt();
-    }
-    return mlir::WalkResult::advance();
-  });
-  return file.empty() ? "module" : file;
+  return std::make_pair(found->getName().str(), batch);
 }
 
 Error stpar::pipelines::planModule(mlir::ModuleOp module,
@@ -543,13 +519,24 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     }
   if (!func)
     return makeError("the module has no function with a body");
-  Expected<int64_t> batch = findBatch(module, o.batchDim);
-  if (!batch)
-    return batch.takeError();
-  std::string model = getModelName(module);
+  auto dims = module->getAttrOfType<mlir::DictionaryAttr>(
+      stpar::stp::STPDialect::kDimsAttrName);
+  if (!dims)
+    return makeError("the module has no '" +
+                     stpar::stp::STPDialect::kDimsAttrName +
+                     "' attribute (the bound symbolic dims the ONNX importer "
+                     "records); the batch is unknown");
+  Expected<std::pair<std::string, int64_t>> batchDim =
+      findBatchDim(dims, o.batchDim);
+  if (!batchDim)
+    return batchDim.takeError();
+  int64_t batch = batchDim->second;
+  std::string model = stpar::stp::getFileName(module.getLoc());
+  if (model.empty())
+    model = "module";
 
   stpar::analysis::ConversionOptions conversion;
-  conversion.batchSize = *batch;
+  conversion.batchSize = batch;
   mlir::FailureOr<stpar::analysis::OperatorGraph> graph =
       stpar::analysis::convertToOperatorGraph(func, conversion);
   if (mlir::failed(graph))
@@ -596,7 +583,7 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
       return makeError("no '" + o.strategy + "' plan applies to " +
                        Twine(devices) + " devices" +
                        (o.mesh.empty() ? "" : " on the given --mesh") +
-                       " (e.g. the batch " + Twine(*batch) +
+                       " (e.g. the batch " + Twine(batch) +
                        " or another loop does not divide over the devices)");
     return makeError(describeNoPlan(*result));
   }
@@ -618,7 +605,7 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
                    ? " with a layer block x" + std::to_string(problem.layers)
                    : std::string())
            << ") on " << devices << " devices of " << cluster.name << "\n";
-    *table << "batch " << *batch << " sequences per step; ";
+    *table << "batch " << batch << " sequences per step; ";
     if (o.strategy == "search" || o.strategy == "spatial" ||
         o.strategy == "temporal")
       *table << "searched " << result->configurations << " configurations"

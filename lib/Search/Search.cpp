@@ -448,16 +448,20 @@ Expected<SearchResult> searchZeRO(const Problem &problem,
 // Printing
 //===----------------------------------------------------------------------===//
 
+void printPlanConfig(raw_ostream &os, const Config &config) {
+  os << "mesh";
+  for (const MeshAxis &a : config.mesh.axes)
+    os << " " << a.name << "=" << a.size;
+  os << ", micro-batches " << config.microBatches << ", ZeRO stage "
+     << config.zeroStage << (config.recompute ? ", recomputation" : "")
+     << "\n";
+}
+
 void printPlan(raw_ostream &os, const Problem &problem, const Plan &plan,
                bool foldLayers) {
   FlatGraph g = flatten(problem);
   const Mesh &mesh = plan.config.mesh;
-  os << "mesh";
-  for (const MeshAxis &a : mesh.axes)
-    os << " " << a.name << "=" << a.size;
-  os << ", micro-batches " << plan.config.microBatches << ", ZeRO stage "
-     << plan.config.zeroStage
-     << (plan.config.recompute ? ", recomputation" : "") << "\n";
+  printPlanConfig(os, plan.config);
   os << format("  %-22s %-48s %12s %12s\n", "operator", "partition",
                "ms/micro-b", "GiB");
   const double gib = double(int64_t(1) << 30);

@@ -21,14 +21,7 @@
 using namespace mlir;
 
 static std::string fileOf(Location loc) {
-  std::string file;
-  loc->walk([&](Location inner) {
-    if (auto fileLoc = dyn_cast<FileLineColLoc>(inner)) {
-      file = fileLoc.getFilename().str();
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
+  std::string file = stpar::stp::getFileName(loc);
   return file.empty() ? "stpar" : file;
 }
 

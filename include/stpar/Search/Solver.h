@@ -231,6 +231,10 @@ llvm::Expected<SearchResult> searchZeRO(const Problem &problem,
                                         int zeroStage,
                                         llvm::ArrayRef<int64_t> meshShape = {});
 
+/// The heading line of a plan table: "mesh AXIS=SIZE ..., micro-batches M,
+/// ZeRO stage Z[, recomputation]".
+void printPlanConfig(llvm::raw_ostream &os, const Config &config);
+
 /// One row per operator of a plan (flattened order; layers folded when
 /// `foldLayers` and every copy has the same partition).
 void printPlan(llvm::raw_ostream &os, const Problem &problem, const Plan &plan,

@@ -26,6 +26,18 @@ std::string stpar::stp::getNodeName(Location loc) {
   return name;
 }
 
+std::string stpar::stp::getFileName(Location loc) {
+  std::string file;
+  loc->walk([&](Location inner) {
+    if (auto fileLoc = dyn_cast<FileLineColLoc>(inner)) {
+      file = fileLoc.getFilename().str();
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return file;
+}
+
 OperatorNames::OperatorNames(Block &block) {
   // How many top-level ops each node became.
   std::vector<std::string> nodes;

@@ -35,6 +35,10 @@ namespace stpar::stp {
 /// CallSiteLoc), or "" when there is none.
 std::string getNodeName(mlir::Location loc);
 
+/// The file of `loc` (its first FileLineColLoc: for imported IR, the ONNX
+/// model), or "" when there is none.
+std::string getFileName(mlir::Location loc);
+
 /// The stable names of the ops of one block (the top-level ops of a
 /// function body), both ways.
 class OperatorNames {
