@@ -6,6 +6,7 @@
 
 #include "stpar/InitAll.h"
 
+#include "stpar/Dialect/STP/IR/PartitionableOpInterface.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 #include "stpar/Pipelines/Pipelines.h"
@@ -29,6 +30,7 @@ void stpar::registerAllDialects(mlir::DialectRegistry &registry) {
                   mlir::math::MathDialect, mlir::scf::SCFDialect,
                   mlir::shard::ShardDialect, mlir::tensor::TensorDialect,
                   stpar::stp::STPDialect>();
+  stpar::stp::registerPartitionableOpModels(registry);
 }
 
 void stpar::registerAllPasses() {

@@ -7,6 +7,7 @@
 #include "stpar/Pipelines/Passes.h"
 #include "stpar/Pipelines/Plan.h"
 
+#include "stpar/Dialect/STP/IR/PartitionableOpInterface.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -37,6 +38,11 @@ struct PlanPass : public stpar::pipelines::impl::PlanPassBase<PlanPass> {
     batchDim = options.batchDim;
     exact = options.exact;
     pipeline = options.pipeline;
+  }
+
+  void getDependentDialects(DialectRegistry &registry) const override {
+    PlanPassBase::getDependentDialects(registry);
+    stpar::stp::registerPartitionableOpModels(registry);
   }
 
   void runOnOperation() override {

@@ -19,6 +19,7 @@
 
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/Collectives.h"
 #include "stpar/Dialect/STP/IR/STPOps.h"
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 
@@ -1162,11 +1163,6 @@ void Printer::printWaits(Operation *op) {
   }
 }
 
-bool isCollective(Operation *op) {
-  return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-             shard::AllSliceOp, shard::AllToAllOp, shard::ShiftOp>(op);
-}
-
 LogicalResult Printer::emitBlock(Block &block) {
   // In the order -stp-schedule-collectives chose, with its waits.
   for (Operation &op : block) {
@@ -1227,7 +1223,7 @@ LogicalResult Printer::emitOp(Operation *op) {
       return op->emitError("cannot emit '")
              << op->getName() << "': dynamic shapes are not supported";
   }
-  if (isCollective(op))
+  if (stp::isCollective(op))
     return emitCollective(op);
 
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)

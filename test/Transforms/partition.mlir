@@ -241,7 +241,7 @@ module attributes {stp.mesh = #mesh} {
 // CHECK: %[[COL:[a-z0-9_]+]] = linalg.index 2 : index
 // CHECK-NEXT: %[[GCOL:[a-z0-9_]+]] = arith.addi %[[COL]], %[[OFF]] : index
 // CHECK-NEXT: tensor.extract %[[TABLE]][%{{.*}}, %[[GCOL]]] : tensor<100x32xf32>
-// CHECK: %[[G:[a-z0-9_]+]] = shard.all_gather %[[EMB]] on @grid grid_axes = [0] gather_axis = 2 {stp.plan_step = "tensor.extract_slice#2 forward: all-gather dim 2 over x0 for source of tensor.extract_slice#2 (produced by linalg.generic#1)"} : tensor<4x8x8xf32> -> tensor<4x8x32xf32>
+// CHECK: %[[G:[a-z0-9_]+]] = shard.all_gather %[[EMB]] on @grid grid_axes = [0] gather_axis = 2 {stp.plan_step = "tensor.extract_slice#2 forward: all-gather dim 2 over x0 for operand 0 of tensor.extract_slice#2 (produced by linalg.generic#1)"} : tensor<4x8x8xf32> -> tensor<4x8x32xf32>
 // CHECK-NEXT: tensor.extract_slice %[[G]][0, 0, 0] [4, 8, 16] [1, 1, 1]
 // CHECK: stp.topk %[[G]] {axis = 2 : i64, k = 2 : i64, largest = true, sorted = true} : (tensor<4x8x32xf32>)
 // CHECK: arith.addf %[[G]], %[[G]] {stp.fallback = "no local rule for this op"} : tensor<4x8x32xf32>

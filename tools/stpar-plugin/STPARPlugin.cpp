@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "stpar/Dialect/STP/IR/PartitionableOpInterface.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 #include "stpar/Pipelines/Pipelines.h"
@@ -34,6 +35,7 @@ mlirGetDialectPluginInfo() {
   return {MLIR_PLUGIN_API_VERSION, "stpar", LLVM_VERSION_STRING,
           [](mlir::DialectRegistry *registry) {
             registry->insert<stpar::stp::STPDialect>();
+            stpar::stp::registerPartitionableOpModels(*registry);
           }};
 }
 

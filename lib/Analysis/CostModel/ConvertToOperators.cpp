@@ -13,6 +13,7 @@
 
 #include "stpar/Analysis/CostModel.h"
 
+#include "stpar/Dialect/STP/IR/PartitionableOpInterface.h"
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPOps.h"
 
@@ -96,7 +97,6 @@ private:
                    int64_t axis, double flopsPerPoint);
   void convertAttention(stp::AttentionOp op);
   void convertFallback(Operation *op, double flopsPerPoint, StringRef why);
-  bool convertView(Operation *op);
 
   void findLayers();
   std::string getName(Operation *op);
@@ -565,65 +565,6 @@ void Converter::convertFallback(Operation *op, double flopsPerPoint,
   addOperator(std::move(gop), results);
 }
 
-bool Converter::convertView(Operation *op) {
-  if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op)) {
-    auto rt = expand.getResultType();
-    std::vector<int> map(rt.getRank(), -1);
-    for (auto [src, group] : llvm::enumerate(expand.getReassociationIndices()))
-      for (int64_t r : group)
-        if (rt.getDimSize(r) != 1) { // the outermost non-unit dim
-          map[r] = int(src);
-          break;
-        }
-    addView(op, expand.getSrc(), expand.getResult(), map);
-    return true;
-  }
-  if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(op)) {
-    auto st = collapse.getSrcType();
-    std::vector<int> map;
-    for (ReassociationIndices group : collapse.getReassociationIndices()) {
-      int src = -1;
-      for (int64_t s : group)
-        if (st.getDimSize(s) != 1) {
-          src = int(s);
-          break;
-        }
-      map.push_back(src);
-    }
-    addView(op, collapse.getSrc(), collapse.getResult(), map);
-    return true;
-  }
-  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
-    llvm::SmallBitVector dropped = slice.getDroppedDims();
-    std::vector<int> map;
-    for (unsigned d = 0; d < dropped.size(); ++d)
-      if (!dropped[d])
-        map.push_back(int(d));
-    addView(op, slice.getSource(), slice.getResult(), map);
-    return true;
-  }
-  if (auto reshape = dyn_cast<tensor::ReshapeOp>(op)) {
-    auto rt = cast<RankedTensorType>(reshape.getResult().getType());
-    auto st = cast<RankedTensorType>(reshape.getSource().getType());
-    std::vector<int> map(rt.getRank(), -1);
-    if (rt.getShape() == st.getShape())
-      for (int64_t d = 0; d < rt.getRank(); ++d)
-        map[d] = int(d);
-    addView(op, reshape.getSource(), reshape.getResult(), map);
-    return true;
-  }
-  if (auto concat = dyn_cast<tensor::ConcatOp>(op)) {
-    // A copy in practice; costed as free (noted in docs/cost-model.md).
-    int64_t rank = concat.getResultType().getRank();
-    std::vector<int> map;
-    for (int64_t d = 0; d < rank; ++d)
-      map.push_back(int(d));
-    addView(op, concat.getInputs().front(), concat.getResult(), map);
-    return true;
-  }
-  return false;
-}
-
 void Converter::findLayers() {
   // Segments between norms; a segment holding an attention core is the
   // attention half of a layer, which starts at the norm before it.
@@ -809,9 +750,10 @@ FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
 
   for (Operation &op : func.getBody().front()) {
     ++currentOp;
-    if (isa<func::ReturnOp, tensor::EmptyOp, linalg::FillOp, arith::ConstantOp>(
-            op) ||
-        op.getNumResults() == 0)
+    auto partitionable = dyn_cast<stp::PartitionableOpInterface>(op);
+    stp::CostRule rule =
+        partitionable ? partitionable.getCostRule() : stp::CostRule();
+    if (rule.kind == stp::CostKind::Free || op.getNumResults() == 0)
       continue;
     for (Value r : op.getResults())
       if (auto t = dyn_cast<RankedTensorType>(r.getType());
@@ -819,31 +761,38 @@ FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
         return op.emitError("cost model: dynamic shape");
     if (!isa<RankedTensorType>(op.getResult(0).getType()))
       continue; // scalars (tensor.extract) are free
-    if (convertView(&op))
-      continue;
-    if (auto g = dyn_cast<linalg::GenericOp>(op)) {
-      if (failed(convertGeneric(g)))
+    switch (rule.kind) {
+    case stp::CostKind::Free:
+      break;
+    case stp::CostKind::View: {
+      llvm::SmallVector<int64_t> dims = partitionable.getLayoutRule().resultDims;
+      addView(&op, op.getOperand(0), op.getResult(0),
+              std::vector<int>(dims.begin(), dims.end()));
+      break;
+    }
+    case stp::CostKind::Loops:
+      if (failed(convertGeneric(cast<linalg::GenericOp>(op))))
         return failure();
-    } else if (auto s = dyn_cast<linalg::SoftmaxOp>(op)) {
-      convertSoftmax(s);
-    } else if (auto t = dyn_cast<linalg::TransposeOp>(op)) {
-      convertTranspose(t);
-    } else if (auto ln = dyn_cast<stp::LayerNormOp>(op)) {
-      // mean, subtract, square, sum, rsqrt-multiply, scale, shift + 1.
-      convertNorm(ln, ln.getInput(), ln.getScale(), ln.getBias(), ln.getAxis(),
-                  8);
-    } else if (auto rms = dyn_cast<stp::RMSNormOp>(op)) {
-      // square, sum, rsqrt-multiply, scale + 2.
-      convertNorm(rms, rms.getInput(), rms.getScale(), Value(), rms.getAxis(),
-                  6);
-    } else if (auto att = dyn_cast<stp::AttentionOp>(op)) {
-      convertAttention(att);
-    } else if (isa<stp::TopKOp>(op)) {
-      convertFallback(&op, 1, "top-k costed as an elementwise pass");
-    } else if (isa<stp::ScatterElementsOp>(op)) {
-      convertFallback(&op, 0, "scatter costed as an elementwise pass");
-    } else {
-      convertFallback(&op, 1, "unknown op costed as elementwise");
+      break;
+    case stp::CostKind::Softmax:
+      convertSoftmax(cast<linalg::SoftmaxOp>(op));
+      break;
+    case stp::CostKind::Transpose:
+      convertTranspose(cast<linalg::TransposeOp>(op));
+      break;
+    case stp::CostKind::Norm: {
+      auto norm = cast<stp::NormalizationOpInterface>(op);
+      convertNorm(&op, op.getOperand(0), norm.getNormScale(),
+                  norm.getNormBias(), norm.getNormalizedAxis(),
+                  rule.flopsPerPoint);
+      break;
+    }
+    case stp::CostKind::Attention:
+      convertAttention(cast<stp::AttentionOp>(op));
+      break;
+    case stp::CostKind::Elementwise:
+      convertFallback(&op, rule.flopsPerPoint, rule.note);
+      break;
     }
   }
   findLayers();
@@ -854,6 +803,8 @@ FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
 
 FailureOr<OperatorGraph>
 convertToOperatorGraph(func::FuncOp func, const ConversionOptions &options) {
+  if (failed(stp::checkPartitionableOpModels(func.getContext(), func.getLoc())))
+    return failure();
   Converter converter(options);
   return converter.run(func);
 }

@@ -12,6 +12,7 @@
 
 #include "stpar/Analysis/CostModel.h"
 
+#include "stpar/Dialect/STP/IR/PartitionableOpInterface.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -33,6 +34,11 @@ namespace {
 class CostModelTest : public ::testing::Test {
 protected:
   CostModelTest() {
+    {
+      DialectRegistry registry;
+      stpar::stp::registerPartitionableOpModels(registry);
+      context.appendDialectRegistry(registry);
+    }
     context.loadDialect<func::FuncDialect, arith::ArithDialect,
                         linalg::LinalgDialect, math::MathDialect,
                         tensor::TensorDialect, stpar::stp::STPDialect>();

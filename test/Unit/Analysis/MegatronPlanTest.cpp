@@ -12,6 +12,7 @@
 
 #include "stpar/Analysis/CostModel.h"
 
+#include "stpar/Dialect/STP/IR/PartitionableOpInterface.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -84,6 +85,11 @@ IRStrategy strategy(int64_t tp, int64_t pp, int64_t dp) {
 
 TEST(MegatronPlanTest, ColumnThenRowParallelAndBatchOnDP) {
   MLIRContext context;
+  {
+    DialectRegistry registry;
+    stpar::stp::registerPartitionableOpModels(registry);
+    context.appendDialectRegistry(registry);
+  }
   context.loadDialect<func::FuncDialect, arith::ArithDialect,
                       linalg::LinalgDialect, math::MathDialect,
                       tensor::TensorDialect, stpar::stp::STPDialect>();

@@ -16,6 +16,7 @@
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 
 #include "stpar/Dialect/STP/IR/OperatorNames.h"
+#include "stpar/Dialect/STP/IR/PartitionableOpInterface.h"
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/IR/STPOps.h"
@@ -95,12 +96,7 @@ enum class PlanKind {
   Norm,
   NormStats,
   Attention,
-  ExtractSlice,
-  ExpandShape,
-  CollapseShape,
-  Softmax,
-  Concat,
-  AlongAxis,
+  Layout,
   Lazy,
   Return,
   Replicated
@@ -161,57 +157,12 @@ static std::optional<Sharding> shardingThroughMap(AffineMap map,
   return s;
 }
 
-/// The kind a split reduction combines partial results with, for each output
-/// of a linalg op; std::nullopt if some output's combiner is unknown.
-static std::optional<shard::ReductionKind>
-getCombiner(linalg::LinalgOp op) {
-  if (isa<linalg::MatmulOp, linalg::BatchMatmulOp>(op.getOperation()))
-    return shard::ReductionKind::Sum;
-  auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
-  if (!generic)
-    return std::nullopt;
-  Block *body = generic.getBody();
-  auto yield = cast<linalg::YieldOp>(body->getTerminator());
-  std::optional<shard::ReductionKind> kind;
-  for (auto [i, value] : llvm::enumerate(yield.getValues())) {
-    BlockArgument out = generic.getRegionOutputArgs()[i];
-    Operation *def = value.getDefiningOp();
-    if (!def || def->getNumOperands() != 2 ||
-        !llvm::is_contained(def->getOperands(), Value(out)))
-      return std::nullopt;
-    std::optional<shard::ReductionKind> k;
-    if (isa<arith::AddFOp, arith::AddIOp>(def))
-      k = shard::ReductionKind::Sum;
-    else if (isa<arith::MaximumFOp, arith::MaxNumFOp, arith::MaxSIOp>(def))
-      k = shard::ReductionKind::Max;
-    else if (isa<arith::MinimumFOp, arith::MinNumFOp, arith::MinSIOp>(def))
-      k = shard::ReductionKind::Min;
-    if (!k || (kind && *kind != *k))
-      return std::nullopt;
-    kind = k;
-  }
-  return kind;
-}
-
 /// Whether `v` is a tensor of zeros (a fill of 0 or a zero splat).
 static bool isZeroTensor(Value v) {
   if (auto fill = v.getDefiningOp<linalg::FillOp>())
     return matchPattern(fill.getInputs()[0], m_AnyZeroFloat()) ||
            matchPattern(fill.getInputs()[0], m_Zero());
   return matchPattern(v, m_AnyZeroFloat()) || matchPattern(v, m_Zero());
-}
-
-/// Whether `op` is created on demand in the layout its user wants.
-static bool isLazy(Operation *op) {
-  if (isa<tensor::EmptyOp>(op))
-    return op->getNumOperands() == 0;
-  if (auto fill = dyn_cast<linalg::FillOp>(op))
-    return fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() &&
-           !isa<ShapedType>(fill.getInputs()[0].getType());
-  if (auto cst = dyn_cast<arith::ConstantOp>(op))
-    if (auto dense = dyn_cast<DenseElementsAttr>(cst.getValue()))
-      return isa<RankedTensorType>(cst.getType()) && dense.isSplat();
-  return false;
 }
 
 class Partitioner {
@@ -233,9 +184,7 @@ private:
                                  SmallVector<AxisList> loopAxes);
   FailureOr<OpPlan> planNorm(Operation *op, PartitionSpecAttr spec);
   FailureOr<OpPlan> planAttention(AttentionOp op, PartitionSpecAttr spec);
-  OpPlan planView(Operation *op);
-  OpPlan planConcat(tensor::ConcatOp op);
-  OpPlan planAlongAxis(Operation *op);
+  OpPlan planLayout(Operation *op, const LayoutRule &rule);
   LogicalResult emit(Operation *op, OpPlan &plan);
   void emitTemporal(linalg::LinalgOp op, OpPlan &plan);
   void emitNormStats(Operation *op, OpPlan &plan);
@@ -376,23 +325,18 @@ Value Partitioner::materializeLazy(Value old, const Sharding &to) {
   Operation *def = old.getDefiningOp();
   auto global = cast<RankedTensorType>(old.getType());
   RankedTensorType local = getLocalType(global, to);
-  Location loc = def->getLoc();
-  if (isa<tensor::EmptyOp>(def))
-    return tensor::EmptyOp::create(builder, loc, local.getShape(),
-                                   local.getElementType());
-  if (auto fill = dyn_cast<linalg::FillOp>(def)) {
-    Value empty = tensor::EmptyOp::create(builder, loc, local.getShape(),
-                                          local.getElementType());
-    Value scalar = states.lookup(fill.getInputs()[0]).value;
-    auto newFill = linalg::FillOp::create(builder, loc, scalar, empty);
-    for (NamedAttribute attr : def->getDiscardableAttrs())
-      if (attr.getName() != STPDialect::kSpecAttrName)
-        newFill->setAttr(attr.getName(), attr.getValue());
-    return newFill.getResult(0);
-  }
-  auto cst = cast<arith::ConstantOp>(def);
-  auto dense = cast<DenseElementsAttr>(cst.getValue());
-  return arith::ConstantOp::create(builder, loc, local, dense.resizeSplat(local));
+  // Scalar operands (a fill's value) are taken as they are; tensor operands
+  // (a fill's tensor.empty) are created afresh by the op's rule.
+  SmallVector<Value> operands;
+  for (Value v : def->getOperands())
+    operands.push_back(isa<ShapedType>(v.getType()) ? Value()
+                                                    : states.lookup(v).value);
+  Operation *newOp = cast<PartitionableOpInterface>(def).createLocalOp(
+      builder, operands, TypeRange{local});
+  for (NamedAttribute attr : def->getDiscardableAttrs())
+    if (attr.getName() != STPDialect::kSpecAttrName)
+      newOp->setAttr(attr.getName(), attr.getValue());
+  return newOp->getResult(0);
 }
 
 Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
@@ -641,7 +585,7 @@ FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
   }
   shard::ReductionKind kind = shard::ReductionKind::Sum;
   if (!partial.empty()) {
-    std::optional<shard::ReductionKind> combiner = getCombiner(op);
+    std::optional<shard::ReductionKind> combiner = cast<PartitionableOpInterface>(op.getOperation()).getReductionKind();
     if (!combiner)
       return fail("split reduction whose combiner is not a sum, max or min");
     kind = *combiner;
@@ -773,7 +717,7 @@ FailureOr<OpPlan> Partitioner::planTemporal(linalg::LinalgOp op,
       plan.weightNDim < 0 || dimOf(map1, k) < 0 || map1.isFunctionOfDim(m) ||
       dimOf(mapO, m) < 0 || dimOf(mapO, k) < 0 || mapO.isFunctionOfDim(n) ||
       op.getIteratorTypesArray()[n] != utils::IteratorType::reduction ||
-      getCombiner(op) != shard::ReductionKind::Sum)
+      cast<PartitionableOpInterface>(op.getOperation()).getReductionKind() != shard::ReductionKind::Sum)
     return op->emitError() << "temporal primitive needs O[m, k] += I[m, n] * "
                               "W[n, k] with the spec's matmul loops";
   Value input = op->getOperand(plan.inputIdx);
@@ -818,8 +762,7 @@ FailureOr<OpPlan> Partitioner::planNorm(Operation *op,
   plan.kind = PlanKind::Norm;
   Value input = op->getOperand(0);
   auto type = getRankedTensor(input);
-  int64_t axis = isa<LayerNormOp>(op) ? cast<LayerNormOp>(op).getAxis()
-                                      : cast<RMSNormOp>(op).getAxis();
+  int64_t axis = cast<NormalizationOpInterface>(op).getNormalizedAxis();
   Sharding in = Sharding::replicated(type.getRank());
   if (spec) {
     if (static_cast<int64_t>(spec.getLoops().size()) != type.getRank())
@@ -886,11 +829,10 @@ void Partitioner::emitNormStats(Operation *op, OpPlan &plan) {
   Location loc = op->getLoc();
   std::string label = getLabel(op);
   MLIRContext *ctx = builder.getContext();
-  bool layerNorm = isa<LayerNormOp>(op);
+  auto norm = cast<NormalizationOpInterface>(op);
+  bool layerNorm = norm.isCentered();
   int64_t axis = plan.normAxis;
-  float epsilon = layerNorm
-                      ? cast<LayerNormOp>(op).getEpsilon().convertToFloat()
-                      : cast<RMSNormOp>(op).getEpsilon().convertToFloat();
+  float epsilon = norm.getNormEpsilon();
   SmallVector<Value> operands;
   for (auto [i, v] : llvm::enumerate(op->getOperands()))
     operands.push_back(
@@ -1068,195 +1010,128 @@ FailureOr<OpPlan> Partitioner::planAttention(AttentionOp op,
   return plan;
 }
 
-/// Views and softmax follow their input's sharding where the op leaves a
-/// split dim whole; the other dims are gathered first.
-OpPlan Partitioner::planView(Operation *op) {
+/// An op that follows an operand's layout (PartitionableOpInterface's
+/// LayoutRule): the leading operand keeps its splits except on the dims
+/// that must be whole, that no result dim takes, or whose size differs in
+/// another tensor of the same rank; result 0's dims take the splits of the
+/// leading operand's dims they map to (where their size divides).
+OpPlan Partitioner::planLayout(Operation *op, const LayoutRule &rule) {
   OpPlan plan;
-  Value src = op->getOperand(0);
-  auto srcType = getRankedTensor(src);
-  Sharding cur = states.lookup(src).sharding;
-  cur.partial.clear();
-  if (static_cast<int64_t>(cur.dims.size()) != srcType.getRank())
-    cur = Sharding::replicated(srcType.getRank());
-  auto resultType = getRankedTensor(op->getResult(0));
-  Sharding out = Sharding::replicated(resultType.getRank());
-
-  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
-    plan.kind = PlanKind::ExtractSlice;
-    llvm::SmallBitVector dropped = slice.getDroppedDims();
-    ArrayRef<int64_t> offsets = slice.getStaticOffsets();
-    ArrayRef<int64_t> sizes = slice.getStaticSizes();
-    ArrayRef<int64_t> strides = slice.getStaticStrides();
-    unsigned r = 0;
-    for (int64_t d = 0; d < srcType.getRank(); ++d) {
-      bool whole = offsets[d] == 0 && sizes[d] == srcType.getDimSize(d) &&
-                   strides[d] == 1;
-      if (!whole)
-        cur.dims[d].clear();
-      if (!dropped.test(d))
-        out.dims[r++] = cur.dims[d];
-    }
-    plan.operands.push_back(cur);
-    for (unsigned i = 1; i < op->getNumOperands(); ++i)
-      plan.operands.push_back(Sharding());
-    plan.results.push_back(out);
-    return plan;
-  }
-  if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op)) {
-    plan.kind = PlanKind::ExpandShape;
-    for (auto [d, group] :
-         llvm::enumerate(expand.getReassociationIndices())) {
-      if (cur.dims[d].empty())
-        continue;
-      int64_t major = group.front();
-      for (int64_t o : group)
-        if (resultType.getDimSize(o) != 1) {
-          major = o;
-          break;
-        }
-      int64_t size = resultType.getDimSize(major);
-      if (ShapedType::isDynamic(size) ||
-          size % getGroupSize(cur.dims[d]) != 0) {
-        cur.dims[d].clear();
-        continue;
-      }
-      out.dims[major] = cur.dims[d];
-    }
-  } else if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(op)) {
-    plan.kind = PlanKind::CollapseShape;
-    for (auto [o, group] :
-         llvm::enumerate(collapse.getReassociationIndices())) {
-      int64_t major = group.front();
-      for (int64_t d : group)
-        if (srcType.getDimSize(d) != 1) {
-          major = d;
-          break;
-        }
-      for (int64_t d : group)
-        if (d != major)
-          cur.dims[d].clear();
-      out.dims[o] = cur.dims[major];
-    }
-  } else {
-    auto softmax = cast<linalg::SoftmaxOp>(op);
-    plan.kind = PlanKind::Softmax;
-    cur.dims[softmax.getDimension()].clear();
-    out = cur;
-    plan.operands.push_back(cur);
-    plan.operands.push_back(cur);
-    plan.results.push_back(out);
-    return plan;
-  }
-  plan.operands.push_back(cur);
-  for (unsigned i = 1; i < op->getNumOperands(); ++i)
-    plan.operands.push_back(Sharding());
-  plan.results.push_back(out);
-  return plan;
-}
-
-/// A concat keeps the first input's splits of the dims it does not
-/// concatenate along; every input is brought to that layout.
-OpPlan Partitioner::planConcat(tensor::ConcatOp op) {
-  OpPlan plan;
-  plan.kind = PlanKind::Concat;
-  auto type = getRankedTensor(op.getResult());
-  Sharding s = states.lookup(op->getOperand(0)).sharding;
-  s.partial.clear();
-  if (static_cast<int64_t>(s.dims.size()) != type.getRank())
-    s = Sharding::replicated(type.getRank());
-  s.dims[op.getDim()].clear();
-  for (Value input : op.getInputs())
-    if (!isValidFor(getRankedTensor(input), s))
-      s = Sharding::replicated(type.getRank());
-  for (unsigned i = 0; i < op->getNumOperands(); ++i)
-    plan.operands.push_back(s);
-  plan.results.push_back(s);
-  return plan;
-}
-
-/// stp.topk and stp.scatter_elements work along one `axis`: they keep the
-/// first split operand's splits of the other dims (where every operand and
-/// result has the same size there) and gather the axis.
-OpPlan Partitioner::planAlongAxis(Operation *op) {
-  OpPlan plan;
-  plan.kind = PlanKind::AlongAxis;
+  plan.kind = PlanKind::Layout;
   auto type = getRankedTensor(op->getOperand(0));
-  int64_t axis = isa<TopKOp>(op) ? cast<TopKOp>(op).getAxis()
-                                 : cast<ScatterElementsOp>(op).getAxis();
-  if (axis < 0)
-    axis += type.getRank();
-  // The first split operand leads (a scatter into a fresh replicated
-  // tensor follows its split updates).
-  Sharding s = Sharding::replicated(type.getRank());
-  for (Value operand : op->getOperands()) {
-    Sharding cur = states.lookup(operand).sharding;
-    cur.partial.clear();
-    if (static_cast<int64_t>(cur.dims.size()) == type.getRank() &&
-        !cur.isReplicated()) {
-      s = cur;
-      break;
+  int64_t rank = type.getRank();
+  auto layoutOf = [&](Value v) {
+    Sharding s = states.lookup(v).sharding;
+    s.partial.clear();
+    return s;
+  };
+  Sharding cur = layoutOf(op->getOperand(0));
+  if (rule.firstSplitOperandLeads) {
+    // (a scatter into a fresh replicated tensor follows its split updates)
+    cur = Sharding::replicated(rank);
+    for (Value operand : op->getOperands()) {
+      Sharding s = layoutOf(operand);
+      if (static_cast<int64_t>(s.dims.size()) == rank && !s.isReplicated()) {
+        cur = s;
+        break;
+      }
     }
   }
-  if (axis >= 0 && axis < type.getRank())
-    s.dims[axis].clear();
+  if (static_cast<int64_t>(cur.dims.size()) != rank)
+    cur = Sharding::replicated(rank);
+  for (int64_t d : rule.wholeDims)
+    if (d >= 0 && d < rank)
+      cur.dims[d].clear();
+  SmallVector<bool> taken(rank, false);
+  for (int64_t d : rule.resultDims)
+    if (d >= 0 && d < rank)
+      taken[d] = true;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!taken[d])
+      cur.dims[d].clear();
   SmallVector<Value> values(op->getOperands());
   values.append(op->result_begin(), op->result_end());
-  for (Value v : values) {
-    auto t = getRankedTensor(v);
-    for (int64_t d = 0; d < type.getRank(); ++d)
-      if (!t || t.getRank() != type.getRank() ||
-          t.getDimSize(d) != type.getDimSize(d))
-        if (d != axis)
-          s.dims[d].clear();
+  for (Value v : values)
+    if (auto t = getRankedTensor(v); t && t.getRank() == rank)
+      for (int64_t d = 0; d < rank; ++d)
+        if (t.getDimSize(d) != type.getDimSize(d))
+          cur.dims[d].clear();
+
+  auto resultType = getRankedTensor(op->getResult(0));
+  auto outFor = [&](Sharding &in) {
+    Sharding out = Sharding::replicated(resultType.getRank());
+    for (auto [r, d] : llvm::enumerate(rule.resultDims)) {
+      if (d < 0 || d >= rank || in.dims[d].empty())
+        continue;
+      int64_t size = resultType.getDimSize(r);
+      if (ShapedType::isDynamic(size) || size % getGroupSize(in.dims[d]) != 0) {
+        in.dims[d].clear();
+        continue;
+      }
+      out.dims[r] = in.dims[d];
+    }
+    return out;
+  };
+  Sharding out = outFor(cur);
+  bool valid = true;
+  for (Value v : op->getOperands())
+    if (auto t = getRankedTensor(v); t && t.getRank() == rank)
+      valid &= isValidFor(t, cur);
+  for (Value v : op->getResults())
+    if (auto t = getRankedTensor(v); t && t.getRank() == resultType.getRank())
+      valid &= isValidFor(t, out);
+  if (!valid) {
+    cur = Sharding::replicated(rank);
+    out = Sharding::replicated(resultType.getRank());
   }
-  if (!isValidFor(type, s))
-    s = Sharding::replicated(type.getRank());
-  for (unsigned i = 0; i < op->getNumOperands(); ++i)
-    plan.operands.push_back(s);
-  for (unsigned i = 0; i < op->getNumResults(); ++i)
-    plan.results.push_back(s);
+  for (Value v : op->getOperands()) {
+    auto t = getRankedTensor(v);
+    plan.operands.push_back(!t                    ? Sharding()
+                            : t.getRank() == rank ? cur
+                                                  : Sharding::replicated(
+                                                        t.getRank()));
+  }
+  for (Value v : op->getResults()) {
+    auto t = getRankedTensor(v);
+    plan.results.push_back(
+        !t ? Sharding()
+        : t.getRank() == resultType.getRank()
+            ? out
+            : Sharding::replicated(t.getRank()));
+  }
   return plan;
 }
 
 FailureOr<OpPlan> Partitioner::planOp(Operation *op) {
   auto spec = op->getAttrOfType<PartitionSpecAttr>(STPDialect::kSpecAttrName);
-  if (isLazy(op)) {
-    OpPlan plan;
+  auto partitionable = dyn_cast<PartitionableOpInterface>(op);
+  PartitionRule rule = partitionable ? partitionable.getPartitionRule()
+                                     : PartitionRule::Unsupported;
+  OpPlan plan;
+  switch (rule) {
+  case PartitionRule::Lazy:
     plan.kind = PlanKind::Lazy;
     return plan;
-  }
-  if (isa<func::ReturnOp>(op)) {
-    OpPlan plan;
+  case PartitionRule::Terminator:
     plan.kind = PlanKind::Return;
     return plan;
-  }
-  if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op))
-    if (linalgOp.hasPureTensorSemantics())
-      return planLinalg(linalgOp, spec);
-  if (isa<LayerNormOp, RMSNormOp>(op))
+  case PartitionRule::Loops:
+    return planLinalg(cast<linalg::LinalgOp>(op), spec);
+  case PartitionRule::Norm:
     return planNorm(op, spec);
-  if (auto attention = dyn_cast<AttentionOp>(op))
-    return planAttention(attention, spec);
-  if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op) &&
-      getRankedTensor(op->getResult(0)).hasStaticShape() &&
-      getRankedTensor(op->getOperand(0)).hasStaticShape())
-    return planView(op);
-  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
-    if (slice.getOffsets().empty() && slice.getSizes().empty() &&
-        slice.getStrides().empty() && slice.getSourceType().hasStaticShape())
-      return planView(op);
-  if (isa<linalg::SoftmaxOp>(op))
-    return planView(op);
-  if (auto concat = dyn_cast<tensor::ConcatOp>(op))
-    return planConcat(concat);
-  if (isa<TopKOp, ScatterElementsOp>(op))
-    return planAlongAxis(op);
-  OpPlan plan;
+  case PartitionRule::Attention:
+    return planAttention(cast<AttentionOp>(op), spec);
+  case PartitionRule::Layout:
+    return planLayout(op, partitionable.getLayoutRule());
+  case PartitionRule::Replicated:
+  case PartitionRule::Unsupported:
+    break;
+  }
   plan.kind = PlanKind::Replicated;
   bool hasTensor = llvm::any_of(op->getResultTypes(), [](Type t) {
     return isa<ShapedType>(t);
   });
-  if (spec || (hasTensor && !isa<arith::ConstantOp>(op)))
+  if (spec || (hasTensor && rule == PartitionRule::Unsupported))
     plan.fallback = "no local rule for this op";
   return plan;
 }
@@ -1390,52 +1265,31 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
   case PlanKind::NormStats:
     emitNormStats(op, plan);
     return success();
-  case PlanKind::ExtractSlice: {
-    auto slice = cast<tensor::ExtractSliceOp>(op);
-    Value src = getAs(slice.getSource(), plan.operands[0], label, "source");
-    auto srcType = cast<RankedTensorType>(src.getType());
-    SmallVector<OpFoldResult> offsets, sizes, strides;
-    for (int64_t d = 0; d < srcType.getRank(); ++d) {
-      offsets.push_back(builder.getIndexAttr(slice.getStaticOffsets()[d]));
-      int64_t size = slice.getStaticSizes()[d];
-      if (!plan.operands[0].dims[d].empty())
-        size = srcType.getDimSize(d);
-      sizes.push_back(builder.getIndexAttr(size));
-      strides.push_back(builder.getIndexAttr(slice.getStaticStrides()[d]));
+  case PlanKind::Layout: {
+    // Ops whose attributes hold global shapes are rebuilt for the local
+    // block; the others are cloned below.
+    SmallVector<Value> operands;
+    for (auto [i, v] : llvm::enumerate(op->getOperands()))
+      operands.push_back(
+          getAs(v, plan.operands[i], label, "operand " + std::to_string(i)));
+    SmallVector<Type> resultTypes;
+    for (auto [i, result] : llvm::enumerate(op->getResults()))
+      resultTypes.push_back(
+          getRankedTensor(result)
+              ? Type(getLocalType(getRankedTensor(result), plan.results[i]))
+              : result.getType());
+    Operation *newOp = cast<PartitionableOpInterface>(op).createLocalOp(
+        builder, operands, resultTypes);
+    if (!newOp)
+      break;
+    newOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+    newOp->removeAttr(STPDialect::kSpecAttrName);
+    for (auto [i, result] : llvm::enumerate(op->getResults())) {
+      ValueState &state = states[result];
+      state.value = newOp->getResult(i);
+      state.sharding = plan.results[i];
+      state.producer = label;
     }
-    auto resultType = getLocalType(slice.getResultType(), plan.results[0]);
-    auto newOp = tensor::ExtractSliceOp::create(builder, op->getLoc(),
-                                                resultType, src, offsets, sizes,
-                                                strides);
-    newOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
-    newOp->removeAttr(STPDialect::kSpecAttrName);
-    ValueState &state = states[op->getResult(0)];
-    state.value = newOp.getResult();
-    state.sharding = plan.results[0];
-    state.producer = label;
-    ++numSplitOps;
-    return success();
-  }
-  case PlanKind::ExpandShape:
-  case PlanKind::CollapseShape: {
-    Value src = getAs(op->getOperand(0), plan.operands[0], label, "source");
-    auto resultType =
-        getLocalType(getRankedTensor(op->getResult(0)), plan.results[0]);
-    Operation *newOp;
-    if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op))
-      newOp = tensor::ExpandShapeOp::create(
-          builder, op->getLoc(), resultType, src,
-          expand.getReassociationIndices());
-    else
-      newOp = tensor::CollapseShapeOp::create(
-          builder, op->getLoc(), resultType, src,
-          cast<tensor::CollapseShapeOp>(op).getReassociationIndices());
-    newOp->setDiscardableAttrs(op->getDiscardableAttrDictionary());
-    newOp->removeAttr(STPDialect::kSpecAttrName);
-    ValueState &state = states[op->getResult(0)];
-    state.value = newOp->getResult(0);
-    state.sharding = plan.results[0];
-    state.producer = label;
     ++numSplitOps;
     return success();
   }
@@ -1463,9 +1317,6 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
   case PlanKind::Linalg:
   case PlanKind::Norm:
   case PlanKind::Attention:
-  case PlanKind::Softmax:
-  case PlanKind::Concat:
-  case PlanKind::AlongAxis:
     break;
   }
 
@@ -1727,11 +1578,18 @@ LogicalResult Partitioner::run() {
 namespace {
 struct PartitionPass
     : public stpar::stp::impl::PartitionPassBase<PartitionPass> {
+  void getDependentDialects(DialectRegistry &registry) const override {
+    PartitionPassBase::getDependentDialects(registry);
+    registerPartitionableOpModels(registry);
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (failed(checkPartitionableOpModels(&getContext(), module.getLoc())))
+      return signalPassFailure();
     auto mesh = module->getAttrOfType<MeshAttr>(STPDialect::kMeshAttrName);
     if (!mesh) {
-      module.emitError() << "module has no '" << STPDialect::kMeshAttrName
+      emitError(module.getLoc()) << "module has no '" << STPDialect::kMeshAttrName
                          << "' attribute (run stpar plan --emit-mlir)";
       return signalPassFailure();
     }

@@ -16,6 +16,7 @@
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/Collectives.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -64,11 +65,6 @@ int64_t getBufferBytes(RankedTensorType type) {
 bool isView(Operation *op) {
   return isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::CastOp,
              tensor::ReshapeOp>(op);
-}
-
-bool isCollective(Operation *op) {
-  return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-             shard::AllSliceOp, shard::AllToAllOp, shard::ShiftOp>(op);
 }
 
 class MemoryPlanner {

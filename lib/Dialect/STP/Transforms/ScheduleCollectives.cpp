@@ -14,6 +14,7 @@
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/Collectives.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -31,22 +32,6 @@ using namespace mlir;
 using namespace stpar::stp;
 
 namespace {
-
-/// The collectives that communicate (all-slice is a local copy on the
-/// compute stream).
-bool isCollective(Operation *op) {
-  return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-             shard::AllToAllOp, shard::ShiftOp>(op);
-}
-
-/// The grid axes whose communicator a collective uses (none for all-slice,
-/// which is local, and ring shifts, which use the world communicator).
-std::optional<ArrayRef<int16_t>> getCommunicatorAxes(Operation *op) {
-  return llvm::TypeSwitch<Operation *, std::optional<ArrayRef<int16_t>>>(op)
-      .Case<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-            shard::AllToAllOp>([](auto o) { return o.getGridAxes(); })
-      .Default([](Operation *) { return std::nullopt; });
-}
 
 class Scheduler {
 public:
@@ -74,7 +59,7 @@ private:
     // starts go first, so they overlap the block's compute.
     SmallVector<Operation *> early;
     for (Operation &op : block)
-      if (op.hasAttr(STPDialect::kDoubleBufferAttrName) && isCollective(&op) &&
+      if (op.hasAttr(STPDialect::kDoubleBufferAttrName) && isCommunicatingCollective(&op) &&
           llvm::all_of(op.getOperands(), [&](Value v) {
             return v.getParentBlock() != &block || isa<BlockArgument>(v);
           }))
@@ -93,7 +78,7 @@ private:
       // Loops are printed as loops: their bodies are scheduled the same way.
       if (auto loop = dyn_cast<scf::ForOp>(op))
         scheduleBlock(*loop.getBody());
-      if (isCollective(&op)) {
+      if (isCommunicatingCollective(&op)) {
         int64_t ready = events++, done = events++;
         op.setAttr(STPDialect::kEventsAttrName,
                    DenseI64ArrayAttr::get(op.getContext(), {ready, done}));

@@ -14,6 +14,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "stpar/Dialect/STP/IR/PartitionableOpInterface.h"
 
 #define GET_OP_CLASSES
 #include "stpar/Dialect/STP/IR/STPOps.h.inc"

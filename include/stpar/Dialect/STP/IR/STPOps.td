@@ -13,11 +13,15 @@ include "stpar/Dialect/STP/IR/STPBase.td"
 include "mlir/IR/OpBase.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "stpar/Dialect/STP/IR/PartitionableOpInterface.td"
 
 class STP_Op<string mnemonic, list<Trait> traits = []>
     : Op<STP_Dialect, mnemonic, traits>;
 
-def STP_LayerNormOp : STP_Op<"layer_norm", [Pure]> {
+def STP_LayerNormOp : STP_Op<"layer_norm",
+    [Pure, DeclareOpInterfaceMethods<STP_PartitionableOpInterface,
+        ["getPartitionRule", "getCostRule"]>,
+      DeclareOpInterfaceMethods<STP_NormalizationOpInterface>]> {
   let summary = "Layer normalization over the trailing dims from `axis`";
   let description = [{
     `y = (x - mean(x)) / sqrt(var(x) + epsilon) * scale + bias`, with mean
@@ -44,7 +48,10 @@ def STP_LayerNormOp : STP_Op<"layer_norm", [Pure]> {
   let hasVerifier = 1;
 }
 
-def STP_RMSNormOp : STP_Op<"rms_norm", [Pure]> {
+def STP_RMSNormOp : STP_Op<"rms_norm",
+    [Pure, DeclareOpInterfaceMethods<STP_PartitionableOpInterface,
+        ["getPartitionRule", "getCostRule"]>,
+      DeclareOpInterfaceMethods<STP_NormalizationOpInterface>]> {
   let summary = "Root-mean-square normalization over the trailing dims from `axis`";
   let description = [{
     `y = x / sqrt(mean(x^2) + epsilon) * scale` with the mean over the dims
@@ -65,7 +72,9 @@ def STP_RMSNormOp : STP_Op<"rms_norm", [Pure]> {
   let hasVerifier = 1;
 }
 
-def STP_AttentionOp : STP_Op<"attention", [Pure]> {
+def STP_AttentionOp : STP_Op<"attention",
+    [Pure, DeclareOpInterfaceMethods<STP_PartitionableOpInterface,
+        ["getPartitionRule", "getCostRule"]>]> {
   let summary = "Scaled dot-product attention with optional mask, causal flag and grouped-query heads";
   let description = [{
     `softmax(Q K^T * scale + mask) V` per batch and head (Vaswani et al.
@@ -96,7 +105,9 @@ def STP_AttentionOp : STP_Op<"attention", [Pure]> {
   let hasVerifier = 1;
 }
 
-def STP_TopKOp : STP_Op<"topk", [Pure]> {
+def STP_TopKOp : STP_Op<"topk",
+    [Pure, DeclareOpInterfaceMethods<STP_PartitionableOpInterface,
+        ["getPartitionRule", "getLayoutRule", "getCostRule"]>]> {
   let summary = "The k largest (or smallest) elements along an axis and their indices";
   let description = [{
     ONNX TopK-11 semantics: along `axis`, returns the `k` largest
@@ -118,7 +129,9 @@ def STP_TopKOp : STP_Op<"topk", [Pure]> {
   let hasVerifier = 1;
 }
 
-def STP_ScatterElementsOp : STP_Op<"scatter_elements", [Pure]> {
+def STP_ScatterElementsOp : STP_Op<"scatter_elements",
+    [Pure, DeclareOpInterfaceMethods<STP_PartitionableOpInterface,
+        ["getPartitionRule", "getLayoutRule", "getCostRule"]>]> {
   let summary = "ONNX ScatterElements: write updates at per-element indices along an axis";
   let description = [{
     ONNX ScatterElements-18 semantics: the result is `data` with, for every
