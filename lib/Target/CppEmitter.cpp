@@ -24,6 +24,7 @@
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/IR/LinalgInterfaces.h"
@@ -73,24 +74,23 @@ struct ElementInfo {
   const char *scalar;  ///< C++ type of a scalar value
   int dtype;           ///< io.json type code (-1: not a tensor element type)
   const char *dtypeName;
-  const char *mpiOrNccl; ///< ncclDataType_t
 };
 
 std::optional<ElementInfo> getElementInfo(Type type) {
   if (type.isF32())
-    return ElementInfo{"float", "float", 0, "float32", "ncclFloat32"};
+    return ElementInfo{"float", "float", 0, "float32"};
   if (type.isF64())
-    return ElementInfo{"double", "double", 1, "float64", "ncclFloat64"};
+    return ElementInfo{"double", "double", 1, "float64"};
   if (type.isIndex())
-    return ElementInfo{"int64_t", "int64_t", -1, "index", "ncclInt64"};
+    return ElementInfo{"int64_t", "int64_t", -1, "index"};
   if (type.isInteger(64))
-    return ElementInfo{"int64_t", "int64_t", 2, "int64", "ncclInt64"};
+    return ElementInfo{"int64_t", "int64_t", 2, "int64"};
   if (type.isInteger(32))
-    return ElementInfo{"int32_t", "int32_t", 3, "int32", "ncclInt32"};
+    return ElementInfo{"int32_t", "int32_t", 3, "int32"};
   if (type.isInteger(8))
-    return ElementInfo{"int8_t", "int8_t", 4, "int8", "ncclInt8"};
+    return ElementInfo{"int8_t", "int8_t", 4, "int8"};
   if (type.isInteger(1))
-    return ElementInfo{"uint8_t", "bool", 5, "bool", "ncclUint8"};
+    return ElementInfo{"uint8_t", "bool", 5, "bool"};
   return std::nullopt;
 }
 
@@ -224,17 +224,14 @@ private:
   LogicalResult emitFunction();
   LogicalResult emitBlock(Block &block);
   LogicalResult emitOp(Operation *op);
-  void printWaits(Operation *op);
   LogicalResult emitScalar(Operation *op,
                            llvm::function_ref<std::string(Value)> nameOf,
                            std::string &expr);
   LogicalResult emitGeneric(linalg::GenericOp op);
-  bool emitGemm(linalg::GenericOp op, StringRef result);
-  LogicalResult emitCollective(Operation *op);
+  LogicalResult emitCall(emitc::CallOpaqueOp call);
   LogicalResult emitFor(scf::ForOp op);
   std::string newTensor(Value v, StringRef init = "");
   std::string arenaOffset(Value v);
-  std::string groupAxes(ArrayRef<int16_t> axes);
   std::string blockOffsets(RankedTensorType local, const SplitAxes &split);
 
   ModuleOp module;
@@ -250,10 +247,6 @@ private:
   DenseMap<Value, std::string> names;
   int nextId = 0, nextKernel = 0, nextConst = 0;
   int64_t numEvents = 0;
-  /// The C++ name of each collective's result by its `done` event (for the
-  /// comments of the waits), and the cpu target's non-blocking shifts.
-  DenseMap<int64_t, std::string> eventResults;
-  DenseSet<int64_t> shiftRequests;
   std::string loopParity;
   std::string ioInputs, ioOutputs;
   /// The first value without a buffer of the memory plan (an error).
@@ -299,13 +292,6 @@ std::string Printer::newTensor(Value v, StringRef init) {
     line() << "auto " << n << " = stpar_rt::at<" << info->storage
            << ">(ctx, " << offset << ", " << type.getNumElements() << ");\n";
   return n;
-}
-
-std::string Printer::groupAxes(ArrayRef<int16_t> axes) {
-  std::string s = "stpar_rt::Shape{";
-  for (auto [i, a] : llvm::enumerate(axes))
-    s += (i ? ", " : "") + std::to_string(a);
-  return s + "}";
 }
 
 std::string Printer::blockOffsets(RankedTensorType local,
@@ -580,135 +566,6 @@ std::string linearIndex(AffineMap map, ArrayRef<int64_t> shape,
   return s.empty() ? "0" : s;
 }
 
-/// Element strides of operand `map` (shape `shape`) per loop dim; nullopt
-/// when the map is not a projected permutation.
-std::optional<SmallVector<int64_t>> loopStrides(AffineMap map,
-                                                ArrayRef<int64_t> shape) {
-  if (!map.isProjectedPermutation(/*allowZeroInResults=*/false))
-    return std::nullopt;
-  SmallVector<int64_t> strides = stridesOf(shape);
-  SmallVector<int64_t> result(map.getNumDims(), 0);
-  for (unsigned i = 0; i < map.getNumResults(); ++i)
-    result[cast<AffineDimExpr>(map.getResult(i)).getPosition()] = strides[i];
-  return result;
-}
-
-/// Collapses loop dims `group` of one operand into one (size, stride);
-/// nullopt when they are not one contiguous run or only partly present.
-std::optional<std::pair<int64_t, int64_t>>
-collapse(ArrayRef<unsigned> group, ArrayRef<int64_t> loopSizes,
-         ArrayRef<int64_t> strides) {
-  int64_t size = 1;
-  SmallVector<unsigned> present;
-  for (unsigned d : group) {
-    size *= loopSizes[d];
-    if (strides[d] != 0 || loopSizes[d] == 1)
-      present.push_back(d);
-  }
-  if (present.empty())
-    return std::make_pair(size, int64_t(0));
-  if (present.size() != group.size())
-    return std::nullopt;
-  SmallVector<unsigned> sorted(group.begin(), group.end());
-  llvm::sort(sorted, [&](unsigned a, unsigned b) {
-    return strides[a] > strides[b];
-  });
-  for (size_t i = 0; i + 1 < sorted.size(); ++i)
-    if (loopSizes[sorted[i]] != 1 &&
-        strides[sorted[i]] != strides[sorted[i + 1]] * loopSizes[sorted[i + 1]])
-      return std::nullopt;
-  return std::make_pair(size, strides[sorted.back()]);
-}
-
-bool Printer::emitGemm(linalg::GenericOp op, StringRef result) {
-  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
-      !linalg::isaContractionOpInterface(op))
-    return false;
-  auto outType = tensorType(op.getResult(0));
-  auto aType = tensorType(op.getDpsInputOperand(0)->get());
-  auto bType = tensorType(op.getDpsInputOperand(1)->get());
-  if (!aType || !bType || !outType.getElementType().isF32() ||
-      !aType.getElementType().isF32() || !bType.getElementType().isF32())
-    return false;
-  FailureOr<linalg::ContractionDimensions> dims =
-      linalg::inferContractionDims(op);
-  if (failed(dims) || dims->m.empty() || dims->n.empty() || dims->k.empty())
-    return false;
-  SmallVector<int64_t> sizes = op.getStaticLoopRanges();
-  auto maps = op.getIndexingMapsArray();
-  auto sa = loopStrides(maps[0], aType.getShape());
-  auto sb = loopStrides(maps[1], bType.getShape());
-  auto sc = loopStrides(maps[2], outType.getShape());
-  if (!sa || !sb || !sc)
-    return false;
-  auto group = [&](ArrayRef<unsigned> g, ArrayRef<int64_t> s) {
-    return collapse(g, sizes, s);
-  };
-  auto am = group(dims->m, *sa), ak = group(dims->k, *sa),
-       bk = group(dims->k, *sb), bn = group(dims->n, *sb),
-       cm = group(dims->m, *sc), cn = group(dims->n, *sc),
-       ab = group(dims->batch, *sa), bb = group(dims->batch, *sb),
-       cb = group(dims->batch, *sc);
-  if (!am || !ak || !bk || !bn || !cm || !cn || !ab || !bb || !cb)
-    return false;
-  // Operands must hold their matrix dims (a stride-0 m/n/k is a broadcast
-  // cuBLAS cannot express).
-  if (am->second == 0 || ak->second == 0 || bk->second == 0 ||
-      bn->second == 0 || cm->second == 0 || cn->second == 0)
-    return false;
-  int64_t M = am->first, N = bn->first, K = ak->first, batch = cb->first;
-  // Column-major view: C^T (N x M) = B^T(N x K) * A^T(K x M) when C is
-  // row-major in n; C (M x N) = A * B when it is column-major in m.
-  struct Operand {
-    std::string ptr;
-    int64_t rowStride, colStride, batchStride;
-  };
-  Operand x, y;
-  int64_t rows, cols, ldc;
-  std::string aPtr = name(op.getDpsInputOperand(0)->get()) + ".data()";
-  std::string bPtr = name(op.getDpsInputOperand(1)->get()) + ".data()";
-  if (cn->second == 1) {
-    rows = N;
-    cols = M;
-    ldc = cm->second;
-    x = {bPtr, bn->second, bk->second, bb->second}; // X(n,k)
-    y = {aPtr, ak->second, am->second, ab->second}; // Y(k,m)
-  } else if (cm->second == 1) {
-    rows = M;
-    cols = N;
-    ldc = cn->second;
-    x = {aPtr, am->second, ak->second, ab->second}; // X(m,k)
-    y = {bPtr, bk->second, bn->second, bb->second}; // Y(k,n)
-  } else {
-    return false;
-  }
-  auto lead = [](const Operand &o, int64_t r, int64_t c, bool &trans,
-                 int64_t &ld) {
-    if (o.rowStride == 1 && o.colStride >= r) {
-      trans = false;
-      ld = o.colStride;
-      return true;
-    }
-    if (o.colStride == 1 && o.rowStride >= c) {
-      trans = true;
-      ld = o.rowStride;
-      return true;
-    }
-    return false;
-  };
-  bool tx, ty;
-  int64_t ldx, ldy;
-  if (!lead(x, rows, K, tx, ldx) || !lead(y, K, cols, ty, ldy) || ldc < rows)
-    return false;
-  line() << "stpar_rt::gemm(ctx, " << (tx ? "true" : "false") << ", "
-         << (ty ? "true" : "false") << ", " << rows << ", " << cols << ", "
-         << K << ", " << x.ptr << ", " << ldx << ", " << x.batchStride << ", "
-         << y.ptr << ", " << ldy << ", " << y.batchStride << ", " << result
-         << ".data(), " << ldc << ", " << cb->second << ", " << batch
-         << ");\n";
-  return true;
-}
-
 LogicalResult Printer::emitGeneric(linalg::GenericOp op) {
   Block &payload = op.getRegion().front();
   SmallVector<int64_t> sizes = op.getStaticLoopRanges();
@@ -742,8 +599,6 @@ LogicalResult Printer::emitGeneric(linalg::GenericOp op) {
                                 init ? name(op.getDpsInitOperand(o)->get())
                                      : ""));
   }
-  if (emitGemm(op, results[0]))
-    return success();
 
   // Captured values.
   llvm::SetVector<Value> captures;
@@ -938,205 +793,57 @@ LogicalResult Printer::emitGeneric(linalg::GenericOp op) {
 // Collectives
 //===----------------------------------------------------------------------===//
 
-const char *ncclOp(shard::ReductionKind kind) {
-  switch (kind) {
-  case shard::ReductionKind::Sum: return "ncclSum";
-  case shard::ReductionKind::Max: return "ncclMax";
-  case shard::ReductionKind::Min: return "ncclMin";
-  case shard::ReductionKind::Product: return "ncclProd";
-  default: return nullptr;
-  }
-}
-const char *cpuOp(shard::ReductionKind kind) {
-  switch (kind) {
-  case shard::ReductionKind::Sum: return "stpar_rt::Reduction::Sum";
-  case shard::ReductionKind::Max: return "stpar_rt::Reduction::Max";
-  case shard::ReductionKind::Min: return "stpar_rt::Reduction::Min";
-  case shard::ReductionKind::Product: return "stpar_rt::Reduction::Product";
-  default: return nullptr;
-  }
-}
-
-LogicalResult Printer::emitCollective(Operation *op) {
-  if (auto step = op->getAttrOfType<StringAttr>("stp.plan_step"))
+/// A runtime call (-stp-lower-collectives, -stp-lower-contractions):
+/// `callee(args..., results...)`;
+/// an `index` argument names that operand's buffer, an opaque or integer
+/// argument is printed as it is, and each tensor result's planned buffer is
+/// passed after the arguments.
+LogicalResult Printer::emitCall(emitc::CallOpaqueOp call) {
+  if (call.getTemplateArgs())
+    return call.emitError("cannot emit a call with template arguments");
+  if (auto step = call->getAttrOfType<StringAttr>("stp.plan_step"))
     line() << "// stp.plan_step: " << step.getValue() << "\n";
-  else
-    line() << "// stp.plan_step: (none)\n";
-  Value input = op->getOperand(0);
-  auto inType = tensorType(input);
-  auto info = getElementInfo(inType.getElementType());
-  std::string in = name(input);
-  std::string inShape = shapeLiteral(inType.getShape());
-  int64_t n = inType.getNumElements();
-
-  if (auto slice = dyn_cast<shard::AllSliceOp>(op)) {
-    std::string out = newTensor(slice.getResult());
-    line() << "stpar_rt::allSlice(ctx, " << groupAxes(slice.getGridAxes())
-           << ", " << in << ".data(), " << out << ".data(), " << inShape
-           << ", " << slice.getSliceAxis().getSExtValue() << ");\n";
-    return success();
+  std::string text = call.getCallee().str() + "(";
+  bool first = true;
+  auto append = [&](const std::string &arg) {
+    text += (first ? "" : ", ") + arg;
+    first = false;
+  };
+  if (ArrayAttr args = call.getArgsAttr()) {
+    for (Attribute arg : args) {
+      if (auto i = dyn_cast<IntegerAttr>(arg)) {
+        if (i.getType().isIndex()) {
+          uint64_t n = i.getValue().getZExtValue();
+          if (n >= call->getNumOperands())
+            return call.emitError("call argument refers to operand #")
+                   << n << " of " << call->getNumOperands();
+          append(name(call->getOperand(n)));
+        } else if (i.getType().isInteger(1)) {
+          append(i.getValue().isZero() ? "false" : "true");
+        } else {
+          append(std::to_string(i.getValue().getSExtValue()));
+        }
+      } else if (auto o = dyn_cast<emitc::OpaqueAttr>(arg)) {
+        append(o.getValue().str());
+      } else {
+        return call.emitError("cannot emit call argument ") << arg;
+      }
+    }
+  } else {
+    for (Value v : call->getOperands())
+      append(name(v));
   }
-  // Events (-stp-schedule-collectives): `ready` on the compute stream
-  // before, `done` on the communication stream after.
-  auto events = op->getAttrOfType<DenseI64ArrayAttr>(
-      stp::STPDialect::kEventsAttrName);
-  if (!events || events.size() != 2)
-    return op->emitError("cannot emit '")
-           << op->getName()
-           << "': it has no stp.events (run -stp-schedule-collectives)";
-  int64_t ready = events[0], done = events[1];
-  // Result buffer (in a loop, a carried value's even- or odd-step buffer).
-  Value result = op->getResult(0);
-  std::string out = newTensor(result);
-  std::string type = info->mpiOrNccl;
-
-  if (!cuda) {
-    llvm::TypeSwitch<Operation *>(op)
-        .Case([&](shard::AllReduceOp o) {
-          line() << "stpar_rt::allReduce(ctx, " << groupAxes(o.getGridAxes())
-                 << ", " << cpuOp(o.getReduction()) << ", " << in
-                 << ".data(), " << out << ".data(), " << n << ");\n";
-        })
-        .Case([&](shard::AllGatherOp o) {
-          line() << "stpar_rt::allGather(ctx, " << groupAxes(o.getGridAxes())
-                 << ", " << in << ".data(), " << out << ".data(), " << inShape
-                 << ", " << o.getGatherAxis().getSExtValue() << ");\n";
-        })
-        .Case([&](shard::ReduceScatterOp o) {
-          line() << "stpar_rt::reduceScatter(ctx, "
-                 << groupAxes(o.getGridAxes()) << ", "
-                 << cpuOp(o.getReduction()) << ", " << in << ".data(), "
-                 << out << ".data(), " << inShape << ", "
-                 << o.getScatterAxis().getSExtValue() << ");\n";
-        })
-        .Case([&](shard::AllToAllOp o) {
-          line() << "stpar_rt::allToAll(ctx, " << groupAxes(o.getGridAxes())
-                 << ", " << in << ".data(), " << out << ".data(), " << inShape
-                 << ", " << o.getSplitAxis().getSExtValue() << ", "
-                 << o.getConcatAxis().getSExtValue() << ");\n";
-        })
-        .Case([&](shard::ShiftOp o) {
-          // Non-blocking (MPI_Isend/Irecv); waited for before the first
-          // use of the result, like the cuda target's event.
-          int64_t request = done;
-          shiftRequests.insert(request);
-          eventResults[request] = out;
-          line() << "auto shift" << request << " = stpar_rt::shiftStart(ctx, "
-                 << o.getShiftAxis().getSExtValue() << ", "
-                 << static_cast<int64_t>(o.getOffset()) << ", "
-                 << (o.getRotate() ? "true" : "false") << ", " << in
-                 << ".data(), " << out << ".data(), " << n << ");\n";
-        });
-    return success();
+  // A result that accumulates (stp.accumulate) starts as that operand.
+  std::string init;
+  if (auto acc = call->getAttrOfType<IntegerAttr>(
+          stp::STPDialect::kAccumulateAttrName))
+    init = name(call->getOperand(acc.getInt()));
+  for (Value result : call->getResults()) {
+    if (!tensorType(result))
+      return call.emitError("cannot emit a call with a non-tensor result");
+    append(newTensor(result, init));
   }
-
-  // cuda: the communication stream waits for the input, runs the
-  // collective and records an event the compute stream waits for before
-  // the result's first use.
-  line() << "STP_CUDA(cudaEventRecord(ctx.events[" << ready
-         << "], ctx.compute));\n";
-  line() << "STP_CUDA(cudaStreamWaitEvent(ctx.comm, ctx.events[" << ready
-         << "], 0));\n";
-  std::string ptype = std::string(info->storage);
-  llvm::TypeSwitch<Operation *>(op)
-      .Case([&](shard::AllReduceOp o) {
-        line() << "STP_NCCL(ncclAllReduce(" << in << ".data(), " << out
-               << ".data(), " << n << ", " << type << ", "
-               << ncclOp(o.getReduction()) << ", ctx.nccl("
-               << groupAxes(o.getGridAxes()) << "), ctx.comm));\n";
-      })
-      .Case([&](shard::AllGatherOp o) {
-        std::string axes = groupAxes(o.getGridAxes());
-        int64_t dim = o.getGatherAxis().getSExtValue();
-        int64_t pre = 1;
-        for (int64_t d = 0; d < dim; ++d)
-          pre *= inType.getDimSize(d);
-        line() << "{\n";
-        ++indent;
-        line() << "const int64_t g = ctx.groupSize(" << axes << ");\n";
-        line() << "auto gathered = stpar_rt::scratch<" << ptype << ">(ctx, g * "
-               << n << ");\n";
-        line() << "STP_NCCL(ncclAllGather(" << in << ".data(), gathered.data(), "
-               << n << ", " << type << ", ctx.nccl(" << axes
-               << "), ctx.comm));\n";
-        line() << "stpar_rt::swap01(ctx.comm, gathered.data(), " << out
-               << ".data(), g, " << pre << ", " << n / pre << ");\n";
-        --indent;
-        line() << "}\n";
-      })
-      .Case([&](shard::ReduceScatterOp o) {
-        std::string axes = groupAxes(o.getGridAxes());
-        int64_t dim = o.getScatterAxis().getSExtValue();
-        int64_t pre = 1;
-        for (int64_t d = 0; d < dim; ++d)
-          pre *= inType.getDimSize(d);
-        line() << "{\n";
-        ++indent;
-        line() << "const int64_t g = ctx.groupSize(" << axes << ");\n";
-        line() << "auto blocks = stpar_rt::scratch<" << ptype << ">(ctx, " << n
-               << ");\n";
-        line() << "stpar_rt::swap01(ctx.comm, " << in << ".data(), blocks.data(), "
-               << pre << ", g, " << n / pre << " / g);\n";
-        line() << "STP_NCCL(ncclReduceScatter(blocks.data(), " << out
-               << ".data(), " << n << " / g, " << type << ", "
-               << ncclOp(o.getReduction()) << ", ctx.nccl(" << axes
-               << "), ctx.comm));\n";
-        --indent;
-        line() << "}\n";
-      })
-      .Case([&](shard::AllToAllOp o) {
-        std::string axes = groupAxes(o.getGridAxes());
-        int64_t split = o.getSplitAxis().getSExtValue();
-        int64_t concat = o.getConcatAxis().getSExtValue();
-        int64_t preS = 1, preC = 1;
-        for (int64_t d = 0; d < split; ++d)
-          preS *= inType.getDimSize(d);
-        for (int64_t d = 0; d < concat; ++d)
-          preC *= tensorType(result).getDimSize(d);
-        line() << "{\n";
-        ++indent;
-        line() << "const int64_t g = ctx.groupSize(" << axes
-               << "), chunk = " << n << " / g;\n";
-        line() << "auto send = stpar_rt::scratch<" << ptype << ">(ctx, " << n
-               << "), recv = stpar_rt::scratch<" << ptype << ">(ctx, " << n
-               << ");\n";
-        line() << "stpar_rt::swap01(ctx.comm, " << in << ".data(), send.data(), "
-               << preS << ", g, " << n / preS << " / g);\n";
-        line() << "STP_NCCL(ncclGroupStart());\n";
-        line() << "for (int64_t j = 0; j < g; ++j) {\n";
-        line() << "  STP_NCCL(ncclSend(send.data() + j * chunk, chunk, " << type
-               << ", static_cast<int>(j), ctx.nccl(" << axes
-               << "), ctx.comm));\n";
-        line() << "  STP_NCCL(ncclRecv(recv.data() + j * chunk, chunk, " << type
-               << ", static_cast<int>(j), ctx.nccl(" << axes
-               << "), ctx.comm));\n";
-        line() << "}\n";
-        line() << "STP_NCCL(ncclGroupEnd());\n";
-        line() << "stpar_rt::swap01(ctx.comm, recv.data(), " << out
-               << ".data(), g, " << preC << ", chunk / " << preC << ");\n";
-        --indent;
-        line() << "}\n";
-      })
-      .Case([&](shard::ShiftOp o) {
-        int64_t axis = o.getShiftAxis().getSExtValue();
-        std::string rot = o.getRotate() ? "true" : "false";
-        line() << "{\n";
-        ++indent;
-        line() << "const int to = ctx.neighbor(" << axis << ", " << static_cast<int64_t>(o.getOffset())
-               << ", " << rot << "), from = ctx.neighbor(" << axis << ", "
-               << -static_cast<int64_t>(o.getOffset()) << ", " << rot << ");\n";
-        line() << "STP_NCCL(ncclGroupStart());\n";
-        line() << "if (to >= 0) STP_NCCL(ncclSend(" << in << ".data(), " << n
-               << ", " << type << ", to, ctx.world, ctx.comm));\n";
-        line() << "if (from >= 0) STP_NCCL(ncclRecv(" << out << ".data(), " << n
-               << ", " << type << ", from, ctx.world, ctx.comm));\n";
-        line() << "STP_NCCL(ncclGroupEnd());\n";
-        --indent;
-        line() << "}\n";
-      });
-  line() << "STP_CUDA(cudaEventRecord(ctx.events[" << done
-         << "], ctx.comm));\n";
-  eventResults[done] = out;
+  line() << text << ");\n";
   return success();
 }
 
@@ -1144,29 +851,10 @@ LogicalResult Printer::emitCollective(Operation *op) {
 // Blocks, loops and the other ops
 //===----------------------------------------------------------------------===//
 
-/// The waits -stp-schedule-collectives put before `op` (`stp.waits`): cuda:
-/// the compute stream waits for the transfer's `done` event; cpu: a
-/// non-blocking shift completes (the other collectives are blocking).
-void Printer::printWaits(Operation *op) {
-  auto waits =
-      op->getAttrOfType<DenseI64ArrayAttr>(stp::STPDialect::kWaitsAttrName);
-  if (!waits)
-    return;
-  for (int64_t id : waits.asArrayRef()) {
-    std::string what = eventResults.lookup(id);
-    if (cuda)
-      line() << "STP_CUDA(cudaStreamWaitEvent(ctx.compute, ctx.events[" << id
-             << "], 0)); // " << what << " arrived\n";
-    else if (shiftRequests.contains(id))
-      line() << "stpar_rt::wait(shift" << id << "); // " << what
-             << " arrived\n";
-  }
-}
-
 LogicalResult Printer::emitBlock(Block &block) {
-  // In the order -stp-schedule-collectives chose, with its waits.
+  // In the order -stp-schedule-collectives chose; its waits are calls
+  // (-stp-lower-collectives).
   for (Operation &op : block) {
-    printWaits(&op);
     if (failed(emitOp(&op)))
       return failure();
   }
@@ -1206,7 +894,15 @@ LogicalResult Printer::emitFor(scf::ForOp op) {
 }
 
 LogicalResult Printer::emitOp(Operation *op) {
-  line() << "// " << op->getName() << " " << locString(op->getLoc()) << "\n";
+  // A runtime call is labelled with the collective it performs, or its
+  // callee.
+  std::string what = op->getName().getStringRef().str();
+  if (auto kind = op->getAttrOfType<StringAttr>(
+          stp::STPDialect::kCollectiveAttrName))
+    what = kind.getValue().str();
+  else if (auto call = dyn_cast<emitc::CallOpaqueOp>(op))
+    what = call.getCallee().str();
+  line() << "// " << what << " " << locString(op->getLoc()) << "\n";
   auto unsupported = [&]() {
     return op->emitError("cannot emit '")
            << op->getName() << "' for the " << getEmitTargetName(target)
@@ -1223,8 +919,13 @@ LogicalResult Printer::emitOp(Operation *op) {
       return op->emitError("cannot emit '")
              << op->getName() << "': dynamic shapes are not supported";
   }
+  if (auto call = dyn_cast<emitc::CallOpaqueOp>(op))
+    return emitCall(call);
   if (stp::isCollective(op))
-    return emitCollective(op);
+    return op->emitError("cannot emit '")
+           << op->getName()
+           << "': collectives are printed as the runtime calls "
+              "-stp-lower-collectives makes of them";
 
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](arith::ConstantOp c) -> LogicalResult {
@@ -1787,6 +1488,19 @@ FailureOr<EmittedProgram> Printer::run() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
+  if (!module->hasAttr("stp.partitioned")) {
+    Operation *shardOp = nullptr;
+    module.walk([&](Operation *op) {
+      if (!shardOp && !isa<shard::GridOp>(op) &&
+          isa<shard::ShardDialect>(op->getDialect()))
+        shardOp = op;
+    });
+    if (shardOp)
+      return shardOp->emitError("cannot emit '")
+             << shardOp->getName()
+             << "': the module is not partitioned (no stp.partitioned "
+                "attribute) but holds shard ops";
+  }
   IRRewriter rewriter(module.getContext());
   SmallVector<linalg::LinalgOp> named;
   module.walk([&](linalg::LinalgOp op) {
@@ -1801,9 +1515,11 @@ LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
              << getEmitTargetName(target)
              << " target (it has no linalg.generic form)";
   }
-  // The schedule of the collectives and the memory plan of the ops as they
+  // The schedule of the collectives, the memory plan of the ops as they
   // are printed (-stp-schedule-collectives, -stp-plan-memory; again when
-  // the generalization above replaced ops).
+  // the generalization above replaced ops or the schedule moved them) and
+  // the collectives, waits and GEMMs as runtime calls
+  // (-stp-lower-collectives, -stp-lower-contractions).
   bool scheduled = true, planned = true;
   module.walk([&](func::FuncOp f) {
     if (f.isExternal())
@@ -1811,12 +1527,14 @@ LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
     scheduled &= f->hasAttr(stp::STPDialect::kStreamsAttrName);
     planned &= f->hasAttr(stp::STPDialect::kArenaAttrName);
   });
-  if (named.empty() && scheduled && planned)
-    return success();
+  // (The lowering passes leave what they lowered before as it is.)
   PassManager pm(module.getContext());
   if (!scheduled)
     pm.addPass(stp::createScheduleCollectivesPass());
-  pm.addPass(stp::createPlanMemoryPass());
+  if (!named.empty() || !planned || !scheduled)
+    pm.addPass(stp::createPlanMemoryPass());
+  pm.addPass(stp::createLowerCollectivesPass());
+  pm.addPass(stp::createLowerContractionsPass());
   return pm.run(module);
 }
 

@@ -172,6 +172,9 @@ public:
   Options options;
   Weights weights;
   Arena arena;
+  /// Ring shifts in flight (receive, send), by their `done` event id
+  /// (ringShift, waitTransfer).
+  std::map<int64_t, std::pair<MPI_Request, MPI_Request>> transfers;
 
 private:
   std::map<Shape, MPI_Comm> comms;
@@ -556,6 +559,65 @@ void shift(Context &ctx, int64_t axis, int64_t offset, bool rotate,
                MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 
+
+//===----------------------------------------------------------------------===//
+// Collectives as -stp-lower-collectives calls them (the same calls as the
+// cuda runtime's): `ready` and `done` are the events
+// -stp-schedule-collectives assigned; `in` and `out` the planned buffers.
+// Here every collective is a blocking MPI call except ringShift, which
+// completes at waitTransfer(ctx, done).
+//===----------------------------------------------------------------------===//
+
+template <typename T>
+void allReduce(Context &ctx, int64_t, int64_t, const Shape &axes, Reduction r,
+               const Tensor<T> &in, const Tensor<T> &out) {
+  allReduce(ctx, axes, r, in.data(), out.data(), in.size);
+}
+template <typename T>
+void allGather(Context &ctx, int64_t, int64_t, const Shape &axes,
+               const Shape &shape, int64_t dim, const Tensor<T> &in,
+               const Tensor<T> &out) {
+  allGather(ctx, axes, in.data(), out.data(), shape, dim);
+}
+template <typename T>
+void reduceScatter(Context &ctx, int64_t, int64_t, const Shape &axes,
+                   Reduction r, const Shape &shape, int64_t dim,
+                   const Tensor<T> &in, const Tensor<T> &out) {
+  reduceScatter(ctx, axes, r, in.data(), out.data(), shape, dim);
+}
+template <typename T>
+void allToAll(Context &ctx, int64_t, int64_t, const Shape &axes,
+              const Shape &shape, int64_t splitDim, int64_t concatDim,
+              const Tensor<T> &in, const Tensor<T> &out) {
+  allToAll(ctx, axes, in.data(), out.data(), shape, splitDim, concatDim);
+}
+/// shard.all_slice: a local copy of this device's block.
+template <typename T>
+void allSlice(Context &ctx, const Shape &axes, const Shape &shape,
+              int64_t dim, const Tensor<T> &in, const Tensor<T> &out) {
+  allSlice(ctx, axes, in.data(), out.data(), shape, dim);
+}
+/// shard.shift, started (MPI_Irecv/MPI_Isend); `in` and `out` stay alive
+/// (the memory plan keeps them) until waitTransfer(ctx, done).
+template <typename T>
+void ringShift(Context &ctx, int64_t, int64_t done, int64_t axis,
+               int64_t offset, bool rotate, const Tensor<T> &in,
+               const Tensor<T> &out) {
+  Transfer t = shiftStart(ctx, axis, offset, rotate, in.data(), out.data(),
+                          in.size);
+  ctx.transfers[done] = {t.requests[0], t.requests[1]};
+}
+/// Before the first use of a transfer's result: completes a ring shift
+/// (the other collectives have completed already).
+inline void waitTransfer(Context &ctx, int64_t done) {
+  auto it = ctx.transfers.find(done);
+  if (it == ctx.transfers.end())
+    return;
+  MPI_Request requests[2] = {it->second.first, it->second.second};
+  MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+  ctx.transfers.erase(it);
+}
+
 } // namespace stpar_rt
 
 
@@ -653,6 +715,17 @@ inline void gemm(Context &, bool transX, bool transY, int64_t rows,
         cb[i + j * ldc] += acc;
       }
   }
+}
+
+/// The call -stp-lower-contractions makes: the same product into the
+/// result's buffer `c` (which holds the init), operands as buffers.
+inline void gemm(Context &ctx, bool transX, bool transY, int64_t rows,
+                 int64_t cols, int64_t k, const Tensor<float> &x, int64_t ldx,
+                 int64_t strideX, const Tensor<float> &y, int64_t ldy,
+                 int64_t strideY, int64_t ldc, int64_t strideC, int64_t batch,
+                 const Tensor<float> &c) {
+  gemm(ctx, transX, transY, rows, cols, k, x.data(), ldx, strideX, y.data(),
+       ldy, strideY, c.data(), ldc, strideC, batch);
 }
 template <typename T>
 void transpose(Context &, const Tensor<T> &in, Tensor<T> &out, const Shape &s,

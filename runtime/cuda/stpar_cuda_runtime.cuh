@@ -492,6 +492,149 @@ void allSlice(Context &ctx, const Shape &axes, const T *in, T *out,
 }
 
 //===----------------------------------------------------------------------===//
+// Collectives as -stp-lower-collectives calls them (the same calls as the
+// cpu runtime's). Each runs on the communication stream between two events
+// -stp-schedule-collectives assigned: the communication stream waits for
+// `ready`, recorded on the compute stream, and records `done`;
+// waitTransfer(ctx, done) makes the compute stream wait for the result
+// before its first use. NCCL temporaries come from the stream-ordered pool.
+//===----------------------------------------------------------------------===//
+
+template <typename T> struct NcclType;
+template <> struct NcclType<float> { static constexpr ncclDataType_t value = ncclFloat32; };
+template <> struct NcclType<double> { static constexpr ncclDataType_t value = ncclFloat64; };
+template <> struct NcclType<int64_t> { static constexpr ncclDataType_t value = ncclInt64; };
+template <> struct NcclType<int32_t> { static constexpr ncclDataType_t value = ncclInt32; };
+template <> struct NcclType<int8_t> { static constexpr ncclDataType_t value = ncclInt8; };
+template <> struct NcclType<uint8_t> { static constexpr ncclDataType_t value = ncclUint8; };
+
+inline ncclRedOp_t ncclOp(Reduction r) {
+  switch (r) {
+  case Reduction::Sum: return ncclSum;
+  case Reduction::Max: return ncclMax;
+  case Reduction::Min: return ncclMin;
+  case Reduction::Product: return ncclProd;
+  }
+  return ncclSum;
+}
+
+/// The communication stream waits for the compute stream's work so far.
+inline void transferBegin(Context &ctx, int64_t ready) {
+  STP_CUDA(cudaEventRecord(ctx.events[ready], ctx.compute));
+  STP_CUDA(cudaStreamWaitEvent(ctx.comm, ctx.events[ready], 0));
+}
+inline void transferEnd(Context &ctx, int64_t done) {
+  STP_CUDA(cudaEventRecord(ctx.events[done], ctx.comm));
+}
+/// Before the first use of a transfer's result.
+inline void waitTransfer(Context &ctx, int64_t done) {
+  STP_CUDA(cudaStreamWaitEvent(ctx.compute, ctx.events[done], 0));
+}
+
+template <typename T>
+void allReduce(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
+               Reduction r, const Tensor<T> &in, const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  STP_NCCL(ncclAllReduce(in.data(), out.data(), in.size, NcclType<T>::value,
+                         ncclOp(r), ctx.nccl(axes), ctx.comm));
+  transferEnd(ctx, done);
+}
+
+/// Concatenates the group's blocks (local shape `shape`) along `dim`:
+/// ncclAllGather stacks them in front, a transpose puts them at `dim`.
+template <typename T>
+void allGather(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
+               const Shape &shape, int64_t dim, const Tensor<T> &in,
+               const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  {
+    const int64_t g = ctx.groupSize(axes), n = in.size;
+    const int64_t pre = prod(shape, 0, dim);
+    auto gathered = scratch<T>(ctx, g * n);
+    STP_NCCL(ncclAllGather(in.data(), gathered.data(), n, NcclType<T>::value,
+                           ctx.nccl(axes), ctx.comm));
+    swap01(ctx.comm, gathered.data(), out.data(), g, pre, n / pre);
+  }
+  transferEnd(ctx, done);
+}
+
+/// Reduces over the group and keeps this device's block of `dim` (input
+/// shape `shape`): a transpose brings the blocks to the front first.
+template <typename T>
+void reduceScatter(Context &ctx, int64_t ready, int64_t done,
+                   const Shape &axes, Reduction r, const Shape &shape,
+                   int64_t dim, const Tensor<T> &in, const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  {
+    const int64_t g = ctx.groupSize(axes), n = in.size;
+    const int64_t pre = prod(shape, 0, dim);
+    auto blocks = scratch<T>(ctx, n);
+    swap01(ctx.comm, in.data(), blocks.data(), pre, g, n / pre / g);
+    STP_NCCL(ncclReduceScatter(blocks.data(), out.data(), n / g,
+                               NcclType<T>::value, ncclOp(r), ctx.nccl(axes),
+                               ctx.comm));
+  }
+  transferEnd(ctx, done);
+}
+
+/// Splits `splitDim` into group-size blocks, sends block j to member j
+/// (grouped ncclSend/ncclRecv) and concatenates the received blocks along
+/// `concatDim`.
+template <typename T>
+void allToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
+              const Shape &shape, int64_t splitDim, int64_t concatDim,
+              const Tensor<T> &in, const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  {
+    const int64_t g = ctx.groupSize(axes), n = in.size, chunk = n / g;
+    const int64_t preS = prod(shape, 0, splitDim);
+    Shape block = shape;
+    block[splitDim] /= g;
+    const int64_t preC = prod(block, 0, concatDim);
+    auto send = scratch<T>(ctx, n), recv = scratch<T>(ctx, n);
+    swap01(ctx.comm, in.data(), send.data(), preS, g, n / preS / g);
+    ncclComm_t comm = ctx.nccl(axes);
+    STP_NCCL(ncclGroupStart());
+    for (int64_t j = 0; j < g; ++j) {
+      STP_NCCL(ncclSend(send.data() + j * chunk, chunk, NcclType<T>::value,
+                        static_cast<int>(j), comm, ctx.comm));
+      STP_NCCL(ncclRecv(recv.data() + j * chunk, chunk, NcclType<T>::value,
+                        static_cast<int>(j), comm, ctx.comm));
+    }
+    STP_NCCL(ncclGroupEnd());
+    swap01(ctx.comm, recv.data(), out.data(), g, preC, chunk / preC);
+  }
+  transferEnd(ctx, done);
+}
+
+/// shard.shift: the value at position p along `axis` moves to p + offset
+/// (grouped ncclSend/ncclRecv on the world communicator).
+template <typename T>
+void ringShift(Context &ctx, int64_t ready, int64_t done, int64_t axis,
+               int64_t offset, bool rotate, const Tensor<T> &in,
+               const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  const int to = ctx.neighbor(axis, offset, rotate),
+            from = ctx.neighbor(axis, -offset, rotate);
+  STP_NCCL(ncclGroupStart());
+  if (to >= 0)
+    STP_NCCL(ncclSend(in.data(), in.size, NcclType<T>::value, to, ctx.world,
+                      ctx.comm));
+  if (from >= 0)
+    STP_NCCL(ncclRecv(out.data(), out.size, NcclType<T>::value, from,
+                      ctx.world, ctx.comm));
+  STP_NCCL(ncclGroupEnd());
+  transferEnd(ctx, done);
+}
+
+/// shard.all_slice on the compute stream (no communication).
+template <typename T>
+void allSlice(Context &ctx, const Shape &axes, const Shape &shape,
+              int64_t dim, const Tensor<T> &in, const Tensor<T> &out) {
+  allSlice(ctx, axes, in.data(), out.data(), shape, dim);
+}
+
+//===----------------------------------------------------------------------===//
 // Compute kernels
 //===----------------------------------------------------------------------===//
 
@@ -509,6 +652,17 @@ inline void gemm(Context &ctx, bool transX, bool transY, int64_t rows,
       static_cast<int>(ldx), strideX, y, CUDA_R_32F, static_cast<int>(ldy),
       strideY, &one, c, CUDA_R_32F, static_cast<int>(ldc), strideC,
       static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/// The call -stp-lower-contractions makes: the same product into the
+/// result's buffer `c` (which holds the init), operands as buffers.
+inline void gemm(Context &ctx, bool transX, bool transY, int64_t rows,
+                 int64_t cols, int64_t k, const Tensor<float> &x, int64_t ldx,
+                 int64_t strideX, const Tensor<float> &y, int64_t ldy,
+                 int64_t strideY, int64_t ldc, int64_t strideC, int64_t batch,
+                 const Tensor<float> &c) {
+  gemm(ctx, transX, transY, rows, cols, k, x.data(), ldx, strideX, y.data(),
+       ldy, strideY, c.data(), ldc, strideC, batch);
 }
 
 template <typename T>

@@ -10,11 +10,12 @@
 // NOPLUGIN: #stp.device
 
 // The whole pipeline (normalize, search, partition and the lowering:
-// schedule of the collectives, memory plan) on an imported model.
+// schedule of the collectives, memory plan, collectives as runtime calls)
+// on an imported model.
 // RUN: stpar-translate --import-onnx %shared/models/torch113_gpt2_tiny_op17/model.onnx \
 // RUN:   --onnx-dim batch=8 --onnx-dim seq=8 -o %t.model.mlir
 // RUN: %mlir-opt-22 --load-dialect-plugin=%stpar_plugin --load-pass-plugin=%stpar_plugin %t.model.mlir \
-// RUN:   --pass-pipeline='builtin.module(stp-compile-pipeline{cluster=dgx-a100-80g-1 devices=4})' \
+// RUN:   --pass-pipeline='builtin.module(stp-compile-pipeline{cluster=dgx-a100-80g-1 devices=4},stp-lower-collectives)' \
 // RUN:   | FileCheck %s --check-prefix=PIPELINE
 // PIPELINE: module attributes {{{.*}}stp.partitioned
 // PIPELINE: shard.grid @grid
@@ -22,6 +23,8 @@
 // PIPELINE-SAME: stp.arena = {arena =
 // PIPELINE-SAME: stp.streams = {communicators =
 // PIPELINE: stp.attention
+// PIPELINE: emitc.call_opaque "stpar_rt::{{allReduce|allGather|reduceScatter|allToAll}}"
+// PIPELINE-NOT: shard.all_reduce
 
 // The plan file round-trips through the plugin's passes as well.
 // RUN: %mlir-opt-22 --load-dialect-plugin=%stpar_plugin --load-pass-plugin=%stpar_plugin \

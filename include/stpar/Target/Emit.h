@@ -42,9 +42,11 @@ struct EmittedProgram {
 };
 
 /// Rewrites the ops of `module` the printer handles through another op
-/// (named linalg ops -> linalg.generic) and checks that everything else can
-/// be printed for `target`; emits an error naming the op and its location
-/// for each op that cannot.
+/// (named linalg ops -> linalg.generic), runs the lowering passes not run
+/// yet (-stp-schedule-collectives, -stp-plan-memory,
+/// -stp-lower-collectives) and checks that everything else can be printed
+/// for `target`; emits an error naming the op and its location for each op
+/// that cannot.
 mlir::LogicalResult legalizeForEmission(mlir::ModuleOp module,
                                         EmitTarget target);
 

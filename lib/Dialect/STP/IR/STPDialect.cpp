@@ -157,6 +157,27 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
              << "non-negative event ids";
     return success();
   }
+  if (name == kCollectiveAttrName) {
+    if (!isa<StringAttr>(attr.getValue()))
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be a string";
+    return success();
+  }
+  if (name == kAccumulateAttrName) {
+    auto index = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!index || index.getValue().isNegative() ||
+        index.getValue().getZExtValue() >= op->getNumOperands())
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be the number of an operand";
+    return success();
+  }
+  if (name == kGridAxesAttrName) {
+    auto axes = dyn_cast<DenseI16ArrayAttr>(attr.getValue());
+    if (!axes || llvm::any_of(axes.asArrayRef(), [](int16_t a) { return a < 0; }))
+      return op->emitOpError() << "attribute '" << name
+                               << "' must be an array<i16> of grid axes";
+    return success();
+  }
   if (name == kArenaAttrName || name == kStreamsAttrName) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitOpError() << "attribute '" << name

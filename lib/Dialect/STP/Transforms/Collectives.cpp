@@ -6,16 +6,22 @@
 
 #include "stpar/Dialect/STP/Transforms/Collectives.h"
 
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
+using stpar::stp::STPDialect;
 
 bool stpar::stp::isCollective(Operation *op) {
-  return isa<shard::AllSliceOp>(op) || isCommunicatingCollective(op);
+  return isa<shard::AllSliceOp>(op) || isCommunicatingCollective(op) ||
+         op->hasAttr(STPDialect::kCollectiveAttrName);
 }
 
 bool stpar::stp::isCommunicatingCollective(Operation *op) {
+  if (auto kind = op->getAttrOfType<StringAttr>(STPDialect::kCollectiveAttrName))
+    return kind.getValue() != shard::AllSliceOp::getOperationName();
   return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
              shard::AllToAllOp, shard::ShiftOp>(op);
 }
@@ -25,5 +31,9 @@ stpar::stp::getCommunicatorAxes(Operation *op) {
   return llvm::TypeSwitch<Operation *, std::optional<ArrayRef<int16_t>>>(op)
       .Case<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
             shard::AllToAllOp>([](auto o) { return o.getGridAxes(); })
-      .Default([](Operation *) { return std::nullopt; });
+      .Default([](Operation *op) -> std::optional<ArrayRef<int16_t>> {
+        if (auto axes = op->getAttrOfType<DenseI16ArrayAttr>(STPDialect::kGridAxesAttrName))
+          return axes.asArrayRef();
+        return std::nullopt;
+      });
 }

@@ -127,6 +127,17 @@ def STP_Dialect : Dialect {
     /// `communicators` (the grid-axes groups, as arrays of axis indices, in
     /// the order every rank creates them).
     static constexpr ::llvm::StringLiteral kStreamsAttrName = "stp.streams";
+    /// Op attribute (string) on the runtime call a collective was lowered
+    /// to by -stp-lower-collectives: the shard op's name.
+    static constexpr ::llvm::StringLiteral kCollectiveAttrName =
+        "stp.collective";
+    /// Op attribute (array<i16>) on such a call: the grid axes of its
+    /// communicator.
+    static constexpr ::llvm::StringLiteral kGridAxesAttrName = "stp.grid_axes";
+    /// Op attribute (integer) on a runtime call: its result's buffer starts
+    /// as a copy of this operand (the call accumulates into it).
+    static constexpr ::llvm::StringLiteral kAccumulateAttrName =
+        "stp.accumulate";
 
     void registerOps();
 

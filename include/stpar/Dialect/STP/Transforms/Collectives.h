@@ -10,6 +10,7 @@
 
 #include "mlir/IR/Operation.h"
 #include "mlir/Support/LLVM.h"
+#include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
 #include <optional>
@@ -18,7 +19,7 @@ namespace stpar::stp {
 
 /// A shard collective of a partitioned program: all-reduce, all-gather,
 /// reduce-scatter, all-to-all, ring shift, or all-slice (a local copy of the
-/// rank's block, no communication).
+/// rank's block, no communication); or the runtime call one was lowered to.
 bool isCollective(mlir::Operation *op);
 
 /// A collective that communicates (all of the above but all-slice): it runs

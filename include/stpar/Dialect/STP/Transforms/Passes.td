@@ -231,6 +231,99 @@ def ScheduleCollectivesPass
   }];
 }
 
+def LowerCollectivesPass
+    : Pass<"stp-lower-collectives", "::mlir::ModuleOp"> {
+  let summary = "Lower shard collectives and the compute stream's waits to runtime calls";
+  let description = [{
+    The last step before printing (after -stp-schedule-collectives and
+    -stp-plan-memory): every collective of the per-rank program becomes
+    the runtime call that performs it, as an `emitc.call_opaque`, and every
+    `stp.waits` entry becomes a call that waits for the transfer right
+    before the op that first uses its result. The printer prints these
+    calls as they are; both targets' runtimes (runtime/cpu,
+    runtime/cuda) implement the same calls (docs/emitted-code.md,
+    "Collectives"). An operand reference in `args` (an `index` attribute)
+    is the operand's buffer; the result's planned buffer is passed after
+    the arguments.
+
+    | shard op | call |
+    | --- | --- |
+    | `all_reduce` | `stpar_rt::allReduce(ctx, ready, done, axes, reduction, in, out)` |
+    | `all_gather` | `stpar_rt::allGather(ctx, ready, done, axes, in_shape, gather_axis, in, out)` |
+    | `reduce_scatter` | `stpar_rt::reduceScatter(ctx, ready, done, axes, reduction, in_shape, scatter_axis, in, out)` |
+    | `all_to_all` | `stpar_rt::allToAll(ctx, ready, done, axes, in_shape, split_axis, concat_axis, in, out)` |
+    | `shift` | `stpar_rt::ringShift(ctx, ready, done, shift_axis, offset, rotate, in, out)` |
+    | `all_slice` | `stpar_rt::allSlice(ctx, axes, in_shape, slice_axis, in, out)` (local) |
+    | `stp.waits = [done]` | `stpar_rt::waitTransfer(ctx, done)` before the op |
+
+    `ready` and `done` are the collective's `stp.events`. The call keeps the
+    collective's attributes (`stp.plan_step`, `stp.events`, the memory
+    plan's `stp.buffers`) and records its kind in `stp.collective` and its
+    communicator's grid axes in `stp.grid_axes`, so -stp-plan-memory and
+    -stp-schedule-collectives still treat it as a collective.
+
+    Input:
+
+    ```mlir
+    %1 = shard.all_reduce %0 on @grid grid_axes = [1] {stp.events = array<i64: 0, 1>, ...}
+        : tensor<4x8xf32> -> tensor<4x8xf32>
+    %2 = linalg.generic ... ins(%1 ...) {stp.waits = array<i64: 1>}
+    ```
+
+    Output:
+
+    ```mlir
+    %1 = emitc.call_opaque "stpar_rt::allReduce"(%0) {args = [#emitc.opaque<"ctx">,
+        0, 1, #emitc.opaque<"stpar_rt::Shape{1}">,
+        #emitc.opaque<"stpar_rt::Reduction::Sum">, 0 : index],
+        stp.collective = "shard.all_reduce", stp.grid_axes = array<i16: 1>, ...}
+        : (tensor<4x8xf32>) -> tensor<4x8xf32>
+    emitc.call_opaque "stpar_rt::waitTransfer"() {args = [#emitc.opaque<"ctx">, 1]} : () -> ()
+    %2 = linalg.generic ... ins(%1 ...)
+    ```
+
+    Errors: a communicating collective without `stp.events` (run
+    -stp-schedule-collectives first).
+  }];
+  let dependentDialects = ["::mlir::emitc::EmitCDialect"];
+}
+
+def LowerContractionsPass
+    : Pass<"stp-lower-contractions", "::mlir::ModuleOp"> {
+  let summary = "Lower f32 matrix contractions to strided-batched GEMM calls";
+  let description = [{
+    A linalg op on tensors that is a contraction
+    (`linalg::isaContractionOpInterface`: a multiply-add of two inputs into
+    one output) of f32 tensors whose m, n, k and batch loop groups are each
+    one contiguous run in memory becomes one call of
+    `stpar_rt::gemm(ctx, transX, transY, rows, cols, k, X, ldx, strideX, Y,
+    ldy, strideY, ldc, strideC, batch, C)`: C (the result's buffer, which
+    starts as a copy of the init, `stp.accumulate = 2`) += X * Y in
+    column-major terms, `batch` times with the given element strides. The
+    pass decides the column-major view (C^T = B^T A^T when the result is
+    row-major in n, C = A B when column-major in m), the transposes and the
+    leading dims. runtime/cuda calls `cublasGemmStridedBatchedEx`,
+    runtime/cpu a loop with the same semantics. Other contractions
+    (broadcast matrix dims, non-unit inner strides, non-f32) stay linalg ops
+    and are printed as loops or kernels.
+
+    ```mlir
+    %c = linalg.generic {...} ins(%a, %b : tensor<8x16xf32>, tensor<16x32xf32>)
+        outs(%init : tensor<8x32xf32>) ...  // mul + add
+    ```
+
+    becomes
+
+    ```mlir
+    %c = emitc.call_opaque "stpar_rt::gemm"(%a, %b, %init) {args = [
+        #emitc.opaque<"ctx">, #emitc.opaque<"false">, #emitc.opaque<"false">,
+        32, 8, 16, 1 : index, 32, 0, 0 : index, 16, 0, 32, 0, 1],
+        stp.accumulate = 2 : i64} : (...) -> tensor<8x32xf32>
+    ```
+  }];
+  let dependentDialects = ["::mlir::emitc::EmitCDialect"];
+}
+
 def PlanMemoryPass : Pass<"stp-plan-memory", "::mlir::ModuleOp"> {
   let summary = "Give every buffer of the per-rank program a place in one arena";
   let description = [{

@@ -1,0 +1,180 @@
+//===- LowerCollectives.cpp - -stp-lower-collectives ------------*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements -stp-lower-collectives: each shard collective of the per-rank
+// program becomes the runtime call that performs it (emitc.call_opaque) and
+// each stp.waits entry a call that waits for the transfer (rules and call
+// table in Passes.td).
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Dialect/STP/Transforms/Passes.h"
+
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/Collectives.h"
+
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace stpar::stp {
+#define GEN_PASS_DEF_LOWERCOLLECTIVESPASS
+#include "stpar/Dialect/STP/Transforms/Passes.h.inc"
+} // namespace stpar::stp
+
+using namespace mlir;
+using namespace stpar::stp;
+
+namespace {
+
+std::string shapeText(ArrayRef<int64_t> values) {
+  std::string s = "stpar_rt::Shape{";
+  for (auto [i, v] : llvm::enumerate(values))
+    s += (i ? ", " : "") + std::to_string(v);
+  return s + "}";
+}
+
+const char *reductionText(shard::ReductionKind kind) {
+  switch (kind) {
+  case shard::ReductionKind::Sum: return "stpar_rt::Reduction::Sum";
+  case shard::ReductionKind::Max: return "stpar_rt::Reduction::Max";
+  case shard::ReductionKind::Min: return "stpar_rt::Reduction::Min";
+  case shard::ReductionKind::Product: return "stpar_rt::Reduction::Product";
+  default: return nullptr;
+  }
+}
+
+class Lowering {
+public:
+  explicit Lowering(MLIRContext *ctx) : builder(ctx) {}
+
+  LogicalResult lowerCollective(Operation *op);
+  void lowerWaits(Operation *op);
+
+private:
+  Attribute opaque(StringRef text) {
+    return emitc::OpaqueAttr::get(builder.getContext(), text);
+  }
+  Attribute i64(int64_t v) { return builder.getI64IntegerAttr(v); }
+  Attribute operand(unsigned i) { return builder.getIndexAttr(i); }
+  Attribute axes(ArrayRef<int16_t> a) {
+    SmallVector<int64_t> v(a.begin(), a.end());
+    return opaque(shapeText(v));
+  }
+
+  OpBuilder builder;
+};
+
+LogicalResult Lowering::lowerCollective(Operation *op) {
+  auto inType = cast<RankedTensorType>(op->getOperand(0).getType());
+  Attribute ctx = opaque("ctx");
+  Attribute inShape = opaque(shapeText(inType.getShape()));
+  SmallVector<Attribute> events;
+  if (isCommunicatingCollective(op)) {
+    auto ev = op->getAttrOfType<DenseI64ArrayAttr>(STPDialect::kEventsAttrName);
+    if (!ev || ev.size() != 2)
+      return op->emitError("cannot lower '")
+             << op->getName()
+             << "': it has no stp.events (run -stp-schedule-collectives)";
+    events = {i64(ev[0]), i64(ev[1])};
+  }
+  StringRef callee;
+  SmallVector<Attribute> args{ctx};
+  args.append(events);
+  bool supported = true;
+  auto reduction = [&](shard::ReductionKind kind) {
+    const char *text = reductionText(kind);
+    supported &= text != nullptr;
+    return opaque(text ? text : "");
+  };
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](shard::AllReduceOp o) {
+        callee = "stpar_rt::allReduce";
+        args.append({axes(o.getGridAxes()), reduction(o.getReduction())});
+      })
+      .Case([&](shard::AllGatherOp o) {
+        callee = "stpar_rt::allGather";
+        args.append({axes(o.getGridAxes()), inShape,
+                     i64(o.getGatherAxis().getSExtValue())});
+      })
+      .Case([&](shard::ReduceScatterOp o) {
+        callee = "stpar_rt::reduceScatter";
+        args.append({axes(o.getGridAxes()), reduction(o.getReduction()),
+                     inShape, i64(o.getScatterAxis().getSExtValue())});
+      })
+      .Case([&](shard::AllToAllOp o) {
+        callee = "stpar_rt::allToAll";
+        args.append({axes(o.getGridAxes()), inShape,
+                     i64(o.getSplitAxis().getSExtValue()),
+                     i64(o.getConcatAxis().getSExtValue())});
+      })
+      .Case([&](shard::ShiftOp o) {
+        callee = "stpar_rt::ringShift";
+        args.append({i64(o.getShiftAxis().getSExtValue()),
+                     i64(static_cast<int64_t>(o.getOffset())),
+                     opaque(o.getRotate() ? "true" : "false")});
+      })
+      .Case([&](shard::AllSliceOp o) {
+        callee = "stpar_rt::allSlice";
+        args.append({axes(o.getGridAxes()), inShape,
+                     i64(o.getSliceAxis().getSExtValue())});
+      });
+  if (!supported)
+    return op->emitError("cannot lower '")
+           << op->getName() << "': unsupported reduction kind";
+  args.push_back(operand(0));
+
+  builder.setInsertionPoint(op);
+  auto call = emitc::CallOpaqueOp::create(
+      builder, op->getLoc(), op->getResultTypes(), callee,
+      builder.getArrayAttr(args), /*template_args=*/ArrayAttr(),
+      ValueRange{op->getOperand(0)});
+  call->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+  call->setAttr(STPDialect::kCollectiveAttrName,
+                builder.getStringAttr(op->getName().getStringRef()));
+  if (std::optional<ArrayRef<int16_t>> gridAxes = getCommunicatorAxes(op))
+    call->setAttr(STPDialect::kGridAxesAttrName, builder.getDenseI16ArrayAttr(*gridAxes));
+  op->replaceAllUsesWith(call->getResults());
+  op->erase();
+  return success();
+}
+
+void Lowering::lowerWaits(Operation *op) {
+  auto waits = op->getAttrOfType<DenseI64ArrayAttr>(STPDialect::kWaitsAttrName);
+  if (!waits)
+    return;
+  builder.setInsertionPoint(op);
+  for (int64_t done : waits.asArrayRef())
+    emitc::CallOpaqueOp::create(
+        builder, op->getLoc(), TypeRange(), "stpar_rt::waitTransfer",
+        builder.getArrayAttr({opaque("ctx"), i64(done)}), ArrayAttr(),
+        ValueRange());
+  op->removeAttr(STPDialect::kWaitsAttrName);
+}
+
+struct LowerCollectivesPass
+    : public stpar::stp::impl::LowerCollectivesPassBase<LowerCollectivesPass> {
+  void runOnOperation() override {
+    Lowering lowering(&getContext());
+    SmallVector<Operation *> collectives, waiting;
+    getOperation().walk([&](Operation *op) {
+      if (isCollective(op) && !op->hasAttr(STPDialect::kCollectiveAttrName))
+        collectives.push_back(op);
+      if (op->hasAttr(STPDialect::kWaitsAttrName))
+        waiting.push_back(op);
+    });
+    for (Operation *op : waiting)
+      lowering.lowerWaits(op);
+    for (Operation *op : collectives)
+      if (failed(lowering.lowerCollective(op)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
