@@ -1204,6 +1204,23 @@ LogicalResult Printer::emitOp(Operation *op) {
 // The function, io.json, CMakeLists.txt
 //===----------------------------------------------------------------------===//
 
+/// An unpartitioned module (one rank) must not hold shard ops besides
+/// the grid.
+LogicalResult checkNoShardOps(ModuleOp module) {
+  Operation *shardOp = nullptr;
+  module.walk([&](Operation *op) {
+    if (!shardOp && !isa<shard::GridOp>(op) &&
+        isa<shard::ShardDialect>(op->getDialect()))
+      shardOp = op;
+  });
+  if (!shardOp)
+    return success();
+  return shardOp->emitError("cannot emit '")
+         << shardOp->getName()
+         << "': the module is not partitioned (no stp.partitioned "
+            "attribute) but holds shard ops";
+}
+
 std::string jsonString(StringRef s) {
   std::string out = "\"";
   for (char c : s) {
@@ -1397,18 +1414,8 @@ FailureOr<EmittedProgram> Printer::run() {
   bool partitioned = module->hasAttr("stp.partitioned");
   SmallVector<shard::GridOp> grids(module.getOps<shard::GridOp>());
   if (!partitioned) {
-    Operation *shardOp = nullptr;
-    module.walk([&](Operation *op) {
-      if (!shardOp && !isa<shard::GridOp>(op) &&
-          isa<shard::ShardDialect>(op->getDialect()))
-        shardOp = op;
-    });
-    if (shardOp)
-      return shardOp->emitError("cannot emit '")
-                 << shardOp->getName()
-                 << "': the module is not partitioned (no stp.partitioned "
-                    "attribute) but holds shard ops",
-             failure();
+    if (failed(checkNoShardOps(module)))
+      return failure();
   } else {
     if (grids.size() != 1)
       return module.emitError("cannot emit: a partitioned module must hold "
@@ -1488,19 +1495,9 @@ FailureOr<EmittedProgram> Printer::run() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
-  if (!module->hasAttr("stp.partitioned")) {
-    Operation *shardOp = nullptr;
-    module.walk([&](Operation *op) {
-      if (!shardOp && !isa<shard::GridOp>(op) &&
-          isa<shard::ShardDialect>(op->getDialect()))
-        shardOp = op;
-    });
-    if (shardOp)
-      return shardOp->emitError("cannot emit '")
-             << shardOp->getName()
-             << "': the module is not partitioned (no stp.partitioned "
-                "attribute) but holds shard ops";
-  }
+  if (!module->hasAttr("stp.partitioned") &&
+      failed(checkNoShardOps(module)))
+    return failure();
   IRRewriter rewriter(module.getContext());
   SmallVector<linalg::LinalgOp> named;
   module.walk([&](linalg::LinalgOp op) {
