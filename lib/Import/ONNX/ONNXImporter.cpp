@@ -34,10 +34,15 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <limits>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace mlir;
 using namespace stpar::onnximport;
@@ -1071,17 +1076,77 @@ LogicalResult Importer::bindDims() {
 
 void Importer::inferShapes() {
   // Static shapes ONNX infers are used to cross-check the importer's own.
-  // Inference errors are not fatal (ONNX 1.12 does not know newer ops).
-  try {
-    onnx::ShapeInferenceOptions options;
-    options.check_type = false;
-    options.error_mode = 0;
-    options.enable_data_propagation = true;
-    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                       options);
-  } catch (const std::exception &) {
+  // Inference errors are not fatal (ONNX 1.12 does not know newer ops). It
+  // runs in a child process: ONNX's inference can crash on malformed models
+  // (../shared/bad-inputs), and a dependency's crash must not be stpar's.
+  // The child sends back the inferred value infos; if it dies, the import
+  // goes on without the cross-check and says so.
+  int fds[2];
+  if (pipe(fds) != 0)
+    return;
+  pid_t child = fork();
+  if (child < 0) {
+    close(fds[0]);
+    close(fds[1]);
     return;
   }
+  if (child == 0) {
+    close(fds[0]);
+    // A crash here ends the child quietly (not LLVM's crash report).
+    for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP})
+      signal(sig, SIG_DFL);
+    onnx::GraphProto inferred;
+    try {
+      onnx::ShapeInferenceOptions options;
+      options.check_type = false;
+      options.error_mode = 0;
+      options.enable_data_propagation = true;
+      onnx::shape_inference::InferShapes(
+          model, onnx::OpSchemaRegistry::Instance(), options);
+      *inferred.mutable_value_info() = model.graph().value_info();
+    } catch (const std::exception &) {
+    }
+    std::string bytes;
+    inferred.SerializeToString(&bytes);
+    const char *p = bytes.data();
+    size_t left = bytes.size();
+    while (left > 0) {
+      ssize_t n = write(fds[1], p, left);
+      if (n <= 0)
+        _exit(1);
+      p += n;
+      left -= size_t(n);
+    }
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string bytes;
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = read(fds[0], buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    bytes.append(buffer, size_t(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  onnx::GraphProto inferred;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+      !inferred.ParseFromString(bytes)) {
+    emitWarning(state.fileLoc())
+        << "ONNX shape inference failed on this model ("
+        << (WIFSIGNALED(status)
+                ? "killed by signal " + std::to_string(WTERMSIG(status))
+                : std::string("no result"))
+        << "); importing without its cross-check of shapes";
+    return;
+  }
+  *model.mutable_graph()->mutable_value_info() = inferred.value_info();
   for (const onnx::ValueInfoProto &info : model.graph().value_info()) {
     if (!info.type().has_tensor_type() ||
         !info.type().tensor_type().has_shape())
