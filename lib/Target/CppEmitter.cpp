@@ -94,14 +94,6 @@ std::optional<ElementInfo> getElementInfo(Type type) {
   return std::nullopt;
 }
 
-std::string shapeLiteral(ArrayRef<int64_t> shape) {
-  std::string s = "stpar_rt::Shape{";
-  llvm::raw_string_ostream os(s);
-  llvm::interleaveComma(shape, os);
-  os << "}";
-  return s;
-}
-
 std::string floatLiteral(const APFloat &value, Type type) {
   double v = value.convertToDouble();
   bool f32 = type.isF32();
@@ -986,8 +978,8 @@ LogicalResult Printer::emitOp(Operation *op) {
       .Case([&](tensor::ExtractSliceOp s) {
         std::string out = newTensor(s.getResult());
         line() << "stpar_rt::extractSlice(ctx, " << name(s.getSource()) << ", "
-               << shapeLiteral(s.getSourceType().getShape()) << ", " << out
-               << ", " << ofrList(s.getMixedOffsets()) << ", "
+               << stp::getRuntimeShapeLiteral(s.getSourceType().getShape())
+               << ", " << out << ", " << ofrList(s.getMixedOffsets()) << ", "
                << ofrList(s.getMixedSizes()) << ", "
                << ofrList(s.getMixedStrides()) << ");\n";
         return success();
@@ -995,7 +987,8 @@ LogicalResult Printer::emitOp(Operation *op) {
       .Case([&](tensor::InsertSliceOp s) {
         std::string out = newTensor(s.getResult(), name(s.getDest()));
         line() << "stpar_rt::insertSlice(ctx, " << name(s.getSource()) << ", "
-               << out << ", " << shapeLiteral(s.getDestType().getShape())
+               << out << ", "
+               << stp::getRuntimeShapeLiteral(s.getDestType().getShape())
                << ", " << ofrList(s.getMixedOffsets()) << ", "
                << ofrList(s.getMixedSizes()) << ", "
                << ofrList(s.getMixedStrides()) << ");\n";
@@ -1019,7 +1012,8 @@ LogicalResult Printer::emitOp(Operation *op) {
         std::string parts, shapes;
         for (auto [i, v] : llvm::enumerate(c.getInputs())) {
           parts += (i ? ", " : "") + name(v);
-          shapes += (i ? ", " : "") + shapeLiteral(tensorType(v).getShape());
+          shapes += (i ? ", " : "") +
+                    stp::getRuntimeShapeLiteral(tensorType(v).getShape());
         }
         line() << "stpar_rt::concat(ctx, std::vector<stpar_rt::Tensor<"
                << info->storage << ">>{" << parts
@@ -1044,14 +1038,18 @@ LogicalResult Printer::emitOp(Operation *op) {
         std::string out = newTensor(tr.getResult()[0]);
         line() << "stpar_rt::transpose(ctx, " << name(tr.getInput()) << ", "
                << out << ", "
-               << shapeLiteral(tr.getInput().getType().getShape()) << ", "
-               << shapeLiteral(tr.getPermutation()) << ");\n";
+               << stp::getRuntimeShapeLiteral(
+                      tr.getInput().getType().getShape())
+               << ", " << stp::getRuntimeShapeLiteral(tr.getPermutation())
+               << ");\n";
         return success();
       })
       .Case([&](linalg::SoftmaxOp s) {
         std::string out = newTensor(s.getResult()[0]);
         line() << "stpar_rt::softmax(ctx, " << name(s.getInput()) << ", " << out
-               << ", " << shapeLiteral(s.getInputOperandType().getShape())
+               << ", "
+               << stp::getRuntimeShapeLiteral(
+                      s.getInputOperandType().getShape())
                << ", " << s.getDimension() << ");\n";
         return success();
       })
@@ -1061,31 +1059,34 @@ LogicalResult Printer::emitOp(Operation *op) {
         std::string bias =
             ln.getBias() ? "&" + name(ln.getBias())
                          : typedNull(tensorType(ln.getInput()));
-        line() << "stpar_rt::layerNorm(ctx, " << name(ln.getInput()) << ", "
-               << name(ln.getScale()) << ", "
-               << shapeLiteral(tensorType(ln.getScale()).getShape()) << ", "
-               << bias << ", "
-               << shapeLiteral(ln.getBias() ? tensorType(ln.getBias()).getShape()
-                                            : ArrayRef<int64_t>())
-               << ", " << out << ", "
-               << shapeLiteral(tensorType(ln.getInput()).getShape()) << ", "
-               << ln.getAxis() << ", "
-               << floatLiteral(ln.getEpsilonAttr().getValue(),
-                               Float32Type::get(op->getContext()))
-               << ");\n";
+        line()
+            << "stpar_rt::layerNorm(ctx, " << name(ln.getInput()) << ", "
+            << name(ln.getScale()) << ", "
+            << stp::getRuntimeShapeLiteral(tensorType(ln.getScale()).getShape())
+            << ", " << bias << ", "
+            << stp::getRuntimeShapeLiteral(
+                   ln.getBias() ? tensorType(ln.getBias()).getShape()
+                                : ArrayRef<int64_t>())
+            << ", " << out << ", "
+            << stp::getRuntimeShapeLiteral(tensorType(ln.getInput()).getShape())
+            << ", " << ln.getAxis() << ", "
+            << floatLiteral(ln.getEpsilonAttr().getValue(),
+                            Float32Type::get(op->getContext()))
+            << ");\n";
         return success();
       })
       .Case([&](stp::RMSNormOp rn) {
         std::string out = newTensor(rn.getResult());
-        line() << "stpar_rt::rmsNorm(ctx, " << name(rn.getInput()) << ", "
-               << name(rn.getScale()) << ", "
-               << shapeLiteral(tensorType(rn.getScale()).getShape()) << ", "
-               << out << ", "
-               << shapeLiteral(tensorType(rn.getInput()).getShape()) << ", "
-               << rn.getAxis() << ", "
-               << floatLiteral(rn.getEpsilonAttr().getValue(),
-                               Float32Type::get(op->getContext()))
-               << ");\n";
+        line()
+            << "stpar_rt::rmsNorm(ctx, " << name(rn.getInput()) << ", "
+            << name(rn.getScale()) << ", "
+            << stp::getRuntimeShapeLiteral(tensorType(rn.getScale()).getShape())
+            << ", " << out << ", "
+            << stp::getRuntimeShapeLiteral(tensorType(rn.getInput()).getShape())
+            << ", " << rn.getAxis() << ", "
+            << floatLiteral(rn.getEpsilonAttr().getValue(),
+                            Float32Type::get(op->getContext()))
+            << ");\n";
         return success();
       })
       .Case([&](stp::AttentionOp at) {
@@ -1099,8 +1100,9 @@ LogicalResult Printer::emitOp(Operation *op) {
         line() << "stpar_rt::attention(ctx, " << name(at.getQuery()) << ", "
                << name(at.getKey()) << ", " << name(at.getValue()) << ", "
                << mask << ", "
-               << shapeLiteral(at.getMask() ? tensorType(at.getMask()).getShape()
-                                            : ArrayRef<int64_t>())
+               << stp::getRuntimeShapeLiteral(
+                      at.getMask() ? tensorType(at.getMask()).getShape()
+                                   : ArrayRef<int64_t>())
                << ", " << out << ", " << q[0] << ", " << q[1] << ", " << q[2]
                << ", " << q[3] << ", " << k[1] << ", " << k[2] << ", " << v[3]
                << ", "
@@ -1114,8 +1116,9 @@ LogicalResult Printer::emitOp(Operation *op) {
         std::string indices = newTensor(tk.getIndices());
         line() << "stpar_rt::topk(ctx, " << name(tk.getInput()) << ", "
                << values << ", " << indices << ", "
-               << shapeLiteral(tensorType(tk.getInput()).getShape()) << ", "
-               << tk.getAxis() << ", " << tk.getK() << ", "
+               << stp::getRuntimeShapeLiteral(
+                      tensorType(tk.getInput()).getShape())
+               << ", " << tk.getAxis() << ", " << tk.getK() << ", "
                << (tk.getLargest() ? "true" : "false") << ");\n";
         return success();
       })
@@ -1131,9 +1134,12 @@ LogicalResult Printer::emitOp(Operation *op) {
           return unsupported();
         std::string out = newTensor(sc.getResult(), name(sc.getData()));
         line() << "stpar_rt::scatterElements(ctx, " << out << ", "
-               << shapeLiteral(tensorType(sc.getData()).getShape()) << ", "
-               << name(sc.getIndices()) << ", " << name(sc.getUpdates())
-               << ", " << shapeLiteral(tensorType(sc.getIndices()).getShape())
+               << stp::getRuntimeShapeLiteral(
+                      tensorType(sc.getData()).getShape())
+               << ", " << name(sc.getIndices()) << ", " << name(sc.getUpdates())
+               << ", "
+               << stp::getRuntimeShapeLiteral(
+                      tensorType(sc.getIndices()).getShape())
                << ", " << sc.getAxis() << ", " << reduction << ");\n";
         return success();
       })
@@ -1305,8 +1311,8 @@ LogicalResult Printer::emitFunction() {
              << ">(ctx, " << argOffset(arg) << ", "
              << jsonString(param.getName().getValue()) << ", "
              << jsonString(file) << ", " << param.getOffset() << "ULL, "
-             << shapeLiteral(global) << ", "
-             << shapeLiteral(local.getShape()) << ", "
+             << stp::getRuntimeShapeLiteral(global) << ", "
+             << stp::getRuntimeShapeLiteral(local.getShape()) << ", "
              << blockOffsets(local, *split) << ");\n";
       continue;
     }
@@ -1318,8 +1324,8 @@ LogicalResult Printer::emitFunction() {
            << " " << onnxName << "\n";
     line() << "auto " << n << " = stpar_rt::loadInput<" << info->storage
            << ">(ctx, " << argOffset(arg) << ", " << inputIndex << ", "
-           << shapeLiteral(global) << ", "
-           << shapeLiteral(local.getShape()) << ", "
+           << stp::getRuntimeShapeLiteral(global) << ", "
+           << stp::getRuntimeShapeLiteral(local.getShape()) << ", "
            << blockOffsets(local, *split) << ");\n";
     if (!ioInputs.empty())
       ioInputs += ",\n    ";
@@ -1475,7 +1481,8 @@ FailureOr<EmittedProgram> Printer::run() {
     os << "  ctx.prepare(" << g << ");\n";
   os << body << "}\n\n} // namespace\n\n"
      << "int main(int argc, char **argv) {\n"
-     << "  stpar_rt::Context ctx(argc, argv, " << shapeLiteral(gridShape);
+     << "  stpar_rt::Context ctx(argc, argv, "
+     << stp::getRuntimeShapeLiteral(gridShape);
   if (cuda)
     os << ", " << numEvents;
   os << ");\n  run(ctx);\n  return 0;\n}\n";

@@ -106,13 +106,15 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
                                << "' must be a unit attribute";
     return success();
   }
-  if (name == kPlanStepAttrName || name == kFallbackAttrName) {
+  if (name == kPlanStepAttrName || name == kFallbackAttrName ||
+      name == kCollectiveAttrName) {
     if (!isa<StringAttr>(attr.getValue()))
       return op->emitOpError() << "attribute '" << name
                                << "' must be a string";
     return success();
   }
-  if (name == kPlanAttrName) {
+  if (name == kPlanAttrName || name == kArenaAttrName ||
+      name == kStreamsAttrName) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitOpError() << "attribute '" << name
                                << "' must be a dictionary";
@@ -157,12 +159,6 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
              << "non-negative event ids";
     return success();
   }
-  if (name == kCollectiveAttrName) {
-    if (!isa<StringAttr>(attr.getValue()))
-      return op->emitOpError() << "attribute '" << name
-                               << "' must be a string";
-    return success();
-  }
   if (name == kAccumulateAttrName) {
     auto index = dyn_cast<IntegerAttr>(attr.getValue());
     if (!index || index.getValue().isNegative() ||
@@ -176,12 +172,6 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
     if (!axes || llvm::any_of(axes.asArrayRef(), [](int16_t a) { return a < 0; }))
       return op->emitOpError() << "attribute '" << name
                                << "' must be an array<i16> of grid axes";
-    return success();
-  }
-  if (name == kArenaAttrName || name == kStreamsAttrName) {
-    if (!isa<DictionaryAttr>(attr.getValue()))
-      return op->emitOpError() << "attribute '" << name
-                               << "' must be a dictionary";
     return success();
   }
   if (name == kDimsAttrName) {

@@ -9,7 +9,9 @@
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 using stpar::stp::STPDialect;
@@ -36,4 +38,12 @@ stpar::stp::getCommunicatorAxes(Operation *op) {
           return axes.asArrayRef();
         return std::nullopt;
       });
+}
+
+std::string stpar::stp::getRuntimeShapeLiteral(ArrayRef<int64_t> values) {
+  std::string s = "stpar_rt::Shape{";
+  llvm::raw_string_ostream os(s);
+  llvm::interleaveComma(values, os);
+  os << "}";
+  return s;
 }

@@ -33,13 +33,6 @@ using namespace stpar::stp;
 
 namespace {
 
-std::string shapeText(ArrayRef<int64_t> values) {
-  std::string s = "stpar_rt::Shape{";
-  for (auto [i, v] : llvm::enumerate(values))
-    s += (i ? ", " : "") + std::to_string(v);
-  return s + "}";
-}
-
 const char *reductionText(shard::ReductionKind kind) {
   switch (kind) {
   case shard::ReductionKind::Sum: return "stpar_rt::Reduction::Sum";
@@ -65,7 +58,7 @@ private:
   Attribute operand(unsigned i) { return builder.getIndexAttr(i); }
   Attribute axes(ArrayRef<int16_t> a) {
     SmallVector<int64_t> v(a.begin(), a.end());
-    return opaque(shapeText(v));
+    return opaque(getRuntimeShapeLiteral(v));
   }
 
   OpBuilder builder;
@@ -74,7 +67,7 @@ private:
 LogicalResult Lowering::lowerCollective(Operation *op) {
   auto inType = cast<RankedTensorType>(op->getOperand(0).getType());
   Attribute ctx = opaque("ctx");
-  Attribute inShape = opaque(shapeText(inType.getShape()));
+  Attribute inShape = opaque(getRuntimeShapeLiteral(inType.getShape()));
   SmallVector<Attribute> events;
   if (isCommunicatingCollective(op)) {
     auto ev = op->getAttrOfType<DenseI64ArrayAttr>(STPDialect::kEventsAttrName);

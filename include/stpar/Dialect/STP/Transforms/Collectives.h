@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace stpar::stp {
 
@@ -29,6 +30,10 @@ bool isCommunicatingCollective(mlir::Operation *op);
 /// The grid axes whose communicator a collective uses; std::nullopt for
 /// all-slice (local) and ring shifts (the world communicator).
 std::optional<llvm::ArrayRef<int16_t>> getCommunicatorAxes(mlir::Operation *op);
+
+/// The C++ literal of a `stpar_rt::Shape` (`stpar_rt::Shape{4, 8}`), as the
+/// lowered calls and the printer write shapes and grid-axes groups.
+std::string getRuntimeShapeLiteral(llvm::ArrayRef<int64_t> values);
 
 } // namespace stpar::stp
 
