@@ -41,6 +41,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   # Model-zoo generator (python/stpar-zoo; runs on /usr/bin/python3).
   python3-onnx python3-numpy
+  # Independent reference for gradients and updates (stpar verify --train).
+  python3-torch
 )
 
 missing=()

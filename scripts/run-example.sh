@@ -5,17 +5,23 @@
 # The example model is made by the project itself: a small GPT (4 layers,
 # hidden 256, 8 heads, vocabulary 1000, sequence 128) from python/stpar-zoo
 # with seeded random weights. The job, on one DGX A100 node (8 GPUs):
-#   1. stpar compile     import, search the partition plan of a training
-#                        step, partition the forward pass into the per-rank
-#                        SPMD program and emit it for CUDA (NCCL, cuBLAS)
-#                        and CPU (MPI); prints the plan table and writes
-#                        build/example/out/{plan.json, plan.txt,
-#                        planned.mlir, partitioned.mlir, cuda/, cpu/}
+#   1. stpar compile --loss next-token --optimizer adamw
+#                        import, search the partition plan of a training
+#                        step, build the training step (loss, backward pass,
+#                        AdamW update; docs/training.md), partition it into
+#                        the per-rank SPMD program and emit it for CUDA
+#                        (NCCL, cuBLAS) and CPU (MPI); prints the plan table
+#                        and writes build/example/out/{plan.json, plan.txt,
+#                        planned.mlir, training.mlir, partitioned.mlir,
+#                        cuda/, cpu/}
 #   2. stpar plan --compare   the same plan beside the Megatron, ZeRO and
 #                        spatial-only baselines
-#   3. stpar verify      builds and runs the CPU program of step 1 on its 8
-#                        MPI ranks and compares its logits with ONNX
-#                        Runtime on the unpartitioned model
+#   3. stpar verify --train   builds and runs the CPU program of step 1 on
+#                        its 8 MPI ranks for 2 training steps and compares
+#                        the loss, every gradient and every updated
+#                        parameter with PyTorch autograd on the
+#                        unpartitioned model
+#   4. stpar verify      the forward pass alone against ONNX Runtime
 
 set -euo pipefail
 
@@ -36,24 +42,32 @@ echo "=== python/stpar-zoo generate custom --arch gpt ... --weights random -o $m
   --weights random -o "$model"
 
 dims=(--dim batch_size=8 --dim seq_len=128)
-echo "=== stpar compile $model ${dims[*]} --cluster dgx-a100-80g-1 --devices 8 -o $out/out"
+train=(--loss next-token --optimizer adamw --lr 1e-3)
+echo "=== stpar compile $model ${dims[*]} --cluster dgx-a100-80g-1 --devices 8 ${train[*]} -o $out/out"
 "$build_dir/bin/stpar" compile "$model" "${dims[@]}" \
-  --cluster dgx-a100-80g-1 --devices 8 -o "$out/out"
+  --cluster dgx-a100-80g-1 --devices 8 "${train[@]}" --return-gradients \
+  -o "$out/out"
 
 echo "=== stpar plan $model ${dims[*]} --cluster dgx-a100-80g-1 --devices 8 --compare"
 "$build_dir/bin/stpar" plan "$model" "${dims[@]}" \
   --cluster dgx-a100-80g-1 --devices 8 --compare 2>/dev/null | \
   sed -n '/^comparison/,$p'
 
-echo "=== stpar verify $model ${dims[*]} --cluster dgx-a100-80g-1 --compiled $out/out"
+echo "=== stpar verify $model ${dims[*]} --cluster dgx-a100-80g-1 --compiled $out/out --train --steps 2 ${train[*]}"
 "$build_dir/bin/stpar" verify "$model" "${dims[@]}" \
-  --cluster dgx-a100-80g-1 --compiled "$out/out"
+  --cluster dgx-a100-80g-1 --compiled "$out/out" --train --steps 2 \
+  "${train[@]}" | grep -E "loss|summary|FAIL"
+echo "=== stpar verify $model ${dims[*]} --cluster dgx-a100-80g-1 --devices 8 (forward pass)"
+"$build_dir/bin/stpar" verify "$model" "${dims[@]}" \
+  --cluster dgx-a100-80g-1 --devices 8
 
 echo "=== wrote, in $out:"
 echo "  gpt-small.onnx(.data)   the example model and its random weights"
 echo "  out/plan.txt            the plan table (as printed above)"
 echo "  out/plan.json           the partition plan (docs/plan-format.md)"
 echo "  out/planned.mlir        the IR with stp.mesh and stp.spec"
+echo "  out/training.mlir       the training step (loss, backward, AdamW;"
+echo "                          docs/training.md)"
 echo "  out/partitioned.mlir    the per-device SPMD program (docs/spmd-ir.md)"
 echo "  out/cuda/, out/cpu/     per-rank CUDA/NCCL and C++/MPI programs"
 echo "                          (docs/emitted-code.md)"

@@ -29,6 +29,24 @@ void stpar::pipelines::buildPlanningPipeline(
   pm.addPass(stpar::stp::createApplyPlanPass(apply));
 }
 
+void stpar::pipelines::buildTrainingPipeline(
+    OpPassManager &pm, const CompilePipelineOptions &options) {
+  if (!options.training.enabled)
+    return;
+  const TrainingOptions &t = options.training;
+  stpar::stp::TrainingStepPassOptions pass;
+  pass.loss = t.loss;
+  pass.lossOutput = t.lossOutput;
+  pass.optimizer = t.optimizer;
+  pass.learningRate = t.learningRate;
+  pass.beta1 = t.beta1;
+  pass.beta2 = t.beta2;
+  pass.epsilon = t.epsilon;
+  pass.weightDecay = t.weightDecay;
+  pass.returnGradients = t.returnGradients;
+  pm.addPass(stpar::stp::createTrainingStepPass(pass));
+}
+
 void stpar::pipelines::buildPartitioningPipeline(
     OpPassManager &pm, const CompilePipelineOptions &) {
   pm.addPass(stpar::stp::createPartitionPass());
@@ -39,8 +57,10 @@ void stpar::pipelines::buildPartitioningPipeline(
 void stpar::pipelines::buildCompilePipeline(
     OpPassManager &pm, const CompilePipelineOptions &options) {
   buildPlanningPipeline(pm, options);
-  if (options.stopAfter != "plan")
-    buildPartitioningPipeline(pm, options);
+  if (options.stopAfter == "plan")
+    return;
+  buildTrainingPipeline(pm, options);
+  buildPartitioningPipeline(pm, options);
 }
 
 namespace {
@@ -57,6 +77,9 @@ struct CompilePipelineTextOptions
       *this, "strategy",
       llvm::cl::desc("search, spatial, temporal, megatron, megatron-sp or dp"),
       llvm::cl::init("search")};
+  Option<int> zero{*this, "zero",
+                   llvm::cl::desc("Force the ZeRO stage (0-3; -1: searched)"),
+                   llvm::cl::init(-1)};
   Option<double> memoryLimit{*this, "memory-limit",
                              llvm::cl::desc("Per-device memory limit (bytes)"),
                              llvm::cl::init(0)};
@@ -79,6 +102,31 @@ struct CompilePipelineTextOptions
   Option<std::string> stopAfter{*this, "stop-after",
                                 llvm::cl::desc("plan or partition (default)"),
                                 llvm::cl::init("partition")};
+  Option<std::string> loss{
+      *this, "loss",
+      llvm::cl::desc("Build the training step with this loss: next-token, "
+                     "cross-entropy=NAME, sum or mean-square (default: "
+                     "none, the forward pass)")};
+  Option<std::string> lossOutput{
+      *this, "loss-output", llvm::cl::desc("The model output the loss reads")};
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("sgd or adamw"),
+                                llvm::cl::init("sgd")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"),
+                    llvm::cl::init(1e-3)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
+                       llvm::cl::init(0.999)};
+  Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"),
+                     llvm::cl::init(1e-8)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("Weight decay"),
+                             llvm::cl::init(0.0)};
+  Option<bool> returnGradients{
+      *this, "return-gradients",
+      llvm::cl::desc("Also return the parameters' gradients"),
+      llvm::cl::init(false)};
 };
 } // namespace
 
@@ -87,13 +135,15 @@ void stpar::pipelines::registerPipelines() {
   PassPipelineRegistration<CompilePipelineTextOptions>(
       "stp-compile-pipeline",
       "The stpar pipeline: -stp-normalize, -stp-plan (or -stp-apply-plan "
-      "with plan=), -stp-partition, -stp-schedule-collectives, "
+      "with plan=), -stp-training-step (with loss=), -stp-partition, "
+      "-stp-schedule-collectives, "
       "-stp-plan-memory (docs/pipeline.md)",
       [](OpPassManager &pm, const CompilePipelineTextOptions &text) {
         CompilePipelineOptions options;
         options.plan.cluster = text.cluster;
         options.plan.devices = text.devices;
         options.plan.strategy = text.strategy;
+        options.plan.zeroStage = text.zero;
         options.plan.memoryLimit = text.memoryLimit;
         if (!text.mesh.empty()) {
           if (llvm::Expected<std::vector<int64_t>> shape =
@@ -110,6 +160,19 @@ void stpar::pipelines::registerPipelines() {
         options.plan.pipeline = text.pipeline;
         options.planFile = text.plan;
         options.stopAfter = text.stopAfter;
+        if (!text.loss.empty()) {
+          TrainingOptions &t = options.training;
+          t.enabled = true;
+          t.loss = text.loss;
+          t.lossOutput = text.lossOutput;
+          t.optimizer = text.optimizer;
+          t.learningRate = text.lr;
+          t.beta1 = text.beta1;
+          t.beta2 = text.beta2;
+          t.epsilon = text.eps;
+          t.weightDecay = text.weightDecay;
+          t.returnGradients = text.returnGradients;
+        }
         buildCompilePipeline(pm, options);
       });
 }

@@ -563,7 +563,17 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
   EfficiencyModel eff = getDefaultEfficiency();
   if (cluster.device.bf16 <= 0)
     eff.dtype = DType::FP16;
+  if (o.zeroStage < -1 || o.zeroStage > 3)
+    return makeError("ZeRO stage " + Twine(o.zeroStage) +
+                     " does not exist (0, 1, 2 or 3)");
+  if (o.zeroStage >= 0 &&
+      (o.strategy == "megatron" || o.strategy == "megatron-sp"))
+    return makeError("the '" + o.strategy +
+                     "' baseline has no ZeRO stage to force (it is ZeRO 0); "
+                     "use dp, search, spatial or temporal");
   SearchOptions opts = makeSearchOptions(o.maxMeshAxes, o.exact, o.progress);
+  if (o.zeroStage >= 0)
+    opts.zeroStages = {o.zeroStage};
   opts.solver.space.temporal = o.strategy != "spatial";
   opts.solver.space.onlyTemporal = o.strategy == "temporal";
   if (!o.mesh.empty())
@@ -574,8 +584,9 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
       o.strategy == "megatron" || o.strategy == "megatron-sp"
           ? searchMegatron(problem, cluster, eff, o.strategy == "megatron-sp",
                            opts)
-      : o.strategy == "dp" ? searchZeRO(problem, cluster, eff, 0, o.mesh)
-                           : stpar::search::search(problem, cluster, eff, opts);
+      : o.strategy == "dp"
+          ? searchZeRO(problem, cluster, eff, std::max(o.zeroStage, 0), o.mesh)
+          : stpar::search::search(problem, cluster, eff, opts);
   if (!result)
     return result.takeError();
   if (!result->best) {

@@ -30,6 +30,7 @@ struct PlanPass : public stpar::pipelines::impl::PlanPassBase<PlanPass> {
     cluster = options.cluster;
     devices = options.devices;
     strategy = options.strategy;
+    zero = options.zeroStage;
     memoryLimit = options.memoryLimit;
     std::string shape;
     for (int64_t s : options.mesh)
@@ -51,6 +52,7 @@ struct PlanPass : public stpar::pipelines::impl::PlanPassBase<PlanPass> {
     o.cluster = cluster;
     o.devices = devices;
     o.strategy = strategy;
+    o.zeroStage = zero;
     o.memoryLimit = memoryLimit;
     o.mesh.clear();
     if (!mesh.empty()) {

@@ -240,7 +240,7 @@ private:
   int nextId = 0, nextKernel = 0, nextConst = 0;
   int64_t numEvents = 0;
   std::string loopParity;
-  std::string ioInputs, ioOutputs;
+  std::string ioInputs, ioOutputs, ioParams;
   /// The first value without a buffer of the memory plan (an error).
   Value unplanned;
   /// The grid-axes groups of stp.streams: their communicators are created
@@ -1314,6 +1314,15 @@ LogicalResult Printer::emitFunction() {
              << stp::getRuntimeShapeLiteral(global) << ", "
              << stp::getRuntimeShapeLiteral(local.getShape()) << ", "
              << blockOffsets(local, *split) << ");\n";
+      // io.json lists where each parameter's values are (tools that feed
+      // updated weights to the next training step patch them there).
+      std::string entry =
+          jsonEntry(param.getName().getValue(), file, info->dtypeName, global);
+      entry.insert(entry.size() - 1,
+                   ", \"offset\": " + std::to_string(param.getOffset()));
+      if (!ioParams.empty())
+        ioParams += ",\n    ";
+      ioParams += entry;
       continue;
     }
     StringRef onnxName;
@@ -1488,7 +1497,7 @@ FailureOr<EmittedProgram> Printer::run() {
   os << ");\n  run(ctx);\n  return 0;\n}\n";
   p.cmakeLists = cmakeFor(cuda);
   p.ioJson = "{\"inputs\": [\n    " + ioInputs + "],\n \"outputs\": [\n    " +
-             ioOutputs + "]}\n";
+             ioOutputs + "],\n \"parameters\": [\n    " + ioParams + "]}\n";
   p.runtimeFiles = {"common/stpar_io.h", "common/stpar_scalar.h"};
   p.runtimeFiles.push_back(cuda ? "cuda/stpar_cuda_runtime.cuh"
                                 : "cpu/stpar_runtime.h");

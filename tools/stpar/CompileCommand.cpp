@@ -80,6 +80,11 @@ static cl::opt<std::string>
     compileStrategy("strategy", cl::sub(compileCmd), cl::init("search"),
                     cl::value_desc("NAME"),
                     cl::desc(stpar::pipelines::kStrategyHelp));
+static cl::opt<int> compileZero(
+    "zero", cl::sub(compileCmd), cl::init(-1), cl::value_desc("0-3"),
+    cl::desc("Force the ZeRO stage of the data-parallel axes (default: "
+             "searched; dp: 0); the training step (--loss) shards "
+             "optimizer states (1), gradients (2) and parameters (3)"));
 static cl::opt<std::string>
     compileMesh("mesh", cl::sub(compileCmd), cl::value_desc("AxB..."),
                 cl::desc("Force the logical mesh shape (no pipeline stages); "
@@ -94,6 +99,43 @@ static cl::opt<std::string>
     compileStopAfter("stop-after", cl::sub(compileCmd), cl::init("emit"),
                      cl::value_desc("plan|partition|emit"),
                      cl::desc("Last phase to run"));
+static cl::OptionCategory
+    trainingCategory("Training step (-stp-training-step; docs/training.md)");
+static cl::opt<std::string> compileLoss(
+    "loss", cl::sub(compileCmd), cl::value_desc("KIND"),
+    cl::cat(trainingCategory),
+    cl::desc("Compile a whole training step with this loss: next-token, "
+             "cross-entropy=NAME, sum or mean-square (default: the forward "
+             "pass only)"));
+static cl::opt<std::string>
+    compileLossOutput("loss-output", cl::sub(compileCmd),
+                      cl::value_desc("NAME"), cl::cat(trainingCategory),
+                      cl::desc("The model output the loss reads (default: "
+                               "the first floating-point one)"));
+static cl::opt<std::string>
+    compileOptimizer("optimizer", cl::sub(compileCmd), cl::init("sgd"),
+                     cl::value_desc("sgd|adamw"), cl::cat(trainingCategory),
+                     cl::desc("Optimizer of the training step"));
+static cl::opt<double> compileLr("lr", cl::sub(compileCmd), cl::init(1e-3),
+                                 cl::cat(trainingCategory),
+                                 cl::desc("Learning rate"));
+static cl::opt<double>
+    compileWeightDecay("weight-decay", cl::sub(compileCmd), cl::init(0.0),
+                       cl::cat(trainingCategory),
+                       cl::desc("Weight decay (decoupled for adamw)"));
+static cl::opt<double> compileBeta1("beta1", cl::sub(compileCmd), cl::init(0.9),
+                                    cl::cat(trainingCategory),
+                                    cl::desc("AdamW beta1"));
+static cl::opt<double> compileBeta2("beta2", cl::sub(compileCmd),
+                                    cl::init(0.999), cl::cat(trainingCategory),
+                                    cl::desc("AdamW beta2"));
+static cl::opt<double> compileEps("eps", cl::sub(compileCmd), cl::init(1e-8),
+                                  cl::cat(trainingCategory),
+                                  cl::desc("AdamW epsilon"));
+static cl::opt<bool> compileReturnGradients(
+    "return-gradients", cl::sub(compileCmd), cl::cat(trainingCategory),
+    cl::desc("The training step also returns every trained parameter's "
+             "gradient"));
 static cl::opt<std::string> compileOutput("o", cl::sub(compileCmd),
                                           cl::Required,
                                           cl::value_desc("OUTDIR"),
@@ -152,6 +194,19 @@ static bool partition(mlir::ModuleOp module,
   return true;
 }
 
+/// Runs -stp-training-step on the planned module.
+static bool
+buildTrainingStep(mlir::ModuleOp module,
+                  const stpar::pipelines::CompilePipelineOptions &options) {
+  mlir::PassManager pm(module.getContext());
+  stpar::pipelines::buildTrainingPipeline(pm, options);
+  if (mlir::failed(pm.run(module))) {
+    fail("building the training step failed (see the errors above)");
+    return false;
+  }
+  return true;
+}
+
 static int runCompile() {
   static const char *const phases[] = {"plan", "partition", "emit"};
   if (!is_contained(phases, compileStopAfter))
@@ -172,8 +227,10 @@ static int runCompile() {
   bool toEmit = compileStopAfter == "emit" &&
                 (emit.count("cuda") || emit.count("cpu"));
   if (!compilePlan.empty() &&
-      (compileStrategy.getNumOccurrences() || !compileMesh.empty()))
-    return fail("--plan fixes the plan; --strategy and --mesh do not apply");
+      (compileStrategy.getNumOccurrences() || !compileMesh.empty() ||
+       compileZero.getNumOccurrences()))
+    return fail("--plan fixes the plan; --strategy, --mesh and --zero do not "
+                "apply");
   if (compileStopAfter != "emit" && !emit.count("plan") && !emit.count("mlir"))
     return fail("nothing to write: --emit=" +
                 join(compileEmit.begin(), compileEmit.end(), ",") +
@@ -200,6 +257,7 @@ static int runCompile() {
   p.plan.devices = compileDevices;
   p.plan.memoryLimit = compileMemoryLimit;
   p.plan.strategy = compileStrategy;
+  p.plan.zeroStage = compileZero;
   if (!compileMesh.empty()) {
     Expected<std::vector<int64_t>> mesh =
         stpar::pipelines::parseMeshShape(compileMesh);
@@ -212,6 +270,26 @@ static int runCompile() {
   p.plan.pipeline = false;
   p.planFile = compilePlan;
   p.stopAfter = compileStopAfter == "plan" ? "plan" : "partition";
+  if (!compileLoss.empty()) {
+    stpar::pipelines::TrainingOptions &t = p.training;
+    t.enabled = true;
+    t.loss = compileLoss;
+    t.lossOutput = compileLossOutput;
+    t.optimizer = compileOptimizer;
+    t.learningRate = compileLr;
+    t.beta1 = compileBeta1;
+    t.beta2 = compileBeta2;
+    t.epsilon = compileEps;
+    t.weightDecay = compileWeightDecay;
+    t.returnGradients = compileReturnGradients;
+  } else if (compileOptimizer.getNumOccurrences() ||
+             compileLr.getNumOccurrences() ||
+             compileWeightDecay.getNumOccurrences() ||
+             compileReturnGradients.getNumOccurrences() ||
+             compileLossOutput.getNumOccurrences()) {
+    return fail("--optimizer, --lr, --weight-decay, --loss-output and "
+                "--return-gradients describe the training step: give --loss");
+  }
   std::string table;
   raw_string_ostream tableOS(table);
   p.plan.table = &tableOS;
@@ -269,7 +347,19 @@ static int runCompile() {
       }))
     return 1;
 
-  // Phase 2: partition.
+  // Phase 2: the training step (on the global-shape IR), then partition.
+  if (toPartition && p.training.enabled) {
+    progress("training step: -stp-training-step (loss " + p.training.loss +
+             ", " + p.training.optimizer + ")");
+    if (!buildTrainingStep(module, o.pipeline))
+      return 1;
+    if (emit.count("mlir") &&
+        !writeFile(tmp, "training.mlir", [&](raw_ostream &os) {
+          module.print(os, stpar::tools::getPrintingFlags());
+          os << "\n";
+        }))
+      return 1;
+  }
   if (toPartition) {
     progress("partition: -stp-partition");
     if (!partition(module, o.pipeline))

@@ -97,6 +97,10 @@ static cl::opt<std::string>
     planStrategy("strategy", cl::sub(planCmd), cl::init("search"),
                  cl::value_desc("NAME"),
                  cl::desc(stpar::pipelines::kStrategyHelp));
+static cl::opt<int> planZero(
+    "zero", cl::sub(planCmd), cl::init(-1), cl::value_desc("0-3"),
+    cl::desc("ONNX models: force the ZeRO stage of the data-parallel axes "
+             "(default: searched; dp: 0)"));
 static cl::opt<std::string>
     planMesh("mesh", cl::sub(planCmd), cl::value_desc("AxB..."),
              cl::desc("ONNX models: force the logical mesh shape (no "
@@ -181,6 +185,7 @@ static int runONNX() {
   p.devices = planDevices;
   p.memoryLimit = planMemoryLimit;
   p.strategy = planSpatialOnly ? std::string("spatial") : planStrategy;
+  p.zeroStage = planZero;
   if (!planMesh.empty()) {
     Expected<std::vector<int64_t>> mesh =
         stpar::pipelines::parseMeshShape(planMesh);

@@ -25,6 +25,11 @@
 //   5. ort      the unpartitioned model on ONNX Runtime (`ort-run.js run`);
 //   6. compare  `ort-run.js compare`: one line per output (max abs and rel
 //               error, PASS/FAIL).
+// With --train (docs/training.md) the program is a training step (`stpar
+// compile --loss ...`) and phases 4-6 are one: tools/torch-ref/
+// stpar-train-ref.py runs it once per step (--steps) and compares loss,
+// gradients and updated parameters with PyTorch autograd on the
+// unpartitioned model.
 // Exit code 0 only when every output passes. WORK is a fresh temporary
 // folder removed at the end, or --keep DIR (kept).
 //
@@ -53,9 +58,11 @@
 
 using namespace llvm;
 
-static cl::SubCommand verifyCmd(
-    "verify", "Run the partitioned CPU/MPI program and compare its outputs "
-              "with ONNX Runtime on the unpartitioned model");
+static cl::SubCommand
+    verifyCmd("verify",
+              "Run the partitioned CPU/MPI program and compare its outputs "
+              "with ONNX Runtime on the unpartitioned model (--train: a "
+              "training step against PyTorch autograd)");
 static cl::opt<std::string> verifyInput(cl::Positional, cl::Required,
                                         cl::desc("<model.onnx>"),
                                         cl::sub(verifyCmd));
@@ -84,6 +91,9 @@ static cl::opt<std::string>
                    cl::desc("How the plan is chosen (passed to stpar "
                             "compile): search, spatial, temporal, megatron, "
                             "megatron-sp, dp"));
+static cl::opt<int>
+    verifyZero("zero", cl::sub(verifyCmd), cl::init(-1), cl::value_desc("0-3"),
+               cl::desc("Force the ZeRO stage (passed to stpar compile)"));
 static cl::opt<unsigned> verifySeed("seed", cl::sub(verifyCmd), cl::init(0),
                                     cl::desc("Seed of the random inputs"));
 static cl::opt<double> verifyRtol(
@@ -118,6 +128,39 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     verifyNode("node", cl::sub(verifyCmd), cl::init("node"),
                cl::desc("The Node.js to use (default: from PATH)"));
+static cl::OptionCategory
+    verifyTrainingCategory("Training step (--train; docs/training.md)");
+static cl::opt<bool> verifyTrain(
+    "train", cl::sub(verifyCmd), cl::cat(verifyTrainingCategory),
+    cl::desc("Verify a whole training step (loss, gradients, optimizer "
+             "update) against PyTorch autograd instead of the forward pass "
+             "against ONNX Runtime"));
+static cl::opt<unsigned>
+    verifySteps("steps", cl::sub(verifyCmd), cl::init(1),
+                cl::cat(verifyTrainingCategory),
+                cl::desc("Training steps to run and compare (--train)"));
+static cl::opt<std::string> verifyLoss(
+    "loss", cl::sub(verifyCmd), cl::init("next-token"), cl::value_desc("KIND"),
+    cl::cat(verifyTrainingCategory),
+    cl::desc("Loss of the training step: next-token, cross-entropy=NAME, "
+             "sum or mean-square (--train)"));
+static cl::opt<std::string> verifyOptimizer("optimizer", cl::sub(verifyCmd),
+                                            cl::init("sgd"),
+                                            cl::value_desc("sgd|adamw"),
+                                            cl::cat(verifyTrainingCategory),
+                                            cl::desc("Optimizer (--train)"));
+static cl::opt<double> verifyLr("lr", cl::sub(verifyCmd), cl::init(1e-3),
+                                cl::cat(verifyTrainingCategory),
+                                cl::desc("Learning rate (--train)"));
+static cl::opt<double> verifyWeightDecay("weight-decay", cl::sub(verifyCmd),
+                                         cl::init(0.0),
+                                         cl::cat(verifyTrainingCategory),
+                                         cl::desc("Weight decay (--train)"));
+static cl::opt<std::string> verifyPython(
+    "python", cl::sub(verifyCmd), cl::init("/usr/bin/python3"),
+    cl::cat(verifyTrainingCategory),
+    cl::desc("The Python with torch, onnx and numpy (default: Debian's "
+             "/usr/bin/python3)"));
 static cl::opt<unsigned> verifyTimeout(
     "timeout", cl::sub(verifyCmd), cl::init(600),
     cl::desc("Seconds each phase may take (default 600)"));
@@ -158,6 +201,11 @@ private:
   /// (message in `error`).
   int execute(StringRef phase, const Step &step, std::string &error) const;
   int compileModel(const std::string &self, const std::string &model);
+  /// Phases 4-6 of --train: the reference script runs the program once per
+  /// step and compares with PyTorch.
+  int runTraining(const std::string &model, const std::string &ioFile,
+                  const std::string &inputs, const std::string &mpirun,
+                  const std::string &program, int64_t ranks);
   /// The last `lines` lines of a log file, indented, for error messages.
   std::string tail(StringRef file, unsigned lines = 25) const;
 
@@ -315,6 +363,15 @@ int Verifier::compileModel(const std::string &self, const std::string &model) {
     compile.args.insert(compile.args.end(), {"--mesh", verifyMesh});
   if (!verifyStrategy.empty())
     compile.args.insert(compile.args.end(), {"--strategy", verifyStrategy});
+  if (verifyZero.getNumOccurrences())
+    compile.args.insert(compile.args.end(),
+                        {"--zero", std::to_string(verifyZero)});
+  if (verifyTrain)
+    compile.args.insert(compile.args.end(),
+                        {"--loss", verifyLoss, "--optimizer", verifyOptimizer,
+                         "--lr", formatNumber(verifyLr), "--weight-decay",
+                         formatNumber(verifyWeightDecay),
+                         "--return-gradients"});
   compile.args.insert(compile.args.end(), {"--emit=plan,cpu", "-o", compiled});
   compile.outLog = path("compile.out.log");
   compile.errLog = path("compile.err.log");
@@ -333,6 +390,17 @@ int Verifier::run() {
     return fail("cannot open '" + model + "'");
   if (!(verifyRtol > 0) || !(verifyAtol >= 0))
     return fail("--rtol must be > 0 and --atol >= 0");
+  if (!verifyTrain &&
+      (verifySteps.getNumOccurrences() || verifyLoss.getNumOccurrences() ||
+       verifyOptimizer.getNumOccurrences() || verifyLr.getNumOccurrences() ||
+       verifyWeightDecay.getNumOccurrences()))
+    return fail("--steps, --loss, --optimizer, --lr and --weight-decay "
+                "describe a training step: give --train");
+  if (verifyTrain && verifySteps < 1)
+    return fail("--steps must be at least 1");
+  if (verifyTrain && !verifyInputs.empty())
+    return fail("--inputs (ONNX test data) applies to the forward check, "
+                "not to --train");
 
   // Tools first: a missing one is reported before any work is done.
   std::string node = findProgram(verifyNode);
@@ -459,6 +527,9 @@ int Verifier::run() {
                                      tail(gen.errLog));
   errs() << tail(gen.errLog, 64);
 
+  if (verifyTrain)
+    return runTraining(model, ioFile, inputs, mpirun, program, *ranks);
+
   // 4. The partitioned program.
   std::string outputs = path("outputs");
   if (std::error_code ec = sys::fs::create_directories(outputs))
@@ -505,6 +576,71 @@ int Verifier::run() {
                              tail(compare.errLog));
   if (rc == 1) {
     errs() << "stpar verify: outputs differ from ONNX Runtime's\n";
+    if (!verifyKeep.empty())
+      errs() << "stpar verify: note: files kept in " << work << "\n";
+  }
+  return rc;
+}
+
+int Verifier::runTraining(const std::string &model, const std::string &ioFile,
+                          const std::string &inputs, const std::string &mpirun,
+                          const std::string &program, int64_t ranks) {
+  std::string python = findProgram(verifyPython);
+  if (python.empty())
+    return fail("Python ('" + verifyPython +
+                "') not found; run scripts/install-deps.sh");
+  std::string script;
+  if (std::optional<std::string> env = sys::Process::GetEnv("STPAR_TRAIN_REF"))
+    script = *env;
+  else
+    script = STPAR_SOURCE_DIR "/tools/torch-ref/stpar-train-ref.py";
+  if (!sys::fs::exists(script))
+    return fail("the PyTorch reference '" + script +
+                "' is missing (set STPAR_TRAIN_REF)");
+  std::string steps = path("steps");
+  if (std::error_code ec = sys::fs::remove_directories(steps))
+    return fail("cannot remove " + steps + ": " + ec.message());
+  Step ref{python,
+           {script,
+            "verify",
+            "--model",
+            model,
+            "--io",
+            ioFile,
+            "--inputs",
+            inputs,
+            "--work",
+            steps,
+            "--steps",
+            std::to_string(verifySteps),
+            "--loss",
+            verifyLoss,
+            "--optimizer",
+            verifyOptimizer,
+            "--lr",
+            formatNumber(verifyLr),
+            "--weight-decay",
+            formatNumber(verifyWeightDecay),
+            "--rtol",
+            formatNumber(verifyRtol),
+            "--seed",
+            std::to_string(verifySeed),
+            "--",
+            mpirun,
+            "--oversubscribe"},
+           "",
+           path("train.err.log")};
+  if (geteuid() == 0)
+    ref.args.push_back("--allow-run-as-root");
+  ref.args.insert(ref.args.end(), {"-np", std::to_string(ranks), program});
+  std::string error;
+  int rc = execute("train", ref, error);
+  if (rc < 0 || rc > 1)
+    return fail(rc < 0 ? error
+                       : "the training-step check failed to run:\n" +
+                             tail(ref.errLog));
+  if (rc == 1) {
+    errs() << "stpar verify: the training step differs from PyTorch's\n";
     if (!verifyKeep.empty())
       errs() << "stpar verify: note: files kept in " << work << "\n";
   }

@@ -50,6 +50,8 @@ def PlanPass : Pass<"stp-plan", "::mlir::ModuleOp"> {
            "whole cluster)">,
     Option<"strategy", "strategy", "std::string", /*default=*/"\"search\"",
            "search, spatial, temporal, megatron, megatron-sp or dp">,
+    Option<"zero", "zero", "int", /*default=*/"-1",
+           "Force the ZeRO stage (0-3; default -1: searched, dp: 0)">,
     Option<"memoryLimit", "memory-limit", "double", /*default=*/"0",
            "Per-device memory limit in bytes (default: the device's HBM)">,
     Option<"mesh", "mesh", "std::string", /*default=*/"\"\"",

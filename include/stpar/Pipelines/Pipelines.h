@@ -12,6 +12,7 @@
 //
 //   -stp-normalize                   composites (LayerNorm, GELU, attention)
 //   -stp-plan | -stp-apply-plan      the plan as attributes
+//   -stp-training-step               loss, backward, optimizer (if asked)
 //   -stp-partition                   the per-device SPMD program
 //   -stp-schedule-collectives        events, waits, communicators
 //   -stp-plan-memory                 one arena per rank, every buffer's offset
@@ -33,6 +34,22 @@
 
 namespace stpar::pipelines {
 
+/// The training step (-stp-training-step); off unless `enabled`.
+struct TrainingOptions {
+  /// Build the training step (a loss was given).
+  bool enabled = false;
+  /// next-token, cross-entropy=NAME, sum or mean-square.
+  std::string loss = "next-token";
+  /// The model output the loss reads (empty: the first float one).
+  std::string lossOutput;
+  /// sgd or adamw.
+  std::string optimizer = "sgd";
+  double learningRate = 1e-3, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8,
+         weightDecay = 0.0;
+  /// Also return every trained parameter's gradient.
+  bool returnGradients = false;
+};
+
 /// The options of the whole pipeline.
 struct CompilePipelineOptions {
   /// The search (cluster, devices, strategy, mesh, memory limit, ...).
@@ -42,6 +59,8 @@ struct CompilePipelineOptions {
   std::string planFile;
   /// The last stage: "plan" or "partition" (default).
   std::string stopAfter = "partition";
+  /// The training step between the plan and the partition.
+  TrainingOptions training;
 };
 
 /// Adds the stages up to and including the plan: -stp-normalize, then
@@ -51,6 +70,10 @@ void buildPlanningPipeline(mlir::OpPassManager &pm,
 
 /// Adds the stages after the plan: -stp-partition,
 /// -stp-schedule-collectives, -stp-plan-memory.
+/// -stp-training-step when `options.training.enabled` (else nothing).
+void buildTrainingPipeline(mlir::OpPassManager &pm,
+                           const CompilePipelineOptions &options);
+
 void buildPartitioningPipeline(mlir::OpPassManager &pm,
                                const CompilePipelineOptions &options);
 

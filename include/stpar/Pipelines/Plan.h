@@ -48,6 +48,9 @@ struct PlanOptions {
   /// temporal-primitive candidates where any exist), megatron, megatron-sp
   /// (with sequence parallelism), dp (ZeRO-0 data parallelism).
   std::string strategy = "search";
+  /// Forced ZeRO stage (0-3) of the data-parallel axes; -1: searched (dp:
+  /// 0). Not with the megatron strategies (their baseline is ZeRO 0).
+  int zeroStage = -1;
   /// Forced logical mesh shape, major first (no pipeline stages); empty:
   /// searched. For megatron, [a, b] is dp = a, tp = b; [n] is tp = n.
   std::vector<int64_t> mesh;

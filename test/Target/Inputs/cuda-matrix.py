@@ -6,7 +6,10 @@ per case, "MODEL STRATEGY RANKS: OK (T s)" or "... FAILED: <why>"; exits 1
 when a case fails.
 
 usage: cuda-matrix.py --stpar STPAR --shared MODELS_DIR --work DIR
-                      --nvcc "NVCC COMMAND PREFIX" [--cases m:s:r,...]
+                      --nvcc "NVCC COMMAND PREFIX" [--cases m:s:r,...] [--train]
+
+With --train the training step is compiled (stpar compile --loss, the loss
+and optimizer of verify-matrix.py's LOSSES and OPTIMIZERS).
 """
 import argparse
 import os
@@ -19,7 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "Verify", "Inputs"))
 from importlib import import_module  # noqa: E402
 
-MODELS = import_module("verify-matrix").MODELS
+_matrix = import_module("verify-matrix")
+MODELS = _matrix.MODELS
 CASES = [(m, s, r) for m in MODELS
          for s, r in (("dp", "2x2"), ("megatron", "2x4"),
                       ("temporal", "2x2"), ("search", "8"))]
@@ -29,8 +33,14 @@ def run_case(args, model, strategy, ranks):
     path, dims = MODELS[model]
     out = os.path.join(args.work, f"{model}-{strategy}-{ranks}")
     cmd = [args.stpar, "compile", os.path.join(args.shared, path), *dims,
-           "--cluster", "dgx-a100-80g-1", "--strategy", strategy,
-           "--emit=cuda", "-o", out]
+           "--cluster", "dgx-a100-80g-1", "--emit=cuda", "-o", out]
+    if strategy.startswith("zero"):
+        cmd += ["--strategy", "dp", "--zero", strategy[len("zero"):]]
+    else:
+        cmd += ["--strategy", strategy]
+    if args.train:
+        cmd += ["--loss", _matrix.LOSSES[model], "--optimizer",
+                _matrix.OPTIMIZERS[strategy]]
     if "x" in ranks:
         cmd += ["--mesh", ranks]
     else:
@@ -55,6 +65,8 @@ def main():
     p.add_argument("--shared", required=True)
     p.add_argument("--work", required=True)
     p.add_argument("--nvcc", required=True)
+    p.add_argument("--train", action="store_true",
+                   help="compile the training step (stpar compile --loss)")
     p.add_argument("--cases")
     args = p.parse_args()
     cases = ([tuple(c.split(":")) for c in args.cases.split(",")]

@@ -3,11 +3,12 @@ one device) and its partitioned SPMD program (all devices of the grid in
 lock step, collectives simulated with the docs/spmd-ir.md semantics) with
 numpy on the same random inputs, and compares every result on every rank.
 
-usage: spmd-sim.py GLOBAL.mlir PARTITIONED.mlir [INT_HIGH]  (both in generic form:
-       stpar-opt --mlir-print-op-generic; several modules separated by
-       "// -----" lines, as -split-input-file prints them, are compared
-       pairwise; integer inputs are uniform in [0, INT_HIGH), default 2,
-       so that they index every embedding table)
+usage: spmd-sim.py GLOBAL.mlir PARTITIONED.mlir [INT_HIGH] [--bitwise]
+       (both in generic form: stpar-opt --mlir-print-op-generic; several
+       modules separated by "// -----" lines, as -split-input-file prints
+       them, are compared pairwise; integer inputs are uniform in
+       [0, INT_HIGH), default 2, so that they index every embedding table;
+       --bitwise also checks that every rank's results are bit-identical)
 Prints "ok: N results match on P ranks" or the first mismatch (exit 1).
 Covers the ops the importer, -stp-normalize and -stp-partition produce on
 the tests and shared models; an unknown op is an error.
@@ -145,7 +146,8 @@ def tensor_shape(t):
 
 
 def elem_dtype(t):
-    e = t.split("x")[-1].rstrip(">") if t.startswith("tensor") else t
+    m = re.match(r"tensor<(.*)>", t)
+    e = m.group(1).split("x")[-1] if m else t
     if e.startswith("f"):
         return np.float64
     if e == "i1":
@@ -530,6 +532,19 @@ class Machine:
                 raise NotImplementedError("reduction body")
             other = [o for o in d.operands if o != out_arg][0]
             e = np.broadcast_to(benv[other], ranges)
+            if init.ndim == 0:
+                # A reduction to a scalar (a loss): combine all points.
+                combine = {"arith.addf": np.sum, "arith.addi": np.sum,
+                           "arith.maximumf": np.max, "arith.maxnumf": np.max,
+                           "arith.maxsi": np.max, "arith.minimumf": np.min,
+                           "arith.minnumf": np.min, "arith.minsi": np.min}
+                if d.name not in combine:
+                    raise NotImplementedError("combiner " + d.name)
+                pair = np.array([init, combine[d.name](e)], dtype=init.dtype)
+                init = np.array(pair.sum() if combine[d.name] is np.sum
+                                else combine[d.name](pair), dtype=init.dtype)
+                outs.append(init)
+                continue
             if d.name in ("arith.addf", "arith.addi"):
                 np.add.at(init, idx, e)
             elif d.name in ("arith.maximumf", "arith.maxnumf", "arith.maxsi"):
@@ -556,7 +571,7 @@ def func_args(func):
     return types, splits
 
 
-def check(global_text, partitioned_text, int_high):
+def check(global_text, partitioned_text, int_high, bitwise=False):
     _, gfunc = parse_module(global_text)
     grid, pfunc = parse_module(partitioned_text)
     rng = np.random.default_rng(0)
@@ -600,6 +615,18 @@ def check(global_text, partitioned_text, int_high):
                 print(f"MISMATCH: result {i} on rank {rank}: "
                       f"{np.shape(got)} vs {np.shape(want)}, max error {err}")
                 return False
+    if bitwise:
+        # Replicated results are the same bits on every rank (what a
+        # replicated parameter needs to stay replicated after an update).
+        for rank, out in enumerate(outs[1:], start=1):
+            for i, (got, first) in enumerate(zip(out, outs[0])):
+                if not np.array_equal(np.asarray(got), np.asarray(first)):
+                    print(f"MISMATCH: result {i} on rank {rank} differs "
+                          f"bitwise from rank 0's")
+                    return False
+        print(f"ok: {len(ref)} results match on {machine.ranks} ranks, "
+              f"bitwise equal on all ranks")
+        return True
     print(f"ok: {len(ref)} results match on {machine.ranks} ranks")
     return True
 
@@ -612,7 +639,8 @@ def main():
         print("MISMATCH: different numbers of modules")
         sys.exit(1)
     int_high = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-    ok = all([check(g, p, int_high) for g, p in zip(*chunks)])
+    bitwise = "--bitwise" in sys.argv[4:]
+    ok = all([check(g, p, int_high, bitwise) for g, p in zip(*chunks)])
     sys.exit(0 if ok else 1)
 
 

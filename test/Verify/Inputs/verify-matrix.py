@@ -4,6 +4,7 @@
 #
 #   verify-matrix.py --stpar BIN --work DIR [--models a,b] [--strategies s,t]
 #                    [--ranks 1,2,4,8,2x2,2x4] [--cases m:s:r,...] [--cxx-flags F]
+#                    [--train [--steps N]]
 #
 # Each case forces its plan through a plan file (`stpar plan --strategy S
 # [--mesh AxB] -o plan.json`, then `stpar verify --plan plan.json`).
@@ -11,6 +12,8 @@
 # folder (DIR/<model>), so the emitted program's build folder is reused and
 # only program.cpp recompiles. A line reads
 #   MODEL STRATEGY RANKS: PASS|FAIL|ERROR max_rel_err=X (T s)
+# (with --train: worst_err/tol=X, the largest error over its tolerance of
+# any compared element, docs/training.md)
 # with the first error line for ERROR. Exit 0 when every case ran and
 # passed, else 1.
 import argparse
@@ -38,6 +41,18 @@ MODELS = {
               "--batch-dim", "batch"]),
 }
 STRATEGIES = ["dp", "megatron", "temporal", "search"]
+# --train adds data parallelism with ZeRO stage 1, 2 and 3 (`stpar plan
+# --strategy dp --zero N`).
+TRAIN_STRATEGIES = ["dp", "zero1", "zero2", "zero3", "megatron", "temporal",
+                    "search"]
+# --train: the loss of each model (logits: next-token; the Llama block
+# exports hidden states) and the optimizer of each plan kind (both kinds
+# of update are covered on every model).
+LOSSES = {"gpt2": "next-token", "llama": "mean-square",
+          "megatron": "next-token", "bert": "next-token"}
+OPTIMIZERS = {"dp": "sgd", "megatron": "adamw", "temporal": "sgd",
+              "search": "adamw", "zero1": "adamw", "zero2": "sgd",
+              "zero3": "adamw"}
 RANKS = ["1", "2", "4", "8", "2x2", "2x4"]
 
 
@@ -49,7 +64,11 @@ def run_case(args, model, strategy, ranks):
     plan_file = os.path.join(args.work, f"{model}-{strategy}-{ranks}.json")
     os.makedirs(args.work, exist_ok=True)
     plan = [args.stpar, "plan", model_path, "--cluster", args.cluster,
-            "--strategy", strategy, "-o", plan_file] + dims
+            "-o", plan_file] + dims
+    if strategy.startswith("zero"):
+        plan += ["--strategy", "dp", "--zero", strategy[len("zero"):]]
+    else:
+        plan += ["--strategy", strategy]
     if "x" in ranks:
         plan += ["--mesh", ranks]
     else:
@@ -65,20 +84,28 @@ def run_case(args, model, strategy, ranks):
     cmd += dims
     if args.cxx_flags:
         cmd += ["--cxx-flags=" + args.cxx_flags]
+    if args.train:
+        cmd += ["--train", "--steps", str(args.steps), "--loss",
+                LOSSES[model], "--optimizer", OPTIMIZERS[strategy]]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
     seconds = time.time() - start
-    rels = [float(m) for m in re.findall(r"max_rel_err=(\S+)", p.stdout)
-            if m not in ("NaN", "Infinity")]
+    rels = [float(m) for m in re.findall(
+                r"worst error/tolerance (\S+)" if args.train
+                else r"max_rel_err=(\S+)", p.stdout)
+            if m not in ("NaN", "Infinity", "nan", "inf")]
     worst = max(rels) if rels else float("nan")
     if p.returncode == 0:
         status = "PASS"
-    elif p.returncode == 1 and "verify: MISMATCH" in p.stdout:
+    elif p.returncode == 1 and ("verify: MISMATCH" in p.stdout or
+                                "summary:" in p.stdout):
         status = "FAIL"
     else:
         status = "ERROR"
     line = f"{model} {strategy} {ranks}: {status}"
-    if rels:
+    if rels and args.train:
+        line += f" worst_err/tol={worst:.3f}"
+    elif rels:
         line += f" max_rel_err={worst:.3e}"
     line += f" ({seconds:.1f} s)"
     if status == "ERROR":
@@ -86,7 +113,7 @@ def run_case(args, model, strategy, ranks):
                   if "error" in l and not l.startswith("stpar verify: error: stpar compile failed")]
         line += " -- " + (errors[0] if errors else p.stderr.strip()[-200:])
     if status == "FAIL":
-        fails = [l for l in p.stdout.splitlines() if "FAIL" in l]
+        fails = [l for l in p.stdout.splitlines() if "FAIL" in l][:4]
         line += " -- " + "; ".join(fails)
     return status, line
 
@@ -98,13 +125,22 @@ def main():
     parser.add_argument("--shared", default=SHARED)
     parser.add_argument("--cluster", default="dgx-a100-80g-1")
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--strategies", default="",
+                        help="default: " + ",".join(STRATEGIES) +
+                        " (with --train: " + ",".join(TRAIN_STRATEGIES) + ")")
     parser.add_argument("--ranks", default=",".join(RANKS))
     parser.add_argument("--cases", default="",
                         help="explicit MODEL:STRATEGY:RANKS list (overrides "
                              "--models/--strategies/--ranks)")
     parser.add_argument("--cxx-flags", default="-O0")
+    parser.add_argument("--train", action="store_true",
+                        help="verify the training step (stpar verify "
+                             "--train) against PyTorch instead")
+    parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
+    if not args.strategies:
+        args.strategies = ",".join(TRAIN_STRATEGIES if args.train
+                                   else STRATEGIES)
     if args.cases:
         cases = [tuple(c.split(":")) for c in args.cases.split(",")]
     else:

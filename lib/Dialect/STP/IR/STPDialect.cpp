@@ -113,8 +113,21 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
                                << "' must be a string";
     return success();
   }
+  if (name == kPhaseAttrName) {
+    auto phase = dyn_cast<StringAttr>(attr.getValue());
+    static constexpr StringRef kPhases[] = {"forward",    "loss",
+                                            "input_grad", "weight_grad",
+                                            "grad_sum",   "optimizer"};
+    if (!phase || !llvm::is_contained(kPhases, phase.getValue()))
+      return op->emitOpError()
+             << "attribute '" << kPhaseAttrName
+             << "' must be \"forward\", \"loss\", \"input_grad\", "
+                "\"weight_grad\", \"grad_sum\" or \"optimizer\", got "
+             << attr.getValue();
+    return success();
+  }
   if (name == kPlanAttrName || name == kArenaAttrName ||
-      name == kStreamsAttrName) {
+      name == kStreamsAttrName || name == kTrainingAttrName) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitOpError() << "attribute '" << name
                                << "' must be a dictionary";

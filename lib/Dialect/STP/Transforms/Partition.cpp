@@ -197,6 +197,9 @@ private:
   Value relayout(Value value, Sharding cur, const Sharding &to,
                  RankedTensorType global, const ValueState &origin,
                  const std::string &user, const std::string &what);
+  /// The training-step phase of the op being partitioned (`stp.phase`;
+  /// "forward" without one), named in the collectives' plan steps.
+  std::string currentPhase = "forward";
   void markCollective(Operation *op, const std::string &label,
                       const Twine &reason);
 
@@ -312,8 +315,9 @@ ArrayAttr Partitioner::getSplitAttr(const Sharding &s) {
 
 void Partitioner::markCollective(Operation *op, const std::string &label,
                                  const Twine &reason) {
-  op->setAttr(STPDialect::kPlanStepAttrName,
-              builder.getStringAttr(label + " forward: " + reason));
+  op->setAttr(
+      STPDialect::kPlanStepAttrName,
+      builder.getStringAttr(label + " " + currentPhase + ": " + reason));
   ++numCollectives;
 }
 
@@ -1522,7 +1526,16 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
   }
 
   builder.setInsertionPointToEnd(newBody);
+  bool training = module->hasAttr(STPDialect::kTrainingAttrName);
   for (Operation &op : body) {
+    // The phase the collectives inserted for this op belong to (the
+    // training step's ops carry it; the rest is the forward pass).
+    if (auto phase = op.getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName))
+      currentPhase = phase.str();
+    else if (training && isa<func::ReturnOp>(op))
+      currentPhase = "result";
+    else
+      currentPhase = "forward";
     FailureOr<OpPlan> plan = planOp(&op);
     if (failed(plan) || failed(emit(&op, *plan))) {
       newFunc.erase();

@@ -134,6 +134,14 @@ def STP_Dialect : Dialect {
     /// Op attribute (array<i16>) on such a call: the grid axes of its
     /// communicator.
     static constexpr ::llvm::StringLiteral kGridAxesAttrName = "stp.grid_axes";
+    /// Op attribute (string) on ops -stp-training-step adds: the phase of
+    /// the training step they belong to (`forward` for ZeRO-3's parameter
+    /// gathers, `loss`, `input_grad`, `weight_grad`, `grad_sum`,
+    /// `optimizer`).
+    static constexpr ::llvm::StringLiteral kPhaseAttrName = "stp.phase";
+    /// Module attribute (dictionary): the training step's options (loss,
+    /// optimizer and its hyper-parameters), set by -stp-training-step.
+    static constexpr ::llvm::StringLiteral kTrainingAttrName = "stp.training";
     /// Op attribute (integer) on a runtime call: its result's buffer starts
     /// as a copy of this operand (the call accumulates into it).
     static constexpr ::llvm::StringLiteral kAccumulateAttrName =

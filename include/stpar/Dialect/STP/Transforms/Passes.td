@@ -423,4 +423,109 @@ def ExportPlanPass : Pass<"stp-export-plan", "::mlir::ModuleOp"> {
   ];
 }
 
+def TrainingStepPass : Pass<"stp-training-step", "::mlir::ModuleOp"> {
+  let summary = "Turn the forward function into one training step: loss, backward pass, optimizer update";
+  let description = [{
+    Rewrites `func.func @main` (global shapes; planned or not) into the
+    function of one training step. After the forward ops it appends, all as
+    ops the partitioner and both emitters already handle (mostly
+    `linalg.generic`):
+
+    1. **Loss** (`loss=`) on the model output `loss-output` (default: the
+       first floating-point result), a scalar `tensor<f32>` result named
+       `loss`. With `T` the number of counted tokens of the **global** batch
+       (so the value does not depend on how the batch is split):
+       * `next-token`: cross-entropy of the logits `[..., S, V]` against the
+         integer graph input shaped like the logits without `V` (the input
+         ids), shifted by one position; the last position is not counted.
+       * `cross-entropy=NAME`: the labels are a new `i64` graph input `NAME`
+         shaped like the logits without `V`; negative labels are not
+         counted.
+       * `sum`: the sum of the output's elements divided by `T`, the number
+         of its rows (all dims but the last).
+       * `mean-square`: the mean of the squares of the output's elements.
+       Cross-entropy is computed as `log(sum(exp(x - max))) + max - x[label]`
+       per token; when the plan splits the class dim the max and the two
+       sums become partial results that `-stp-partition` all-reduces
+       (vocabulary-parallel cross-entropy, Megatron-LM).
+    2. **Backward pass** (PrimePar's B and G phases) by reverse-mode
+       differentiation of every op, in reverse order. A `linalg` op (generic
+       or named) gets, per differentiable input, one `linalg.generic` over
+       the **same loops** whose body is the derivative of the forward body
+       (recomputed scalars, chain rule over `arith`/`math` ops); loops the
+       input does not index become reductions. An embedding (rows read by
+       `tensor.extract`) gets a one-hot accumulation over one more loop, the
+       table's rows. `stp.layer_norm`, `stp.rms_norm`, `stp.attention`
+       (masks, causal, grouped-query heads) and `linalg.softmax` get their
+       closed-form gradients as generics; views (`expand_shape`,
+       `collapse_shape`, `extract_slice`, `concat`) their inverse views.
+       Values used several times sum their gradients, so a parameter shared
+       by several operators gets the sum of all its uses.
+    3. **Optimizer** (`optimizer=`): `sgd` (`w -= lr * (g + weight-decay * w)`)
+       or `adamw` (Loshchilov & Hutter 2019, Algorithm 2, as PyTorch's
+       `torch.optim.AdamW`: decoupled weight decay, bias-corrected moments);
+       AdamW's moments are new graph inputs and results
+       (`adam_m:<param>`, `adam_v:<param>`) and its step count the scalar
+       input `adam_step` (1 on the first step).
+
+    4. **ZeRO** (`zero-stage`, default the plan's; Rajbhandari et al.,
+       SC'20), over the data-parallel axes (those splitting a planned op's
+       batch loop `b`): stage 1 and 2 give the optimizer ops of each
+       parameter a spec that also splits its first divisible dim over the
+       data-parallel axes it is replicated on, so each rank keeps and
+       updates one shard of the optimizer state; stage 2 receives the
+       gradient's partial sums reduce-scattered, stage 1 all-reduces them
+       first (a copy in the parameter's own layout). Stage 3 also stores the
+       parameter sharded: a copy `Ps` with the sharded spec is its first
+       user, and each phase reads a gather of it (a copy in the forward
+       layout) made right before its first use, once for the forward pass
+       and once for the backward pass.
+
+    Ops built from a planned op copy its `stp.spec` with the loop kinds of
+    the gradient (B and G are partitioned as their forward operator: same
+    loops, same mesh axes); the others take the split of the tensor they
+    follow. A split reduction loop leaves partial sums that
+    `-stp-partition` all-reduces or reduce-scatters, which is how each
+    weight gradient is summed over exactly the mesh axes its operator
+    replicates it on. The temporal primitive's own B and G schedules are
+    not emitted yet: gradient ops of a temporal operator keep its spatial
+    splits only.
+
+    Results: `loss`, then `grad:<param>` per trained parameter when
+    `return-gradients` is set, then `param:<param>` (the updated value),
+    then the optimizer's new state. A trained parameter is an `stp.param`
+    argument marked `trainable` (the importer's rule: floating-point
+    initializers with more than one element that are not marked as
+    buffers) with a differentiable path to the loss. Every new
+    op carries `stp.phase` (`loss`, `input_grad`, `weight_grad`,
+    `grad_sum` or `optimizer`) and the module `stp.training` (the options).
+    Ops without a gradient rule are an error naming the ONNX node.
+  }];
+  let options = [
+    Option<"loss", "loss", "std::string", /*default=*/"\"next-token\"",
+           "next-token, cross-entropy=INPUT, sum or mean-square">,
+    Option<"lossOutput", "loss-output", "std::string", /*default=*/"\"\"",
+           "The model output the loss reads (default: the first float one)">,
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"sgd\"",
+           "sgd or adamw">,
+    Option<"learningRate", "lr", "double", /*default=*/"1e-3",
+           "Learning rate">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
+    Option<"epsilon", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.0",
+           "Weight decay (decoupled for adamw)">,
+    Option<"returnGradients", "return-gradients", "bool",
+           /*default=*/"false",
+           "Also return every trained parameter's gradient">,
+    Option<"zeroStage", "zero-stage", "int", /*default=*/"-1",
+           "ZeRO stage 0-3 (default -1: the plan's)">
+  ];
+  let dependentDialects = [
+    "::stpar::stp::STPDialect", "::mlir::linalg::LinalgDialect",
+    "::mlir::tensor::TensorDialect", "::mlir::arith::ArithDialect",
+    "::mlir::math::MathDialect"
+  ];
+}
+
 #endif // STPAR_DIALECT_STP_TRANSFORMS_PASSES_TD
