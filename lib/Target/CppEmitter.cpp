@@ -17,10 +17,11 @@
 
 #include "stpar/Target/Emit.h"
 
+#include "stpar/Dialect/STP/IR/OperatorNames.h"
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
-#include "stpar/Dialect/STP/Transforms/Collectives.h"
 #include "stpar/Dialect/STP/IR/STPOps.h"
+#include "stpar/Dialect/STP/Transforms/Collectives.h"
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -214,7 +215,7 @@ private:
   }
 
   LogicalResult emitFunction();
-  LogicalResult emitBlock(Block &block);
+  LogicalResult emitBlock(Block &block, bool profile = false);
   LogicalResult emitOp(Operation *op);
   LogicalResult emitScalar(Operation *op,
                            llvm::function_ref<std::string(Value)> nameOf,
@@ -843,10 +844,40 @@ LogicalResult Printer::emitCall(emitc::CallOpaqueOp call) {
 // Blocks, loops and the other ops
 //===----------------------------------------------------------------------===//
 
-LogicalResult Printer::emitBlock(Block &block) {
+LogicalResult Printer::emitBlock(Block &block, bool profile) {
   // In the order -stp-schedule-collectives chose; its waits are calls
   // (-stp-lower-collectives).
   for (Operation &op : block) {
+    // With STPAR_PROFILE set, the runtime times the span from each op of
+    // the function body to the next (docs/emitted-code.md, "Profile"),
+    // labelled by ONNX node and training-step phase.
+    if (profile &&
+        !isa<arith::ConstantOp, tensor::EmptyOp, tensor::ExpandShapeOp,
+             tensor::CollapseShapeOp, tensor::CastOp>(op)) {
+      std::string label = stp::getNodeName(op.getLoc());
+      if (label.empty())
+        label = op.getName().getStringRef().str();
+      auto phase =
+          op.getAttrOfType<StringAttr>(stp::STPDialect::kPhaseAttrName);
+      auto call = dyn_cast<emitc::CallOpaqueOp>(op);
+      // Collectives and waits for them: communication (whatever phase
+      // needed them; the plan step names it).
+      bool comm = op.hasAttr(stp::STPDialect::kCollectiveAttrName) ||
+                  isa<shard::ShardDialect>(op.getDialect()) ||
+                  (call && call.getCallee() == "stpar_rt::waitTransfer");
+      label +=
+          isa<func::ReturnOp>(op) ? std::string(" [end]")
+          : comm                  ? std::string(" [comm]")
+                 : " [" + (phase ? phase.str() : std::string("forward")) + "]";
+      std::string quoted = "\"";
+      for (char ch : label)
+        if (ch == '"' || ch == '\\')
+          quoted += std::string("\\") + ch;
+        else if (ch >= ' ' && ch < 127)
+          quoted += ch;
+      quoted += "\"";
+      line() << "stpar_rt::profile(ctx, " << quoted << ");\n";
+    }
     if (failed(emitOp(&op)))
       return failure();
   }
@@ -1367,7 +1398,7 @@ LogicalResult Printer::emitFunction() {
     ioOutputs += jsonEntry(onnxName, "output_" + std::to_string(i) + ".bin",
                            info->dtypeName, t.getShape());
   }
-  return emitBlock(func.getBody().front());
+  return emitBlock(func.getBody().front(), /*profile=*/true);
 }
 
 std::string cmakeFor(bool cuda) {

@@ -195,6 +195,43 @@ struct Arena {
   }
 };
 
+/// Per-op times of one run (environment variable STPAR_PROFILE set): the
+/// emitted function marks each op of its body (stpar_rt::profile); the time
+/// from one mark to the next is the marked op's, summed per label ("<ONNX
+/// node> [<phase>]"). Rank 0 prints them at exit, in first-seen order, in
+/// milliseconds.
+struct Profile {
+  bool enabled = std::getenv("STPAR_PROFILE") != nullptr;
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<double, int>> spans;
+  void add(const std::string &label, double seconds) {
+    auto it = spans.find(label);
+    if (it == spans.end()) {
+      order.push_back(label);
+      spans[label] = {seconds, 1};
+      return;
+    }
+    it->second.first += seconds;
+    ++it->second.second;
+  }
+  void report(int rank) const {
+    if (!enabled || rank != 0)
+      return;
+    double total = 0;
+    for (const auto &entry : spans)
+      total += entry.second.first;
+    std::fprintf(stderr,
+                 "stpar_program: profile (rank 0): %.3f ms in %zu "
+                 "labels\n",
+                 total * 1e3, order.size());
+    for (const std::string &label : order) {
+      const auto &span = spans.at(label);
+      std::fprintf(stderr, "stpar_program: profile %12.4f ms %4d  %s\n",
+                   span.first * 1e3, span.second, label.c_str());
+    }
+  }
+};
+
 /// Reads this rank's block of `INDIR/input_<index>.bin`.
 inline void readInput(const Options &o, int index, size_t elementSize,
                       const Shape &global, const Shape &local,

@@ -14,9 +14,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -98,11 +99,25 @@ public:
       weights.open(options.weights);
   }
   ~Context() {
+    profile.report(rank);
     arena.report(rank);
     std::free(arena.base);
     for (auto &entry : comms)
       MPI_Comm_free(&entry.second);
     MPI_Finalize();
+  }
+
+  /// A profile mark (STPAR_PROFILE): the time since the last mark is the
+  /// last mark's label's.
+  void mark(const char *label) {
+    if (!profile.enabled)
+      return;
+    auto now = std::chrono::steady_clock::now();
+    if (!lastLabel.empty())
+      profile.add(lastLabel,
+                  std::chrono::duration<double>(now - lastMark).count());
+    lastLabel = label;
+    lastMark = now;
   }
 
   /// Allocates the arena of the memory plan (one allocation per rank).
@@ -172,6 +187,9 @@ public:
   Options options;
   Weights weights;
   Arena arena;
+  Profile profile;
+  std::string lastLabel;
+  std::chrono::steady_clock::time_point lastMark;
   /// Ring shifts in flight (receive, send), by their `done` event id
   /// (ringShift, waitTransfer).
   std::map<int64_t, std::pair<MPI_Request, MPI_Request>> transfers;
@@ -630,6 +648,8 @@ inline void waitTransfer(Context &ctx, int64_t done) {
 #ifndef STPAR_RUNTIME_CPU_ENTRY_POINTS
 #define STPAR_RUNTIME_CPU_ENTRY_POINTS
 namespace stpar_rt {
+/// A profile mark before an op of the emitted function (STPAR_PROFILE).
+inline void profile(Context &ctx, const char *label) { ctx.mark(label); }
 template <typename T> Tensor<T> alloc(Context &, int64_t n) { return alloc<T>(n); }
 template <typename T> Tensor<T> clone(Context &, const Tensor<T> &t) { return clone(t); }
 template <typename T> Tensor<T> fromHost(Context &, const T *v, int64_t n) {

@@ -156,6 +156,16 @@ public:
   }
   ~Context() {
     cudaDeviceSynchronize();
+    // Profile: the time between consecutive marks' events on the compute
+    // stream is the earlier mark's op's.
+    for (size_t i = 0; i + 1 < marks.size(); ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, marks[i].second, marks[i + 1].second);
+      profile.add(marks[i].first, ms * 1e-3);
+    }
+    for (auto &mark : marks)
+      cudaEventDestroy(mark.second);
+    profile.report(rank);
     arena.report(rank);
     if (arena.base)
       cudaFree(arena.base);
@@ -232,6 +242,17 @@ public:
   int rank = 0, size = 1;
   Options options;
   Weights weights;
+  Profile profile;
+  /// Profile marks: label and an event recorded on the compute stream.
+  std::vector<std::pair<std::string, cudaEvent_t>> marks;
+  void mark(const char *label) {
+    if (!profile.enabled)
+      return;
+    cudaEvent_t e;
+    STP_CUDA(cudaEventCreate(&e));
+    STP_CUDA(cudaEventRecord(e, compute));
+    marks.push_back({label, e});
+  }
   cudaStream_t compute = nullptr, comm = nullptr;
   std::vector<cudaEvent_t> events;
   ncclComm_t world = nullptr;
@@ -246,6 +267,8 @@ private:
 // Buffers
 //===----------------------------------------------------------------------===//
 
+/// A profile mark before an op of the emitted function (STPAR_PROFILE).
+inline void profile(Context &ctx, const char *label) { ctx.mark(label); }
 template <typename T> Tensor<T> alloc(Context &ctx, int64_t n) {
   Tensor<T> t;
   t.size = n;

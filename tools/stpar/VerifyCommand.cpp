@@ -156,6 +156,10 @@ static cl::opt<double> verifyWeightDecay("weight-decay", cl::sub(verifyCmd),
                                          cl::init(0.0),
                                          cl::cat(verifyTrainingCategory),
                                          cl::desc("Weight decay (--train)"));
+static cl::opt<bool> verifyProfile(
+    "profile", cl::sub(verifyCmd), cl::cat(verifyTrainingCategory),
+    cl::desc("Run the last step with STPAR_PROFILE and print per-op times "
+             "next to the plan's predictions (--train)"));
 static cl::opt<std::string> verifyPython(
     "python", cl::sub(verifyCmd), cl::init("/usr/bin/python3"),
     cl::cat(verifyTrainingCategory),
@@ -205,7 +209,8 @@ private:
   /// step and compares with PyTorch.
   int runTraining(const std::string &model, const std::string &ioFile,
                   const std::string &inputs, const std::string &mpirun,
-                  const std::string &program, int64_t ranks);
+                  const std::string &program, int64_t ranks,
+                  const std::string &planFile);
   /// The last `lines` lines of a log file, indented, for error messages.
   std::string tail(StringRef file, unsigned lines = 25) const;
 
@@ -392,10 +397,11 @@ int Verifier::run() {
     return fail("--rtol must be > 0 and --atol >= 0");
   if (!verifyTrain &&
       (verifySteps.getNumOccurrences() || verifyLoss.getNumOccurrences() ||
+       verifyProfile.getNumOccurrences() ||
        verifyOptimizer.getNumOccurrences() || verifyLr.getNumOccurrences() ||
        verifyWeightDecay.getNumOccurrences()))
-    return fail("--steps, --loss, --optimizer, --lr and --weight-decay "
-                "describe a training step: give --train");
+    return fail("--steps, --loss, --optimizer, --lr, --weight-decay and "
+                "--profile describe a training step: give --train");
   if (verifyTrain && verifySteps < 1)
     return fail("--steps must be at least 1");
   if (verifyTrain && !verifyInputs.empty())
@@ -528,7 +534,8 @@ int Verifier::run() {
   errs() << tail(gen.errLog, 64);
 
   if (verifyTrain)
-    return runTraining(model, ioFile, inputs, mpirun, program, *ranks);
+    return runTraining(model, ioFile, inputs, mpirun, program, *ranks,
+                       planFile);
 
   // 4. The partitioned program.
   std::string outputs = path("outputs");
@@ -584,7 +591,8 @@ int Verifier::run() {
 
 int Verifier::runTraining(const std::string &model, const std::string &ioFile,
                           const std::string &inputs, const std::string &mpirun,
-                          const std::string &program, int64_t ranks) {
+                          const std::string &program, int64_t ranks,
+                          const std::string &planFile) {
   std::string python = findProgram(verifyPython);
   if (python.empty())
     return fail("Python ('" + verifyPython +
@@ -601,35 +609,26 @@ int Verifier::runTraining(const std::string &model, const std::string &ioFile,
   if (std::error_code ec = sys::fs::remove_directories(steps))
     return fail("cannot remove " + steps + ": " + ec.message());
   Step ref{python,
-           {script,
-            "verify",
-            "--model",
-            model,
-            "--io",
-            ioFile,
-            "--inputs",
-            inputs,
-            "--work",
-            steps,
-            "--steps",
-            std::to_string(verifySteps),
-            "--loss",
-            verifyLoss,
-            "--optimizer",
-            verifyOptimizer,
-            "--lr",
-            formatNumber(verifyLr),
-            "--weight-decay",
-            formatNumber(verifyWeightDecay),
-            "--rtol",
-            formatNumber(verifyRtol),
-            "--seed",
-            std::to_string(verifySeed),
-            "--",
-            mpirun,
-            "--oversubscribe"},
+           {script,           "verify",
+            "--model",        model,
+            "--io",           ioFile,
+            "--inputs",       inputs,
+            "--work",         steps,
+            "--steps",        std::to_string(verifySteps),
+            "--loss",         verifyLoss,
+            "--optimizer",    verifyOptimizer,
+            "--lr",           formatNumber(verifyLr),
+            "--weight-decay", formatNumber(verifyWeightDecay),
+            "--rtol",         formatNumber(verifyRtol),
+            "--seed",         std::to_string(verifySeed)},
            "",
            path("train.err.log")};
+  if (verifyProfile) {
+    if (!sys::fs::exists(planFile))
+      return fail("--profile needs the plan (" + planFile + ")");
+    ref.args.insert(ref.args.end(), {"--profile", planFile});
+  }
+  ref.args.insert(ref.args.end(), {"--", mpirun, "--oversubscribe"});
   if (geteuid() == 0)
     ref.args.push_back("--allow-run-as-root");
   ref.args.insert(ref.args.end(), {"-np", std::to_string(ranks), program});

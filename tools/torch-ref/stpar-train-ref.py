@@ -529,7 +529,16 @@ def verify(opts):
         sys.stderr.write('stpar-train-ref: [step %d] %s\n' %
                          (k + 1, ' '.join(cmd)))
         sys.stderr.flush()
-        rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
+        env = None
+        profile_file = None
+        if opts.profile and k + 1 == opts.steps:
+            # The last step again with STPAR_PROFILE: per-op times.
+            env = dict(os.environ, STPAR_PROFILE='1')
+            profile_file = open(os.path.join(work, 'profile.txt'), 'w')
+        rc = subprocess.call(cmd, stdout=subprocess.DEVNULL, env=env,
+                             stderr=profile_file)
+        if profile_file:
+            profile_file.close()
         if rc != 0:
             fail('step %d: the program failed (exit %d)' % (k + 1, rc))
         got = {n: read_bin(os.path.join(out_dir, t['file']), t['dtype'],
@@ -604,6 +613,16 @@ def verify(opts):
         print('parameter %-48s trained by the reference, not by the '
               'program FAIL' % n)
         report.failed += 1
+    if opts.profile:
+        # Per-op times of the last step next to the plan (profile-vs-plan.py).
+        print('profile of step %d (the program on this machine; the plan '
+              'predicts its cluster):' % opts.steps)
+        sys.stdout.flush()
+        subprocess.call([sys.executable,
+                         os.path.join(os.path.dirname(
+                             os.path.abspath(__file__)), 'profile-vs-plan.py'),
+                         os.path.join(work, 'profile.txt'), opts.profile,
+                         '--top', '15'])
     print('summary: %d compared, %d passed, %d failed, worst error/tolerance '
           '%.3f (error = max|a-r| / max|r| per tensor, rtol %.1e; reference: '
           'PyTorch %s autograd in float64)' % (
@@ -702,6 +721,9 @@ def main():
     ap.add_argument('--forward-ref')
     ap.add_argument('--fd-params', type=int, default=3)
     ap.add_argument('--fd-loss', default='')
+    ap.add_argument('--profile', default='',
+                    help='plan.json: run the last step with STPAR_PROFILE '
+                         'and print per-op times next to the plan')
     opts = ap.parse_args(argv)
     opts.program = program
     torch.manual_seed(opts.seed)
