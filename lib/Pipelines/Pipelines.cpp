@@ -50,6 +50,7 @@ void stpar::pipelines::buildTrainingPipeline(
 void stpar::pipelines::buildPartitioningPipeline(
     OpPassManager &pm, const CompilePipelineOptions &) {
   pm.addPass(stpar::stp::createPartitionPass());
+  pm.addPass(stpar::stp::createBucketGradientsPass());
   pm.addPass(stpar::stp::createScheduleCollectivesPass());
   pm.addPass(stpar::stp::createPlanMemoryPass());
 }
@@ -136,6 +137,7 @@ void stpar::pipelines::registerPipelines() {
       "stp-compile-pipeline",
       "The stpar pipeline: -stp-normalize, -stp-plan (or -stp-apply-plan "
       "with plan=), -stp-training-step (with loss=), -stp-partition, "
+      "-stp-bucket-gradients, "
       "-stp-schedule-collectives, "
       "-stp-plan-memory (docs/pipeline.md)",
       [](OpPassManager &pm, const CompilePipelineTextOptions &text) {

@@ -14,6 +14,7 @@
 //   -stp-plan | -stp-apply-plan      the plan as attributes
 //   -stp-training-step               loss, backward, optimizer (if asked)
 //   -stp-partition                   the per-device SPMD program
+//   -stp-bucket-gradients            gradient all-reduces in buckets
 //   -stp-schedule-collectives        events, waits, communicators
 //   -stp-plan-memory                 one arena per rank, every buffer's offset
 //
@@ -68,7 +69,7 @@ struct CompilePipelineOptions {
 void buildPlanningPipeline(mlir::OpPassManager &pm,
                            const CompilePipelineOptions &options);
 
-/// Adds the stages after the plan: -stp-partition,
+/// Adds the stages after the plan: -stp-partition, -stp-bucket-gradients,
 /// -stp-schedule-collectives, -stp-plan-memory.
 /// -stp-training-step when `options.training.enabled` (else nothing).
 void buildTrainingPipeline(mlir::OpPassManager &pm,

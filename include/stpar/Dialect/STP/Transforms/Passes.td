@@ -198,6 +198,38 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
   ];
 }
 
+def BucketGradientsPass : Pass<"stp-bucket-gradients", "::mlir::ModuleOp"> {
+  let summary = "Pack the gradient all-reduces of a training step into buckets issued as soon as they are full";
+  let description = [{
+    On the partitioned program of a training step (`-stp-training-step`,
+    then `-stp-partition`): the gradient synchronization, i.e. the sum
+    `shard.all_reduce`s whose users are all optimizer ops or sums of
+    gradients (`stp.phase = "optimizer"` or `"grad_sum"`; the return too,
+    when the step returns its gradients), grouped by communicator (grid axes) and element type, in
+    the order their gradients are computed, are packed into buckets of at
+    most `bucket-bytes` (PyTorch DDP's default, 25 MiB; a larger gradient is
+    a bucket of its own). A bucket of two or more becomes one all-reduce of
+    the gradients flattened and concatenated (`tensor.collapse_shape`,
+    `tensor.concat`), placed right after the op that computes the bucket's
+    last gradient, and slices of its result (`tensor.extract_slice`,
+    `tensor.expand_shape`) for the optimizer. It then runs on the
+    communication stream while the backward pass goes on, until the
+    optimizer waits for it (`-stp-schedule-collectives`). Its `stp.plan_step`
+    lists the plan steps it replaces. Reduce-scatters (ZeRO 2, 3) are not
+    bucketed. No change to a forward program.
+  }];
+  let options = [
+    Option<"bucketBytes", "bucket-bytes", "int64_t",
+           /*default=*/"25 * 1024 * 1024",
+           "Largest bucket in bytes (a larger gradient goes alone)">
+  ];
+  let dependentDialects = ["::mlir::tensor::TensorDialect"];
+  let statistics = [
+    Statistic<"numBuckets", "num-buckets", "Buckets made">,
+    Statistic<"numBucketed", "num-bucketed", "All-reduces packed into them">
+  ];
+}
+
 def ScheduleCollectivesPass
     : Pass<"stp-schedule-collectives", "::mlir::ModuleOp"> {
   let summary = "Decide where collectives overlap compute: order, events, waits, communicators";
