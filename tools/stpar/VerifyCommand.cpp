@@ -531,7 +531,28 @@ int Verifier::run() {
   if (rc != 0)
     return fail(rc < 0 ? error : "preparing the inputs failed:\n" +
                                      tail(gen.errLog));
-  errs() << tail(gen.errLog, 64);
+  if (!verifyTrain) {
+    errs() << tail(gen.errLog, 64);
+  } else {
+    // The optimizer state inputs are not random: the reference starts them
+    // at zero (step 1) and feeds the program's own state afterwards.
+    std::string log = tail(gen.errLog, 64);
+    SmallVector<StringRef> lines;
+    StringRef(log).split(lines, '\n', -1, /*KeepEmpty=*/false);
+    unsigned state = 0;
+    for (StringRef line : lines) {
+      if (line.contains("'adam_m:") || line.contains("'adam_v:") ||
+          line.contains("'adam_step'")) {
+        ++state;
+        continue;
+      }
+      errs() << line << "\n";
+    }
+    if (state)
+      errs() << "verify: [inputs] the " << state
+             << " AdamW state inputs (adam_step, adam_m:*, adam_v:*) start "
+                "at step 1 and zeros, then carry the program's state\n";
+  }
 
   if (verifyTrain)
     return runTraining(model, ioFile, inputs, mpirun, program, *ranks,
