@@ -130,7 +130,10 @@ LogicalResult MemoryPlanner::defineBlock(Block &block) {
         for (unsigned b : carriedBuffers)
           if (!llvm::is_contained(argBuffers, b))
             argBuffers.push_back(b);
-        bufferOf[loop.getResult(index)] = argBuffers;
+        // A copy first: inserting the result's entry may rehash the map
+        // and leave `argBuffers` dangling.
+        SmallVector<unsigned, 2> resultBuffers = argBuffers;
+        bufferOf[loop.getResult(index)] = std::move(resultBuffers);
       }
       continue;
     }
