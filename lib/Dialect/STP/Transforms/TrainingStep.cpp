@@ -74,6 +74,21 @@ AffineMap mapOf(MLIRContext *context, unsigned numLoops,
   return AffineMap::get(numLoops, 0, results, context);
 }
 
+/// The map reading `in` (null: a scalar) at each point of a loop nest over
+/// the dims of `out`: right-aligned, lower-rank and unit dims broadcast.
+AffineMap broadcastMap(MLIRContext *context, RankedTensorType out,
+                       RankedTensorType in) {
+  unsigned rank = out.getRank(), r = in ? in.getRank() : 0;
+  SmallVector<int64_t> dims;
+  for (unsigned d = 0; d < r; ++d) {
+    unsigned loop = rank - r + d;
+    dims.push_back(in.getDimSize(d) == 1 && out.getDimSize(loop) != 1
+                       ? -1
+                       : int64_t(loop));
+  }
+  return mapOf(context, rank, dims);
+}
+
 SmallVector<int64_t> iota(int64_t begin, int64_t end) {
   SmallVector<int64_t> v;
   for (int64_t i = begin; i < end; ++i)
@@ -500,19 +515,9 @@ private:
                     const LoopAxes &axes) {
     unsigned rank = outType.getRank();
     SmallVector<AffineMap> maps;
-    for (Value in : ins) {
-      auto type = dyn_cast<RankedTensorType>(in.getType());
-      unsigned r = type ? type.getRank() : 0;
-      // Right-aligned broadcast of lower-rank and unit dims.
-      SmallVector<int64_t> dims;
-      for (unsigned d = 0; d < r; ++d) {
-        unsigned loop = rank - r + d;
-        dims.push_back(type.getDimSize(d) == 1 && outType.getDimSize(loop) != 1
-                           ? -1
-                           : int64_t(loop));
-      }
-      maps.push_back(mapOf(context, rank, dims));
-    }
+    for (Value in : ins)
+      maps.push_back(broadcastMap(context, outType,
+                                  dyn_cast<RankedTensorType>(in.getType())));
     return generic(loc, phase, outType.getShape(),
                    SmallVector<bool>(rank, false), ins, maps, outType,
                    mapOf(context, rank, iota(0, rank)), Combine::None, body,
@@ -1055,15 +1060,7 @@ LogicalResult TrainingStepBuilder::backwardNorm(Operation *op, Value dy) {
   auto statType = RankedTensorType::get(outerShape, element);
   AffineMap statMap = mapOf(context, rank, outerDims);
   auto paramMap = [&](Value p) {
-    auto pType = cast<RankedTensorType>(p.getType());
-    SmallVector<int64_t> dims;
-    for (unsigned d = 0; d < pType.getRank(); ++d) {
-      unsigned loop = rank - pType.getRank() + d;
-      dims.push_back(pType.getDimSize(d) == 1 && type.getDimSize(loop) != 1
-                         ? -1
-                         : int64_t(loop));
-    }
-    return mapOf(context, rank, dims);
+    return broadcastMap(context, type, cast<RankedTensorType>(p.getType()));
   };
   SmallVector<bool> normReduction(rank, false), outerReduction(rank, false);
   for (unsigned d = 0; d < rank; ++d)
