@@ -182,6 +182,36 @@ public:
     return static_cast<int>(r);
   }
 
+  /// World rank of the device whose coordinates equal this device's except
+  /// on `axes`, where they spell group index `index` (major first).
+  int groupMember(const Shape &axes, int64_t index) const {
+    Shape c = coords;
+    for (size_t i = axes.size(); i-- > 0;) {
+      c[axes[i]] = index % gridShape[axes[i]];
+      index /= gridShape[axes[i]];
+    }
+    int64_t r = 0;
+    for (size_t a = 0; a < gridShape.size(); ++a)
+      r = r * gridShape[a] + c[a];
+    return static_cast<int>(r);
+  }
+  /// The peers of stp.grid_permute: the world ranks this device receives
+  /// from (`sources[me]`) and sends to (the j with sources[j] == me).
+  std::pair<int, int> permutePeers(const Shape &axes,
+                                   const Shape &sources) const {
+    int64_t me = groupIndex(axes);
+    if (static_cast<int64_t>(sources.size()) != groupSize(axes))
+      fatal("gridPermute: " + std::to_string(sources.size()) +
+            " sources for a group of " + std::to_string(groupSize(axes)));
+    int64_t to = -1;
+    for (size_t j = 0; j < sources.size(); ++j)
+      if (sources[j] == me)
+        to = static_cast<int64_t>(j);
+    if (to < 0)
+      fatal("gridPermute: sources is not a permutation");
+    return {groupMember(axes, sources[me]), groupMember(axes, to)};
+  }
+
   Shape gridShape, coords;
   int rank = 0, size = 1;
   Options options;
@@ -625,8 +655,22 @@ void ringShift(Context &ctx, int64_t, int64_t done, int64_t axis,
                           in.size);
   ctx.transfers[done] = {t.requests[0], t.requests[1]};
 }
-/// Before the first use of a transfer's result: completes a ring shift
-/// (the other collectives have completed already).
+/// stp.grid_permute, started (MPI_Irecv/MPI_Isend to the computed peers);
+/// completed by waitTransfer(ctx, done) like ringShift.
+template <typename T>
+void gridPermute(Context &ctx, int64_t, int64_t done, const Shape &axes,
+                 const Shape &sources, const Tensor<T> &in,
+                 const Tensor<T> &out) {
+  auto [from, to] = ctx.permutePeers(axes, sources);
+  MPI_Request requests[2];
+  MPI_Irecv(out.data(), static_cast<int>(out.size), MpiType<T>::get(), from, 0,
+            MPI_COMM_WORLD, &requests[0]);
+  MPI_Isend(in.data(), static_cast<int>(in.size), MpiType<T>::get(), to, 0,
+            MPI_COMM_WORLD, &requests[1]);
+  ctx.transfers[done] = {requests[0], requests[1]};
+}
+/// Before the first use of a transfer's result: completes a ring shift or
+/// grid permutation (the other collectives have completed already).
 inline void waitTransfer(Context &ctx, int64_t done) {
   auto it = ctx.transfers.find(done);
   if (it == ctx.transfers.end())

@@ -223,6 +223,35 @@ public:
       fatal("communicator used before prepare()");
     return it->second;
   }
+  /// World rank of the device whose coordinates equal this device's except
+  /// on `axes`, where they spell group index `index` (major first).
+  int groupMember(const Shape &axes, int64_t index) const {
+    Shape c = coords;
+    for (size_t i = axes.size(); i-- > 0;) {
+      c[axes[i]] = index % gridShape[axes[i]];
+      index /= gridShape[axes[i]];
+    }
+    int64_t r = 0;
+    for (size_t a = 0; a < gridShape.size(); ++a)
+      r = r * gridShape[a] + c[a];
+    return static_cast<int>(r);
+  }
+  /// The peers of stp.grid_permute: the world ranks this device receives
+  /// from (`sources[me]`) and sends to (the j with sources[j] == me).
+  std::pair<int, int> permutePeers(const Shape &axes,
+                                   const Shape &sources) const {
+    int64_t me = groupIndex(axes);
+    if (static_cast<int64_t>(sources.size()) != groupSize(axes))
+      fatal("gridPermute: " + std::to_string(sources.size()) +
+            " sources for a group of " + std::to_string(groupSize(axes)));
+    int64_t to = -1;
+    for (size_t j = 0; j < sources.size(); ++j)
+      if (sources[j] == me)
+        to = static_cast<int64_t>(j);
+    if (to < 0)
+      fatal("gridPermute: sources is not a permutation");
+    return {groupMember(axes, sources[me]), groupMember(axes, to)};
+  }
   int neighbor(int64_t axis, int64_t offset, bool rotate) const {
     Shape c = coords;
     int64_t n = gridShape[axis];
@@ -646,6 +675,24 @@ void ringShift(Context &ctx, int64_t ready, int64_t done, int64_t axis,
   if (from >= 0)
     STP_NCCL(ncclRecv(out.data(), out.size, NcclType<T>::value, from,
                       ctx.world, ctx.comm));
+  STP_NCCL(ncclGroupEnd());
+  transferEnd(ctx, done);
+}
+
+/// stp.grid_permute: this device's block goes to the device that lists it
+/// as its source, and the block of `sources[me]` arrives (grouped
+/// ncclSend/ncclRecv on the world communicator).
+template <typename T>
+void gridPermute(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
+                 const Shape &sources, const Tensor<T> &in,
+                 const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  auto [from, to] = ctx.permutePeers(axes, sources);
+  STP_NCCL(ncclGroupStart());
+  STP_NCCL(ncclSend(in.data(), in.size, NcclType<T>::value, to, ctx.world,
+                    ctx.comm));
+  STP_NCCL(ncclRecv(out.data(), out.size, NcclType<T>::value, from, ctx.world,
+                    ctx.comm));
   STP_NCCL(ncclGroupEnd());
   transferEnd(ctx, done);
 }

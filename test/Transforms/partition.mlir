@@ -56,10 +56,12 @@ module attributes {stp.mesh = #mesh} {
 // -----
 
 // PrimePar's temporal primitive on a 2x2 grid: a linear layer
-// O[b, s, k] = sum_n I[b, s, n] W[n, k] with M = s, N = n, K = k. Device
-// (r, c) holds M-slice r and K-slice c; I and W start at N-slice
-// (r + c) mod 2 and move by ring shifts inside an scf.for of 2 steps.
-
+// O[b, s, k] = sum_n I[b, s, n] W[n, k] with M = s, N = n, K = k. I and W
+// arrive in their blocked layouts (I: s over x0, n over x1; W: n over x0, k
+// over x1) and are permuted point to point into step 0's slices (device
+// (r, c) holds I[M r, N r+c] and W[N r+c, K c]); at the next step I comes
+// from (r, c+1) and W from (r+1, c) by ring shifts issued before step 0's
+// product. O[M r, K c] accumulates locally: no collective.
 #dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
 #cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
   intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
@@ -69,22 +71,17 @@ module attributes {stp.mesh = #mesh} {
 #map_w = affine_map<(d0, d1, d2, d3) -> (d3, d2)>
 #map_o = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 // CHECK: shard.grid @grid(shape = 2x2)
-// CHECK: func.func @main(%[[I:[a-z0-9_]+]]: tensor<2x4x32xf32> {stp.name = "x", stp.split = {{\[\[\], \[0\], \[\]\]}}},
-// CHECK-SAME: %[[W:[a-z0-9_]+]]: tensor<32x8xf32> {{{.*}}stp.split = {{\[\[\], \[1\]\]}}})
+// CHECK: func.func @main(%[[I:[a-z0-9_]+]]: tensor<2x4x16xf32> {stp.name = "x", stp.split = {{\[\[\], \[0\], \[1\]\]}}},
+// CHECK-SAME: %[[W:[a-z0-9_]+]]: tensor<16x8xf32> {{{.*}}stp.split = {{\[\[0\], \[1\]\]}}})
+// CHECK: %[[I0:[a-z0-9_]+]] = stp.grid_permute %[[I]] on @grid grid_axes = [0, 1] sources = [0, 1, 3, 2] {stp.plan_step = "linalg.generic#3 forward: temporal forward start: I from its blocked layout: point-to-point permutation over x0,x1"} : tensor<2x4x16xf32>
+// CHECK-NEXT: %[[W0:[a-z0-9_]+]] = stp.grid_permute %[[W]] on @grid grid_axes = [0, 1] sources = [0, 3, 2, 1] {{.*}} : tensor<16x8xf32>
 // CHECK: %[[Z:[a-z0-9_]+]] = linalg.fill {{.*}} -> tensor<2x4x8xf32>
-// CHECK: %[[RC:[a-z0-9_]+]]:2 = shard.process_multi_index on @grid axes = [0, 1] : index, index
-// CHECK: %[[SUM:[a-z0-9_]+]] = arith.addi %[[RC]]#0, %[[RC]]#1 : index
-// CHECK: %[[START:[a-z0-9_]+]] = arith.remsi %[[SUM]], %{{.*}} : index
-// CHECK: %[[OFFI:[a-z0-9_]+]] = arith.muli %[[START]], %{{.*}} : index
-// CHECK: %[[I0:[a-z0-9_]+]] = tensor.extract_slice %[[I]][0, 0, %[[OFFI]]] [2, 4, 16] [1, 1, 1] : tensor<2x4x32xf32> to tensor<2x4x16xf32>
-// CHECK: %[[OFFW:[a-z0-9_]+]] = arith.muli %[[START]], %{{.*}} : index
-// CHECK: %[[W0:[a-z0-9_]+]] = tensor.extract_slice %[[W]][%[[OFFW]], 0] [16, 8] [1, 1] : tensor<32x8xf32> to tensor<16x8xf32>
-// CHECK: %[[LOOP:[a-z0-9_]+]]:3 = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[ACC:[a-z0-9_]+]] = %[[Z]], %[[IC:[a-z0-9_]+]] = %[[I0]], %[[WC:[a-z0-9_]+]] = %[[W0]])
-// CHECK-NEXT: %[[IN:[a-z0-9_]+]] = shard.shift %[[IC]] on @grid grid_axes = [1] shift_axis = 1 offset = -1 rotate {stp.double_buffer, stp.plan_step = "linalg.generic#3 forward: temporal ring shift of the input to the left neighbour along x1 (receive from (r, c+1))"} : tensor<2x4x16xf32> -> tensor<2x4x16xf32>
-// CHECK-NEXT: %[[WN:[a-z0-9_]+]] = shard.shift %[[WC]] on @grid grid_axes = [0] shift_axis = 0 offset = -1 rotate {stp.double_buffer, stp.plan_step = "linalg.generic#3 forward: temporal ring shift of the weight up along x0 (receive from (r+1, c))"} : tensor<16x8xf32> -> tensor<16x8xf32>
-// CHECK-NEXT: %[[STEP:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[IC]], %[[WC]] : tensor<2x4x16xf32>, tensor<16x8xf32>) outs(%[[ACC]] : tensor<2x4x8xf32>) {
-// CHECK: scf.yield %[[STEP]], %[[IN]], %[[WN]]
-// CHECK: shard.all_gather %[[LOOP]]#0 on @grid grid_axes = [0] gather_axis = 1
+// CHECK-NEXT: %[[I1:[a-z0-9_]+]] = shard.shift %[[I0]] on @grid grid_axes = [1] shift_axis = 1 offset = -1 rotate {stp.double_buffer, stp.plan_step = "linalg.generic#3 forward: temporal forward step: next block of I: ring shift along x1 (receive from (r, c+1))"} : tensor<2x4x16xf32> -> tensor<2x4x16xf32>
+// CHECK-NEXT: %[[W1:[a-z0-9_]+]] = shard.shift %[[W0]] on @grid grid_axes = [0] shift_axis = 0 offset = -1 rotate {stp.double_buffer, stp.plan_step = "linalg.generic#3 forward: temporal forward step: next block of W: ring shift along x0 (receive from (r+1, c))"} : tensor<16x8xf32> -> tensor<16x8xf32>
+// CHECK-NEXT: %[[S0:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[I0]], %[[W0]] : tensor<2x4x16xf32>, tensor<16x8xf32>) outs(%[[Z]] : tensor<2x4x8xf32>) {
+// CHECK: %[[S1:[a-z0-9_]+]] = linalg.generic {{.*}} ins(%[[I1]], %[[W1]] : tensor<2x4x16xf32>, tensor<16x8xf32>) outs(%[[S0]] : tensor<2x4x8xf32>) {
+// CHECK-NOT: grid_permute
+// CHECK: shard.all_gather %[[S1]] on @grid grid_axes = [0] gather_axis = 1
 // CHECK: shard.all_gather %{{.*}} on @grid grid_axes = [1] gather_axis = 2
 module attributes {stp.mesh = #mesh} {
   func.func @main(%x: tensor<2x8x32xf32> {stp.name = "x"},

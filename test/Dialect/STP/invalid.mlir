@@ -144,7 +144,7 @@ func.func @f() attributes {stp.spec = #stp.spec<#mesh, loops = ["m" = 6 {"dp"}, 
 #link = #stp.link<bandwidth = 1.0, latency = 0>
 #cl = #stp.cluster<nodes = 1, devices_per_node = 8, device = #dev, intra_node = #link, inter_node = #link>
 #mesh = #stp.mesh<#cl, ["dp" = 2, "x" = 2, "y" = 2]>
-// expected-error @+1 {{temporal dim N (loop "n") must be a reduction loop}}
+// expected-error @+1 {{temporal dims M, N, K must be one reduction loop and two parallel loops (N reduced in the forward product, K in the input gradient, M in the weight gradient), got 0 reduction loops}}
 func.func @f() attributes {stp.spec = #stp.spec<#mesh, loops = ["m" = 8, "n" = 8, "k" = 8], temporal = <grid = ["x", "y"], matmul = ["m", "n", "k"], steps = 2>>}
 
 // -----

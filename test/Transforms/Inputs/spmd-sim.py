@@ -280,7 +280,7 @@ class Machine:
         for op in ops:
             if op.name in ("func.return", "scf.yield", "linalg.yield"):
                 return [[env[v] for v in op.operands] for env in envs]
-            if op.name.startswith("shard."):
+            if op.name.startswith("shard.") or op.name == "stp.grid_permute":
                 self.collective(op, envs)
                 continue
             if op.name == "scf.for":
@@ -343,6 +343,8 @@ class Machine:
                 s, c = int_attr(op, "split_axis"), int_attr(op, "concat_axis")
                 out.append(np.concatenate(
                     [np.split(v, n, axis=s)[g] for v in vals], axis=c))
+            elif name == "stp.grid_permute":
+                out.append(vals[i64_array(op, "sources")[g]])
             elif name == "shard.shift":
                 a = int_attr(op, "shift_axis")
                 k = int_attr(op, "offset")

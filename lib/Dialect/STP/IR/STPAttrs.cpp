@@ -726,13 +726,15 @@ PartitionSpecAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       return emitError() << "temporal primitive on a " << q << "x" << q
                          << " grid needs " << q << " steps, got "
                          << temporal.getSteps();
+    // The product of one phase: the forward O = I * W reduces N, the input
+    // gradient dI = dO * W^T reduces K, the weight gradient dW = I^T * dO
+    // reduces M. Exactly one of the three dims is a reduction loop.
     struct Role {
       StringAttr name;
       StringLiteral role;
-      LoopKind kind;
-    } roles[] = {{temporal.getM(), "M", LoopKind::Parallel},
-                 {temporal.getN(), "N", LoopKind::Reduction},
-                 {temporal.getK(), "K", LoopKind::Parallel}};
+    } roles[] = {
+        {temporal.getM(), "M"}, {temporal.getN(), "N"}, {temporal.getK(), "K"}};
+    int64_t reductions = 0;
     for (const Role &role : roles) {
       LoopDimAttr loop;
       for (LoopDimAttr candidate : loops)
@@ -742,11 +744,14 @@ PartitionSpecAttr::verify(function_ref<InFlightDiagnostic()> emitError,
         return emitError() << "temporal dim " << role.role << " names loop \""
                            << role.name.getValue()
                            << "\", which the spec does not have";
-      if (loop.getKind() != role.kind)
-        return emitError() << "temporal dim " << role.role << " (loop \""
-                           << role.name.getValue() << "\") must be a "
-                           << stringifyLoopKind(role.kind) << " loop";
+      reductions += loop.isReduction();
     }
+    if (reductions != 1)
+      return emitError()
+             << "temporal dims M, N, K must be one reduction loop and two "
+                "parallel loops (N reduced in the forward product, K in the "
+                "input gradient, M in the weight gradient), got "
+             << reductions << " reduction loops";
     for (Phase phase : kPhases)
       if (failed(verifyTemporalRule(emitError, phase, temporal.getRule(phase),
                                     q)))

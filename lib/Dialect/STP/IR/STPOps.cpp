@@ -130,3 +130,22 @@ LogicalResult ScatterElementsOp::verify() {
                          << "' (expected none, add, mul, max or min)";
   return success();
 }
+
+LogicalResult GridPermuteOp::verify() {
+  ArrayRef<int16_t> axes = getGridAxes();
+  if (axes.empty())
+    return emitOpError("needs at least one grid axis");
+  for (auto [i, a] : llvm::enumerate(axes))
+    if (a < 0 || llvm::is_contained(axes.take_front(i), a))
+      return emitOpError() << "grid axis " << a
+                           << " is negative or listed twice";
+  ArrayRef<int64_t> sources = getSources();
+  SmallVector<bool> seen(sources.size(), false);
+  for (int64_t s : sources) {
+    if (s < 0 || s >= static_cast<int64_t>(sources.size()) || seen[s])
+      return emitOpError("sources must be a permutation of 0 .. ")
+             << static_cast<int64_t>(sources.size()) - 1;
+    seen[s] = true;
+  }
+  return success();
+}

@@ -7,6 +7,7 @@
 #include "stpar/Dialect/STP/Transforms/Collectives.h"
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/IR/STPOps.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/STLExtras.h"
@@ -25,7 +26,7 @@ bool stpar::stp::isCommunicatingCollective(Operation *op) {
   if (auto kind = op->getAttrOfType<StringAttr>(STPDialect::kCollectiveAttrName))
     return kind.getValue() != shard::AllSliceOp::getOperationName();
   return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-             shard::AllToAllOp, shard::ShiftOp>(op);
+             shard::AllToAllOp, shard::ShiftOp, stpar::stp::GridPermuteOp>(op);
 }
 
 std::optional<ArrayRef<int16_t>>

@@ -14,6 +14,7 @@
 #include "stpar/Dialect/STP/Transforms/Passes.h"
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/IR/STPOps.h"
 #include "stpar/Dialect/STP/Transforms/Collectives.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
@@ -112,6 +113,12 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
         args.append({i64(o.getShiftAxis().getSExtValue()),
                      i64(static_cast<int64_t>(o.getOffset())),
                      opaque(o.getRotate() ? "true" : "false")});
+      })
+      .Case([&](GridPermuteOp o) {
+        callee = "stpar_rt::gridPermute";
+        SmallVector<int64_t> sources(o.getSources());
+        args.append(
+            {axes(o.getGridAxes()), opaque(getRuntimeShapeLiteral(sources))});
       })
       .Case([&](shard::AllSliceOp o) {
         callee = "stpar_rt::allSlice";

@@ -102,6 +102,24 @@ enum class PlanKind {
   Replicated
 };
 
+/// An operand of a temporal op: its operand number and the two matmul dims
+/// (0 = M, 1 = N, 2 = K) it holds, with their tensor dims. In the blocked
+/// layout the first is split over the row axis, the second over the column
+/// axis.
+struct TemporalOperand {
+  unsigned operand = 0;
+  int64_t matmulDim[2] = {0, 0};
+  int64_t tensorDim[2] = {0, 0};
+};
+
+/// A temporal phase's input as its last step left it: the layout lists the
+/// block (row slice * q + column slice) each device of the grid holds.
+struct TemporalStash {
+  Sharding sharding;
+  SmallVector<int64_t> layout;
+  Value value;
+};
+
 struct OpPlan {
   PlanKind kind = PlanKind::Replicated;
   /// Required sharding per operand (empty Sharding for non-tensors).
@@ -115,10 +133,12 @@ struct OpPlan {
   std::string fallback;
   /// Reason for partial results.
   std::string partialReason;
-  /// Temporal: operand numbers of I, W, the init, the dim of I and of W
-  /// indexing N, the grid axes and the number of steps.
-  unsigned inputIdx = 0, weightIdx = 1, initIdx = 2;
-  int64_t inputNDim = 0, weightNDim = 0;
+  /// Temporal: the two inputs and the accumulator, the phase (which of
+  /// M, N, K the op reduces) and its slice-index rule, the grid axes and the
+  /// number of steps.
+  SmallVector<TemporalOperand, 3> temporalOperands;
+  Phase phase = Phase::Forward;
+  AffineMap rule;
   shard::GridAxis rowAxis = 0, colAxis = 0;
   int64_t steps = 1;
   /// NormStats: the first normalized dim.
@@ -187,6 +207,14 @@ private:
   OpPlan planLayout(Operation *op, const LayoutRule &rule);
   LogicalResult emit(Operation *op, OpPlan &plan);
   void emitTemporal(linalg::LinalgOp op, OpPlan &plan);
+  static SmallVector<int64_t>
+  getTemporalLayout(const OpPlan &plan, const TemporalOperand &t, int64_t step);
+  /// `value` moved so that device d gets the block of device sources[d]
+  /// of the temporal grid: a shard.shift when that is a ring shift along
+  /// one axis, else an stp.grid_permute; `value` when nothing moves.
+  Value emitTemporalTransfer(OpBuilder &b, Location loc, Value value,
+                             ArrayRef<int64_t> sources, const OpPlan &plan,
+                             const std::string &label, const std::string &what);
   void emitNormStats(Operation *op, OpPlan &plan);
 
   /// The new value standing for `old` in sharding `to`, re-laid out as
@@ -239,6 +267,8 @@ private:
   llvm::StringMap<shard::GridAxis> axisOfName;
   DenseMap<Value, ValueState> states;
   DenseMap<Value, SmallVector<std::pair<Sharding, Value>>> cache;
+  /// Inputs of temporal ops as their last step left them (by input value).
+  DenseMap<Value, SmallVector<TemporalStash>> temporalStashes;
   DenseMap<Operation *, unsigned> positions;
   static constexpr StringLiteral kGridName = "grid";
 };
@@ -667,87 +697,111 @@ FailureOr<OpPlan> Partitioner::planTemporal(linalg::LinalgOp op,
   OpPlan plan;
   plan.kind = PlanKind::Temporal;
   plan.steps = temporal.getSteps();
-  int64_t q = plan.steps;
   if (!axisOfName.count(temporal.getRowAxis().getValue()) ||
       !axisOfName.count(temporal.getColAxis().getValue()))
     return op->emitError() << "temporal grid axes must be grid axes (not pp)";
   plan.rowAxis = getGridAxis(temporal.getRowAxis());
   plan.colAxis = getGridAxis(temporal.getColAxis());
-  // Only PrimePar's forward rule (r, r + c + t, c).
-  AffineMap rule = temporal.getRule(Phase::Forward);
-  for (int64_t r = 0; r < q; ++r)
-    for (int64_t c = 0; c < q; ++c)
-      for (int64_t t = 0; t < q; ++t) {
-        std::array<int64_t, 3> slice = evaluateTemporalRule(rule, r, c, t, q);
-        if (slice[0] != r || slice[1] != (r + c + t) % q || slice[2] != c)
-          return op->emitError() << "temporal forward rule is not "
-                                    "PrimePar's (r, r + c + t, c)";
-      }
   auto findLoop = [&](StringAttr name) -> int64_t {
     for (auto [i, loop] : llvm::enumerate(spec.getLoops()))
       if (loop.getName() == name)
         return i;
     return -1;
   };
-  int64_t m = findLoop(temporal.getM()), n = findLoop(temporal.getN()),
-          k = findLoop(temporal.getK());
-  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 || m < 0 ||
-      n < 0 || k < 0 || m >= op.getNumLoops() || n >= op.getNumLoops() ||
-      k >= op.getNumLoops())
+  // Loops of the matmul dims M, N, K (in that order).
+  int64_t loops[3] = {findLoop(temporal.getM()), findLoop(temporal.getN()),
+                      findLoop(temporal.getK())};
+  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
+      llvm::any_of(loops, [&](int64_t l) {
+        return l < 0 || l >= static_cast<int64_t>(op.getNumLoops());
+      }))
     return op->emitError() << "temporal primitive on an op that is not a "
                               "two-input one-output contraction";
-  auto dimOf = [](AffineMap map, int64_t loop) -> int64_t {
-    for (auto [i, expr] : llvm::enumerate(map.getResults()))
-      if (auto dim = dyn_cast<AffineDimExpr>(expr))
-        if (dim.getPosition() == loop)
-          return i;
-    return -1;
-  };
-  AffineMap map0 = op.getMatchingIndexingMap(op.getDpsInputOperand(0));
-  AffineMap map1 = op.getMatchingIndexingMap(op.getDpsInputOperand(1));
-  AffineMap mapO = op.getMatchingIndexingMap(op.getDpsInitOperand(0));
-  if (dimOf(map1, m) >= 0 && dimOf(map0, k) >= 0) {
-    std::swap(map0, map1);
-    plan.inputIdx = op.getDpsInputOperand(1)->getOperandNumber();
-    plan.weightIdx = op.getDpsInputOperand(0)->getOperandNumber();
-  } else {
-    plan.inputIdx = op.getDpsInputOperand(0)->getOperandNumber();
-    plan.weightIdx = op.getDpsInputOperand(1)->getOperandNumber();
+  if (cast<PartitionableOpInterface>(op.getOperation()).getReductionKind() !=
+          shard::ReductionKind::Sum ||
+      !op.getBlock()->getOps<linalg::IndexOp>().empty())
+    return op->emitError() << "temporal primitive needs a sum of products "
+                              "that does not read linalg.index";
+  // The phase: which matmul dim the op reduces.
+  SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+  int64_t reduced = -1;
+  for (int64_t d = 0; d < 3; ++d)
+    if (iterators[loops[d]] == utils::IteratorType::reduction)
+      reduced = reduced < 0 ? d : 3;
+  if (reduced < 0 || reduced > 2)
+    return op->emitError() << "temporal primitive needs exactly one of its "
+                              "matmul dims to be a reduction loop";
+  plan.phase = reduced == 1   ? Phase::Forward
+               : reduced == 2 ? Phase::InputGrad
+                              : Phase::WeightGrad;
+  // Each operand holds two of M, N, K: the inputs the reduced dim, the
+  // result the other two. Its canonical layout puts M (else N) on the row
+  // axis and the other dim on the column axis.
+  SmallVector<OpOperand *> operands{op.getDpsInputOperand(0),
+                                    op.getDpsInputOperand(1),
+                                    op.getDpsInitOperand(0)};
+  unsigned pairsSeen = 0;
+  for (auto [i, operand] : llvm::enumerate(operands)) {
+    AffineMap map = op.getMatchingIndexingMap(operand);
+    TemporalOperand t;
+    t.operand = operand->getOperandNumber();
+    SmallVector<int64_t> dims;
+    for (int64_t d = 0; d < 3; ++d) {
+      int64_t pos = -1;
+      for (auto [r, expr] : llvm::enumerate(map.getResults()))
+        if (auto dim = dyn_cast<AffineDimExpr>(expr);
+            dim && dim.getPosition() == loops[d])
+          pos = r;
+      if (pos >= 0) {
+        dims.push_back(d);
+        t.tensorDim[dims.size() - 1] = pos;
+      } else if (map.isFunctionOfDim(loops[d])) {
+        dims.push_back(-1);
+      }
+    }
+    bool isInit = i == 2;
+    if (dims.size() != 2 || llvm::is_contained(dims, -1) ||
+        llvm::is_contained(dims, reduced) == isInit)
+      return op->emitError()
+             << "temporal primitive needs O[M, K] += I[M, N] * W[N, K] (or "
+                "its gradients) with the spec's matmul dims; operand "
+             << t.operand << " does not fit";
+    // dims are in M, N, K order: the first goes on the row axis.
+    t.matmulDim[0] = dims[0];
+    t.matmulDim[1] = dims[1];
+    pairsSeen |= 1u << (t.matmulDim[0] + t.matmulDim[1]);
+    plan.temporalOperands.push_back(t);
   }
-  plan.initIdx = op.getDpsInitOperand(0)->getOperandNumber();
-  plan.inputNDim = dimOf(map0, n);
-  plan.weightNDim = dimOf(map1, n);
-  if (dimOf(map0, m) < 0 || plan.inputNDim < 0 || map0.isFunctionOfDim(k) ||
-      plan.weightNDim < 0 || dimOf(map1, k) < 0 || map1.isFunctionOfDim(m) ||
-      dimOf(mapO, m) < 0 || dimOf(mapO, k) < 0 || mapO.isFunctionOfDim(n) ||
-      op.getIteratorTypesArray()[n] != utils::IteratorType::reduction ||
-      cast<PartitionableOpInterface>(op.getOperation()).getReductionKind() != shard::ReductionKind::Sum)
-    return op->emitError() << "temporal primitive needs O[m, k] += I[m, n] * "
-                              "W[n, k] with the spec's matmul loops";
-  Value input = op->getOperand(plan.inputIdx);
-  Value weight = op->getOperand(plan.weightIdx);
-  Value init = op->getOperand(plan.initIdx);
-  if (input == weight || input == init || weight == init)
+  if (pairsSeen != 0b1110)
+    return op->emitError() << "temporal primitive needs its three operands "
+                              "to hold different pairs of M, N, K";
+  Value a = op->getOperand(plan.temporalOperands[0].operand);
+  Value b = op->getOperand(plan.temporalOperands[1].operand);
+  Value init = op->getOperand(plan.temporalOperands[2].operand);
+  if (a == b || a == init || b == init)
     return op->emitError() << "temporal primitive on repeated operands";
 
-  // Layouts before the loop: M gets the row axis, K the column axis; N keeps
-  // its spatial split and is sliced into q pieces by rank.
-  SmallVector<AxisList> held(loopAxes);
-  held[m].push_back(plan.rowAxis);
-  held[k].push_back(plan.colAxis);
-  plan.loopAxes = held;
-  for (OpOperand &operand : op->getOpOperands()) {
-    AffineMap map = op.getMatchingIndexingMap(&operand);
-    std::optional<Sharding> s = shardingThroughMap(map, held);
+  // Spatial splits as the spec says; the temporal dims additionally over
+  // the grid axes (minor: the q slices of a dim are inside its spatial
+  // block).
+  plan.loopAxes = loopAxes;
+  plan.operands.assign(op->getNumOperands(), Sharding());
+  for (const TemporalOperand &t : plan.temporalOperands) {
+    OpOperand &operand = op->getOpOperand(t.operand);
+    std::optional<Sharding> s =
+        shardingThroughMap(op.getMatchingIndexingMap(&operand), loopAxes);
+    if (s) {
+      s->dims[t.tensorDim[0]].push_back(plan.rowAxis);
+      s->dims[t.tensorDim[1]].push_back(plan.colAxis);
+    }
     if (!s || !isValidFor(getRankedTensor(operand.get()), *s))
-      return op->emitError() << "temporal operand "
-                             << operand.getOperandNumber()
+      return op->emitError() << "temporal operand " << t.operand
                              << " cannot follow the loop splits";
-    plan.operands.push_back(*s);
+    plan.operands[t.operand] = *s;
   }
-  Sharding result = plan.operands[plan.initIdx];
+  Sharding result = plan.operands[plan.temporalOperands[2].operand];
   for (unsigned l = 0; l < op.getNumLoops(); ++l)
-    if (op.getIteratorTypesArray()[l] == utils::IteratorType::reduction &&
+    if (iterators[l] == utils::IteratorType::reduction &&
         !loopAxes[l].empty()) {
       result.partial.append(loopAxes[l]);
       plan.partialReason = "spatial split of reduction loop " +
@@ -757,6 +811,23 @@ FailureOr<OpPlan> Partitioner::planTemporal(linalg::LinalgOp op,
     return op->emitError() << "temporal primitive with a spatially split "
                               "reduction needs a zero initial value";
   plan.results.push_back(result);
+  plan.rule = temporal.getRule(plan.phase);
+  // Every operand must be one block per device at every step (PrimePar's
+  // rules are; the spec verifier checks the inputs only).
+  for (const TemporalOperand &t : plan.temporalOperands)
+    for (int64_t step = 0; step < plan.steps; ++step) {
+      SmallVector<int64_t> layout = getTemporalLayout(plan, t, step);
+      SmallVector<int64_t> sorted(layout);
+      llvm::sort(sorted);
+      if (llvm::any_of(llvm::enumerate(sorted), [](auto e) {
+            return e.value() != static_cast<int64_t>(e.index());
+          }))
+        return op->emitError()
+               << "temporal rule '" << stringifyPhase(plan.phase)
+               << "' gives operand " << t.operand
+               << " a layout that is not one block per device at step " << step
+               << " (not supported)";
+    }
   return plan;
 }
 
@@ -1144,97 +1215,264 @@ FailureOr<OpPlan> Partitioner::planOp(Operation *op) {
 // Emission
 //===----------------------------------------------------------------------===//
 
+SmallVector<int64_t> Partitioner::getTemporalLayout(const OpPlan &plan,
+                                                    const TemporalOperand &t,
+                                                    int64_t step) {
+  int64_t q = plan.steps;
+  SmallVector<int64_t> blocks(q * q);
+  for (int64_t r = 0; r < q; ++r)
+    for (int64_t c = 0; c < q; ++c) {
+      std::array<int64_t, 3> s = evaluateTemporalRule(plan.rule, r, c, step, q);
+      blocks[r * q + c] = s[t.matmulDim[0]] * q + s[t.matmulDim[1]];
+    }
+  return blocks;
+}
+
+/// For each device of the q x q grid, the device holding (in layout `from`)
+/// the block it needs (in layout `to`); layouts list a block per device.
+static SmallVector<int64_t> getSources(ArrayRef<int64_t> from,
+                                       ArrayRef<int64_t> to) {
+  SmallVector<int64_t> sources(to.size());
+  for (auto [d, block] : llvm::enumerate(to))
+    sources[d] = llvm::find(from, block) - from.begin();
+  return sources;
+}
+
+static bool isIdentity(ArrayRef<int64_t> sources) {
+  return llvm::all_of(llvm::enumerate(sources), [](auto e) {
+    return e.value() == static_cast<int64_t>(e.index());
+  });
+}
+
+Value Partitioner::emitTemporalTransfer(OpBuilder &b, Location loc, Value value,
+                                        ArrayRef<int64_t> sources,
+                                        const OpPlan &plan,
+                                        const std::string &label,
+                                        const std::string &what) {
+  if (isIdentity(sources))
+    return value;
+  int64_t q = plan.steps;
+  MLIRContext *ctx = b.getContext();
+  auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
+  // A translation (every device receives from (r + dr, c + dc))?
+  int64_t dr = sources[0] / q, dc = sources[0] % q;
+  bool translation = true;
+  for (int64_t r = 0; r < q; ++r)
+    for (int64_t c = 0; c < q; ++c)
+      translation &= sources[r * q + c] == ((r + dr) % q) * q + (c + dc) % q;
+  auto signedOffset = [&](int64_t d) { return d > q / 2 ? d - q : d; };
+  auto offsetText = [&](StringRef var, int64_t d) {
+    d = signedOffset(d);
+    return (var +
+            (d > 0   ? "+"
+             : d < 0 ? "-"
+                     : "") +
+            (d ? std::to_string(std::abs(d)) : std::string()))
+        .str();
+  };
+  Operation *transfer;
+  std::string how;
+  if (translation && (dr == 0 || dc == 0)) {
+    shard::GridAxis axis = dr == 0 ? plan.colAxis : plan.rowAxis;
+    int64_t offset = -signedOffset(dr == 0 ? dc : dr);
+    transfer = shard::ShiftOp::create(
+        b, loc, value.getType(), gridRef, b.getDenseI16ArrayAttr({axis}), value,
+        b.getIndexAttr(axis), b.getI64IntegerAttr(offset), b.getUnitAttr());
+    how = "ring shift along " + axesText(axis);
+  } else {
+    transfer = GridPermuteOp::create(
+        b, loc, value, gridRef,
+        b.getDenseI16ArrayAttr({plan.rowAxis, plan.colAxis}),
+        b.getDenseI64ArrayAttr(sources));
+    how = translation ? "diagonal point-to-point transfer over " +
+                            axesText({plan.rowAxis, plan.colAxis})
+                      : "point-to-point permutation over " +
+                            axesText({plan.rowAxis, plan.colAxis});
+  }
+  std::string from = translation ? " (receive from (" + offsetText("r", dr) +
+                                       ", " + offsetText("c", dc) + "))"
+                                 : "";
+  markCollective(transfer, label, "temporal " + what + ": " + how + from);
+  return transfer->getResult(0);
+}
+
 void Partitioner::emitTemporal(linalg::LinalgOp op, OpPlan &plan) {
   Location loc = op->getLoc();
   std::string label = getLabel(op);
-  MLIRContext *ctx = builder.getContext();
-  auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
   int64_t q = plan.steps;
+  const TemporalOperand &acc = plan.temporalOperands[2];
 
-  Value input = getAs(op->getOperand(plan.inputIdx),
-                      plan.operands[plan.inputIdx], label, "input");
-  Value weight = getAs(op->getOperand(plan.weightIdx),
-                       plan.operands[plan.weightIdx], label, "weight");
-  Value init = getAs(op->getOperand(plan.initIdx), plan.operands[plan.initIdx],
-                     label, "output");
-  SmallVector<Value> captured;
+  // Names in the phase's terms (F: I, W -> O; B: dO, W -> dI; G: I, dO -> dW).
+  auto nameOf = [&](const TemporalOperand &t) -> std::string {
+    unsigned pair = t.matmulDim[0] + t.matmulDim[1];
+    std::string base = pair == 1 ? "I" : pair == 3 ? "W" : "O";
+    bool gradient = plan.phase != Phase::Forward && (&t == &acc || base == "O");
+    return (gradient ? "d" : "") + base;
+  };
+  std::string phaseText = plan.phase == Phase::Forward     ? "forward"
+                          : plan.phase == Phase::InputGrad ? "input gradient"
+                                                           : "weight gradient";
+
+  IRMapping mapping;
   SetVector<Value> above;
   getUsedValuesDefinedAbove(op->getRegions(), above);
-  IRMapping mapping;
   for (Value v : above)
     mapping.map(v, getAs(v, Sharding::replicated(
                                 getRankedTensor(v) ? getRankedTensor(v).getRank()
                                                    : 0),
                          label, "captured value"));
 
-  // Skewed start: N-slice (r + c) mod q of the local N block.
-  auto index = shard::ProcessMultiIndexOp::create(
-      builder, loc, kGridName,
-      ArrayRef<shard::GridAxis>{plan.rowAxis, plan.colAxis});
-  Value sum = arith::AddIOp::create(builder, loc, index.getResult()[0],
-                                    index.getResult()[1]);
-  Value start =
-      arith::RemSIOp::create(builder, loc, sum, getIndexConstant(loc, q));
-  auto sliceN = [&](Value value, int64_t dim) -> Value {
-    auto type = cast<RankedTensorType>(value.getType());
-    int64_t piece = type.getDimSize(dim) / q;
-    Value offset = arith::MulIOp::create(builder, loc, start,
-                                         getIndexConstant(loc, piece));
-    SmallVector<OpFoldResult> offsets(type.getRank(), builder.getIndexAttr(0));
-    SmallVector<OpFoldResult> sizes, strides(type.getRank(),
-                                             builder.getIndexAttr(1));
-    for (int64_t d = 0; d < type.getRank(); ++d)
-      sizes.push_back(builder.getIndexAttr(d == dim ? piece
-                                                    : type.getDimSize(d)));
-    offsets[dim] = offset;
-    return tensor::ExtractSliceOp::create(builder, loc, value, offsets, sizes,
-                                          strides);
-  };
-  Value input0 = sliceN(input, plan.inputNDim);
-  Value weight0 = sliceN(weight, plan.weightNDim);
+  SmallVector<int64_t> canonical(q * q);
+  for (int64_t i = 0; i < q * q; ++i)
+    canonical[i] = i;
 
-  Value lb = getIndexConstant(loc, 0), ub = getIndexConstant(loc, q),
-        step = getIndexConstant(loc, 1);
-  auto loop = scf::ForOp::create(
-      builder, loc, lb, ub, step, ValueRange{init, input0, weight0},
-      [&](OpBuilder &b, Location bodyLoc, Value, ValueRange args) {
-        // Next step's operands: issued first, overlapped with the compute.
-        auto shiftInput = shard::ShiftOp::create(
-            b, bodyLoc, args[1].getType(), gridRef,
-            b.getDenseI16ArrayAttr({plan.colAxis}), args[1],
-            b.getIndexAttr(plan.colAxis), b.getI64IntegerAttr(-1),
-            b.getUnitAttr());
-        shiftInput->setAttr(STPDialect::kDoubleBufferAttrName,
-                            b.getUnitAttr());
-        markCollective(shiftInput, label,
-                       "temporal ring shift of the input to the left "
-                       "neighbour along " +
-                           axesText(plan.colAxis) +
-                           " (receive from (r, c+1))");
-        auto shiftWeight = shard::ShiftOp::create(
-            b, bodyLoc, args[2].getType(), gridRef,
-            b.getDenseI16ArrayAttr({plan.rowAxis}), args[2],
-            b.getIndexAttr(plan.rowAxis), b.getI64IntegerAttr(-1),
-            b.getUnitAttr());
-        shiftWeight->setAttr(STPDialect::kDoubleBufferAttrName,
-                             b.getUnitAttr());
-        markCollective(shiftWeight, label,
-                       "temporal ring shift of the weight up along " +
-                           axesText(plan.rowAxis) +
-                           " (receive from (r+1, c))");
-        Operation *compute = b.clone(*op, mapping);
-        compute->removeAttr(STPDialect::kSpecAttrName);
-        compute->setOperand(plan.inputIdx, args[1]);
-        compute->setOperand(plan.weightIdx, args[2]);
-        compute->setOperand(plan.initIdx, args[0]);
-        compute->getResult(0).setType(args[0].getType());
-        scf::YieldOp::create(b, bodyLoc,
-                             ValueRange{compute->getResult(0),
-                                        shiftInput.getResult(),
-                                        shiftWeight.getResult()});
-      });
+  // The inputs at step 0: a buffer another phase of this layer left in
+  // exactly that layout (F's stashed I for G, F's W for B, B's dO for G),
+  // else the blocked layout moved into it.
+  SmallVector<Value, 3> bufs;
+  for (unsigned i = 0; i < 2; ++i) {
+    const TemporalOperand &t = plan.temporalOperands[i];
+    Value old = op->getOperand(t.operand);
+    const Sharding &sharding = plan.operands[t.operand];
+    SmallVector<int64_t> layout = getTemporalLayout(plan, t, 0);
+    Value found;
+    for (const TemporalStash &stash : temporalStashes.lookup(old))
+      if (stash.sharding == sharding && stash.layout == layout)
+        found = stash.value;
+    if (!found)
+      found = emitTemporalTransfer(
+          builder, loc, getAs(old, sharding, label, nameOf(t)),
+          getSources(canonical, layout), plan, label,
+          phaseText + " start: " + nameOf(t) + " from its blocked layout");
+    bufs.push_back(found);
+  }
+  Value initOld = op->getOperand(acc.operand);
+  Value init = getAs(initOld, plan.operands[acc.operand], label, nameOf(acc));
+  if (!isZeroTensor(initOld))
+    init = emitTemporalTransfer(
+        builder, loc, init,
+        getSources(canonical, getTemporalLayout(plan, acc, 0)), plan, label,
+        phaseText + " start: " + nameOf(acc) + " from its blocked layout");
+  bufs.push_back(init);
+
+  // Transitions between steps: where each operand's next block comes from.
+  SmallVector<std::array<SmallVector<int64_t>, 3>> transitions;
+  for (int64_t t = 0; t + 1 < q; ++t) {
+    std::array<SmallVector<int64_t>, 3> sources;
+    for (unsigned i = 0; i < 3; ++i)
+      sources[i] =
+          getSources(getTemporalLayout(plan, plan.temporalOperands[i], t),
+                     getTemporalLayout(plan, plan.temporalOperands[i], t + 1));
+    transitions.push_back(sources);
+  }
+  auto compute = [&](OpBuilder &b, Value in0, Value in1, Value into) {
+    // A fresh copy of the mapping per clone: cloning records the region's
+    // block arguments in it.
+    IRMapping local = mapping;
+    Operation *step = b.clone(*op, local);
+    step->removeAttr(STPDialect::kSpecAttrName);
+    step->setOperand(plan.temporalOperands[0].operand, in0);
+    step->setOperand(plan.temporalOperands[1].operand, in1);
+    step->setOperand(acc.operand, into);
+    step->getResult(0).setType(into.getType());
+    return step->getResult(0);
+  };
+  auto moveInputs = [&](OpBuilder &b, Location l, ArrayRef<Value> cur,
+                        const std::array<SmallVector<int64_t>, 3> &next) {
+    SmallVector<Value, 2> moved;
+    for (unsigned i = 0; i < 2; ++i) {
+      Value v = emitTemporalTransfer(b, l, cur[i], next[i], plan, label,
+                                     phaseText + " step: next block of " +
+                                         nameOf(plan.temporalOperands[i]));
+      if (Operation *def = v.getDefiningOp(); def && v != cur[i])
+        def->setAttr(STPDialect::kDoubleBufferAttrName, b.getUnitAttr());
+      moved.push_back(v);
+    }
+    return moved;
+  };
+
+  // Leading steps whose transitions are all the same: one scf.for (each
+  // iteration starts the next step's transfers, then computes).
+  int64_t loopSteps = 0;
+  while (loopSteps + 1 < q && transitions[loopSteps] == transitions[0])
+    ++loopSteps;
+  if (loopSteps < 2)
+    loopSteps = 0;
+  if (loopSteps > 0) {
+    const auto &next = transitions[0];
+    auto loop = scf::ForOp::create(
+        builder, loc, getIndexConstant(loc, 0),
+        getIndexConstant(loc, loopSteps), getIndexConstant(loc, 1),
+        ValueRange{bufs[2], bufs[0], bufs[1]},
+        [&](OpBuilder &b, Location l, Value, ValueRange args) {
+          SmallVector<Value, 2> moved =
+              moveInputs(b, l, {args[1], args[2]}, next);
+          Value out = compute(b, args[1], args[2], args[0]);
+          out = emitTemporalTransfer(b, l, out, next[2], plan, label,
+                                     phaseText + " step: partial " +
+                                         nameOf(acc) + " to its next owner");
+          scf::YieldOp::create(b, l, ValueRange{out, moved[0], moved[1]});
+        });
+    bufs = {loop.getResult(1), loop.getResult(2), loop.getResult(0)};
+  }
+  // The remaining steps, unrolled. A partial result that moves at a
+  // transition (G's last step) is sent while the next step computes into
+  // fresh zeros, then added (PrimePar Section 3.3).
+  Value moving;
+  for (int64_t t = loopSteps; t < q; ++t) {
+    const std::array<SmallVector<int64_t>, 3> *next =
+        t + 1 < q ? &transitions[t] : nullptr;
+    SmallVector<Value, 2> moved{bufs[0], bufs[1]};
+    if (next)
+      moved = moveInputs(builder, loc, {bufs[0], bufs[1]}, *next);
+    Value into = bufs[2];
+    if (moving) {
+      auto type = cast<RankedTensorType>(moving.getType());
+      Value empty = tensor::EmptyOp::create(builder, loc, type.getShape(),
+                                            type.getElementType());
+      Value zero = arith::ConstantOp::create(
+          builder, loc, builder.getZeroAttr(type.getElementType()));
+      into = linalg::FillOp::create(builder, loc, ValueRange{zero},
+                                    ValueRange{empty})
+                 .getResult(0);
+    }
+    Value out = compute(builder, bufs[0], bufs[1], into);
+    if (moving) {
+      auto type = cast<RankedTensorType>(out.getType());
+      AffineMap id = builder.getMultiDimIdentityMap(type.getRank());
+      out = linalg::GenericOp::create(
+                builder, loc, TypeRange{type}, ValueRange{moving},
+                ValueRange{out}, ArrayRef<AffineMap>{id, id},
+                SmallVector<utils::IteratorType>(type.getRank(),
+                                                 utils::IteratorType::parallel),
+                [&](OpBuilder &b, Location l, ValueRange args) {
+                  Value sum = arith::AddFOp::create(b, l, args[0], args[1]);
+                  linalg::YieldOp::create(b, l, sum);
+                })
+                .getResult(0);
+      moving = nullptr;
+    }
+    if (next && !isIdentity((*next)[2])) {
+      moving = emitTemporalTransfer(builder, loc, out, (*next)[2], plan, label,
+                                    phaseText + " last step: partial " +
+                                        nameOf(acc) + " to its final owner");
+      out = nullptr;
+    }
+    bufs = {moved[0], moved[1], out};
+  }
+  // The inputs as the last step left them, for a later phase of the layer.
+  for (unsigned i = 0; i < 2; ++i) {
+    const TemporalOperand &t = plan.temporalOperands[i];
+    temporalStashes[op->getOperand(t.operand)].push_back(
+        {plan.operands[t.operand], getTemporalLayout(plan, t, q - 1), bufs[i]});
+  }
+  // The result back in its blocked layout.
+  Value result = emitTemporalTransfer(
+      builder, loc, bufs[2],
+      getSources(getTemporalLayout(plan, acc, q - 1), canonical), plan, label,
+      phaseText + " end: " + nameOf(acc) + " to its blocked layout");
   ValueState &state = states[op->getResult(0)];
-  state.value = loop.getResult(0);
+  state.value = result;
   state.sharding = plan.results[0];
   state.producer = label;
   state.partialReason = plan.partialReason;
@@ -1442,6 +1680,7 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
   Block &body = func.getBody().front();
   states.clear();
   cache.clear();
+  temporalStashes.clear();
   positions.clear();
   for (auto [i, op] : llvm::enumerate(body))
     positions[&op] = i;

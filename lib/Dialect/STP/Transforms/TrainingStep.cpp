@@ -437,7 +437,8 @@ private:
   /// loop uses the axis; null without a mesh.
   PartitionSpecAttr makeSpec(ArrayRef<int64_t> extents,
                              ArrayRef<bool> reduction, const LoopAxes &axes,
-                             ArrayRef<StringAttr> names = {}) {
+                             ArrayRef<StringAttr> names = {},
+                             TemporalAttr temporal = {}) {
     if (!mesh)
       return {};
     llvm::SmallDenseSet<StringAttr> used;
@@ -464,7 +465,7 @@ private:
           reduction[i] ? LoopKind::Reduction : LoopKind::Parallel, split,
           /*padded=*/false));
     }
-    return PartitionSpecAttr::get(context, mesh, loops, TemporalAttr());
+    return PartitionSpecAttr::get(context, mesh, loops, temporal);
   }
 
   /// A linalg.generic over loops of `extents` (`reduction` marks the
@@ -476,7 +477,8 @@ private:
                 ArrayRef<bool> reduction, ArrayRef<Value> ins,
                 ArrayRef<AffineMap> inMaps, RankedTensorType outType,
                 AffineMap outMap, Combine combine, BodyFn body,
-                const LoopAxes &axes, ArrayRef<StringAttr> names = {}) {
+                const LoopAxes &axes, ArrayRef<StringAttr> names = {},
+                TemporalAttr temporal = {}) {
     Type element = outType.getElementType();
     Value init;
     if (combine == Combine::None)
@@ -504,7 +506,8 @@ private:
           linalg::YieldOp::create(nested, l, v);
         });
     op->setAttr(STPDialect::kPhaseAttrName, b.getStringAttr(phase));
-    if (PartitionSpecAttr spec = makeSpec(extents, reduction, axes, names))
+    if (PartitionSpecAttr spec =
+            makeSpec(extents, reduction, axes, names, temporal))
       op->setAttr(STPDialect::kSpecAttrName, spec);
     return op.getResult(0);
   }
@@ -559,6 +562,23 @@ private:
         if (auto dim = dyn_cast<AffineDimExpr>(e))
           if (dim.getPosition() < loops.size())
             axes[d] = loops[dim.getPosition()];
+      // A temporal op holds its operands' two matmul dims blocked over the
+      // grid (-stp-partition): the first of M, N, K over the row axis, the
+      // other over the column axis.
+      auto spec =
+          op->getAttrOfType<PartitionSpecAttr>(STPDialect::kSpecAttrName);
+      if (TemporalAttr temporal = spec.getTemporal()) {
+        SmallVector<StringAttr> gridAxes{temporal.getRowAxis(),
+                                         temporal.getColAxis()};
+        unsigned next = 0;
+        for (StringAttr name :
+             {temporal.getM(), temporal.getN(), temporal.getK()})
+          for (auto [d, e] : llvm::enumerate(map.getResults()))
+            if (auto dim = dyn_cast<AffineDimExpr>(e);
+                dim && next < 2 && dim.getPosition() < spec.getLoops().size() &&
+                spec.getLoops()[dim.getPosition()].getName() == name)
+              axes[d].push_back(gridAxes[next++]);
+      }
       return true;
     };
     Operation *def = v.getDefiningOp();
@@ -832,6 +852,13 @@ LogicalResult TrainingStepBuilder::backwardLinalg(linalg::LinalgOp op,
   LoopAxes forwardAxes = specAxes(op);
   SmallVector<StringAttr> names = specNames(op);
   bool specMatches = forwardAxes.size() == numLoops;
+  // A temporal operator's gradients are the primitive's B and G phases: the
+  // same loops, matmul dims and grid (-stp-partition picks the phase's rule
+  // from the dims of the gradient's output).
+  TemporalAttr temporal;
+  if (auto spec =
+          op->getAttrOfType<PartitionSpecAttr>(STPDialect::kSpecAttrName))
+    temporal = spec.getTemporal();
   for (unsigned i = 0; i < numInputs; ++i) {
     OpOperand *in = op.getDpsInputOperand(i);
     if (!isFloatTensor(in->get()) || !needsGrad(in->get()))
@@ -891,7 +918,8 @@ LogicalResult TrainingStepBuilder::backwardLinalg(linalg::LinalgOp op,
           Value g = derivative.get(target);
           return g ? g : floatConstant(nb, l, inType.getElementType(), 0.0);
         },
-        specMatches ? forwardAxes : LoopAxes(), names);
+        specMatches ? forwardAxes : LoopAxes(), names,
+        specMatches ? temporal : TemporalAttr());
     if (failed(status))
       return failure();
     grad = pruneUnusedInputs(b, cast<linalg::GenericOp>(grad.getDefiningOp()));

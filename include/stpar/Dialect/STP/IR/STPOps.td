@@ -13,6 +13,7 @@ include "stpar/Dialect/STP/IR/STPBase.td"
 include "mlir/IR/OpBase.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
 include "stpar/Dialect/STP/IR/PartitionableOpInterface.td"
 
 class STP_Op<string mnemonic, list<Trait> traits = []>
@@ -152,6 +153,45 @@ def STP_ScatterElementsOp : STP_Op<"scatter_elements",
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
     $data `,` $indices `,` $updates attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_GridPermuteOp : STP_Op<"grid_permute", [SameOperandsAndResultType]> {
+  let summary = "Point-to-point permutation of per-device blocks over grid axes";
+  let description = [{
+    Every device of a group (the devices that differ only in their
+    coordinates on `grid_axes`, numbered by those coordinates, major axis
+    first, as `shard` numbers a group) sends its `input` block to one device
+    of the group and receives the result from one: device `j` receives the
+    block of device `sources[j]`. `sources` is a permutation of
+    `0 .. n-1`, `n` the group's size. Shapes and element type do not change.
+
+    This is the transfer PrimePar's temporal primitive needs where a single
+    ring shift along one axis (`shard.shift`) cannot say it (Wang et al.,
+    ASPLOS'24, Section 3.3, Table 1): the diagonal transfers of the input
+    and weight gradient phases (receive from `(r-1, c+1)` or `(r+1, c-1)`),
+    the redistribution of the partial weight gradient at the last step, and
+    the skew between a temporal phase's slice layout and the blocked layout
+    the partitioner's other ops use. It lowers to one grouped
+    `ncclSend`/`ncclRecv` pair (cuda) or `MPI_Isend`/`MPI_Irecv` (cpu) to
+    the computed peers; no device sends more than its own block, and no
+    reduction or copy to several devices takes place (it is not a
+    collective in the all-reduce sense).
+
+    ```mlir
+    // 2 x 2 grid over axes 0 and 1: (r, c) receives from (r + 1, c - 1).
+    %next = stp.grid_permute %w on @grid grid_axes = [0, 1]
+        sources = [3, 2, 1, 0] : tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$grid,
+                       DenseI16ArrayAttr:$grid_axes,
+                       DenseI64ArrayAttr:$sources);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $grid `grid_axes` `=` $grid_axes `sources` `=` $sources
+    attr-dict `:` type($input)
   }];
   let hasVerifier = 1;
 }

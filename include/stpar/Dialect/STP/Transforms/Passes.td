@@ -122,8 +122,9 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
     `stp.spec` on ops; docs/plan-format.md) into the program one device runs
     (docs/spmd-ir.md): local tensor types, an upstream `shard.grid @grid`
     with one axis per mesh axis except `pp`, explicit `shard` collectives
-    and, for PrimePar's temporal primitive, an `scf.for` over the `q` steps
-    with ring shifts. Forward pass only. docs/partition.md has the rules.
+    and, for PrimePar's temporal primitive, its steps with ring shifts and
+    point-to-point transfers (forward, input and weight gradient phases).
+    docs/partition.md has the rules.
 
     Every value carries a sharding (per dim: the grid axes splitting it,
     major first; plus the axes over which it is a partial sum). For each op
@@ -144,12 +145,18 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
     ONNX node name (its `NameLoc`) or `<op name>#<position in the body>`.
 
     Temporal primitive (`temporal = <grid = [r, c], matmul = [m, n, k],
-    steps = q>`, forward rule `(r, r + c + t, c)`): device `(r, c)` holds
-    M-slice `r` and K-slice `c` of the output; the input starts at N-slice
-    `(r + c) mod q`, the weight likewise (offsets from
-    `shard.process_multi_index`); an `scf.for` of `q` steps accumulates the
-    local product while `shard.shift` (marked `stp.double_buffer`) passes
-    the input to the left neighbour along `c` and the weight up along `r`.
+    steps = q>`): the op's reduced dim says the phase (N: forward, K: input
+    gradient, M: weight gradient) and so the slice-index rule. Operands
+    arrive blocked (first of their matmul dims over `r`, the other over
+    `c`); each input is permuted point to point (`stp.grid_permute`) into
+    step 0's blocks unless an earlier phase of the same layer left it in
+    exactly that layout (F's I and W for G and B, B's dO for G); before each
+    step's local product the next step's blocks are sent (`shard.shift`
+    along one axis, `stp.grid_permute` for the diagonal moves of B and G,
+    both `stp.double_buffer`), the leading identical steps in one
+    `scf.for`; G's partial weight gradient moves at the last step while
+    the last product runs; the result is permuted back to its blocked
+    layout. No collective (docs/partition.md, "Temporal primitive").
 
     Errors (the pass fails): a `pp` axis larger than 1, a spec whose loops
     do not match the op's loops (count or extents), padded splits, a
@@ -193,7 +200,7 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
     Statistic<"numFallbackOps", "num-fallback-ops",
               "Ops run replicated on gathered operands">,
     Statistic<"numTemporalOps", "num-temporal-ops",
-              "Temporal-primitive ops turned into scf.for with ring shifts">,
+              "Temporal-primitive ops turned into steps with ring shifts">,
     Statistic<"numCollectives", "num-collectives", "Collectives inserted">
   ];
 }
@@ -285,6 +292,7 @@ def LowerCollectivesPass
     | `reduce_scatter` | `stpar_rt::reduceScatter(ctx, ready, done, axes, reduction, in_shape, scatter_axis, in, out)` |
     | `all_to_all` | `stpar_rt::allToAll(ctx, ready, done, axes, in_shape, split_axis, concat_axis, in, out)` |
     | `shift` | `stpar_rt::ringShift(ctx, ready, done, shift_axis, offset, rotate, in, out)` |
+    | `stp.grid_permute` | `stpar_rt::gridPermute(ctx, ready, done, axes, sources, in, out)` |
     | `all_slice` | `stpar_rt::allSlice(ctx, axes, in_shape, slice_axis, in, out)` (local) |
     | `stp.waits = [done]` | `stpar_rt::waitTransfer(ctx, done)` before the op |
 
@@ -519,9 +527,9 @@ def TrainingStepPass : Pass<"stp-training-step", "::mlir::ModuleOp"> {
     follow. A split reduction loop leaves partial sums that
     `-stp-partition` all-reduces or reduce-scatters, which is how each
     weight gradient is summed over exactly the mesh axes its operator
-    replicates it on. The temporal primitive's own B and G schedules are
-    not emitted yet: gradient ops of a temporal operator keep its spatial
-    splits only.
+    replicates it on. The gradients of a temporal operator also keep its
+    `temporal` attribute: `-stp-partition` runs them as the primitive's B
+    and G phases with their own slice rules and transfers.
 
     Results: `loss`, then `grad:<param>` per trained parameter when
     `return-gradients` is set, then `param:<param>` (the updated value),
