@@ -57,3 +57,19 @@ func.func @f(%d: tensor<4x8xf32>, %i: tensor<4x2xi64>, %u: tensor<4x2xf32>) -> t
   %0 = stp.scatter_elements %d, %i, %u {axis = 1 : i64, reduction = "avg"} : (tensor<4x8xf32>, tensor<4x2xi64>, tensor<4x2xf32>) -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'stp.grid_permute' op sources must be a permutation of 0 .. 3}}
+  %0 = stp.grid_permute %x on @grid grid_axes = [0, 1] sources = [0, 1, 1, 2] : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'stp.grid_permute' op grid axis 1 is negative or listed twice}}
+  %0 = stp.grid_permute %x on @grid grid_axes = [1, 1] sources = [0, 1, 2, 3] : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}

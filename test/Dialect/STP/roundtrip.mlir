@@ -111,3 +111,10 @@ func.func @temporal_attr() attributes {
 }
 
 }
+
+// CHECK-LABEL: func.func @grid_permute
+// CHECK: stp.grid_permute %{{.*}} on @grid grid_axes = [0, 1] sources = [3, 2, 1, 0] : tensor<4x8xf32>
+func.func @grid_permute(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = stp.grid_permute %x on @grid grid_axes = [0, 1] sources = [3, 2, 1, 0] : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
