@@ -209,9 +209,20 @@ costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
   TemporalStepCost g{compute, diagonal(inBytes) + shift(outBytes, row),
                      startup};
   doubleBuffers = 2 * (inBytes + wBytes + outBytes);
+  // What -stp-partition adds around the paper's steps (docs/partition.md,
+  // "Temporal primitive"): operands live in the blocked layout between
+  // ops, so F first permutes I inside its row and W inside its column into
+  // step 0's skewed slices, B permutes dI back inside its row, and G
+  // permutes dW from W's skewed home layout back inside its column. Not
+  // overlapped with compute.
+  double forwardAlign = shift(inBytes, col) + shift(wBytes, row);
+  double inputGradAlign = shift(inBytes, col);
+  double weightGradAlign = shift(wBytes, row);
   double qd = double(q);
-  return std::array<double, 3>{qd * f.getStepTime(), qd * b.getStepTime(),
-                               qd * g.getStepTime() + diagonal(wBytes)};
+  return std::array<double, 3>{qd * f.getStepTime() + forwardAlign,
+                               qd * b.getStepTime() + inputGradAlign,
+                               qd * g.getStepTime() + diagonal(wBytes) +
+                                   weightGradAlign};
 }
 
 Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
