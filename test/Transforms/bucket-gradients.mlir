@@ -5,6 +5,28 @@
 // RUN: stpar-opt %s -stp-training-step="loss=mean-square return-gradients=true" -stp-partition -stp-bucket-gradients --mlir-print-op-generic > %t.spmd.mlir
 // RUN: %python %S/Inputs/spmd-sim.py %t.global.mlir %t.spmd.mlir 8 | FileCheck %s --check-prefix=SIM
 // SIM: ok: 5 results match on 2 ranks
+//
+// ZeRO 2 and 3: the gradient reduce-scatters are bucketed too.
+// RUN: stpar-opt %s -stp-training-step="loss=mean-square zero-stage=2" -stp-partition -stp-bucket-gradients | FileCheck %s --check-prefix=RS
+// RUN: stpar-opt %s -stp-training-step="loss=mean-square return-gradients=true zero-stage=2" --mlir-print-op-generic > %t.global2.mlir
+// RUN: stpar-opt %s -stp-training-step="loss=mean-square return-gradients=true zero-stage=2" -stp-partition -stp-bucket-gradients --mlir-print-op-generic > %t.spmd2.mlir
+// RUN: %python %S/Inputs/spmd-sim.py %t.global2.mlir %t.spmd2.mlir 8 | FileCheck %s --check-prefix=SIM
+// RUN: stpar-opt %s -stp-training-step="loss=mean-square return-gradients=true zero-stage=3" --mlir-print-op-generic > %t.global3.mlir
+// RUN: stpar-opt %s -stp-training-step="loss=mean-square return-gradients=true zero-stage=3" -stp-partition -stp-bucket-gradients --mlir-print-op-generic > %t.spmd3.mlir
+// RUN: %python %S/Inputs/spmd-sim.py %t.global3.mlir %t.spmd3.mlir 8 | FileCheck %s --check-prefix=SIM
+// RUN: FileCheck %s --check-prefix=RS3 < %t.spmd3.mlir
+// RS3: "gradient bucket 0: reduce-scatter of 2 gradients
+// With K = 33, W's first dim does not divide over dp: ZeRO shards dim 1,
+// and the bucket moves it first (transposes there and back).
+// RUN: sed -e 's/8x32xf32/8x33xf32/g' -e 's/32x16xf32/33x16xf32/g' -e 's/"k" = 32 reduction/"k" = 33 reduction/' %s > %t.odd.mlir
+// RUN: stpar-opt %t.odd.mlir -stp-training-step="loss=mean-square return-gradients=true zero-stage=2" --mlir-print-op-generic > %t.oddglobal.mlir
+// RUN: stpar-opt %t.odd.mlir -stp-training-step="loss=mean-square return-gradients=true zero-stage=2" -stp-partition -stp-bucket-gradients > %t.oddspmd.mlir
+// RUN: FileCheck %s --check-prefix=ODD < %t.oddspmd.mlir
+// RUN: stpar-opt %t.oddspmd.mlir --mlir-print-op-generic > %t.oddspmd.g.mlir
+// RUN: %python %S/Inputs/spmd-sim.py %t.oddglobal.mlir %t.oddspmd.g.mlir 8 | FileCheck %s --check-prefix=SIM
+// ODD: linalg.transpose ins(%{{.*}} : tensor<33x16xf32>) outs(%{{.*}} : tensor<16x33xf32>) permutation = [1, 0]
+// ODD: shard.reduce_scatter {{.*}}"gradient bucket 0: reduce-scatter of 2 gradients
+// ODD: linalg.transpose ins(%{{.*}} : tensor<8x33xf32>) outs(%{{.*}} : tensor<33x8xf32>) permutation = [1, 0]
 
 // -stp-bucket-gradients on a data-parallel linear layer: the two gradient
 // all-reduces (the bias's 16 floats, then W's 32x16) become one all-reduce
@@ -26,6 +48,18 @@
 // is packed.
 // SMALL-NOT: gradient bucket
 // SMALL-COUNT-2: shard.all_reduce {{.*}}grad1 optimizer: all-reduce
+
+// ZeRO 2: the bias (16) and W (32x16) gradients, each viewed as [2, n/2]
+// (row i: the block rank i keeps), concatenated along dim 1, one
+// reduce-scatter of dim 0, then each rank's blocks sliced out.
+// RS: tensor.expand_shape %{{.*}} {{\[\[0, 1\]\]}} output_shape [2, 8] : tensor<16xf32> into tensor<2x8xf32>
+// RS: tensor.expand_shape %{{.*}} {{\[\[0, 1\]\]}} output_shape [2, 256] : tensor<512xf32> into tensor<2x256xf32>
+// RS-NEXT: %[[CAT:.+]] = tensor.concat dim(1) {{.*}} : (tensor<2x8xf32>, tensor<2x256xf32>) -> tensor<2x264xf32>
+// RS-NEXT: %[[RS:.+]] = shard.reduce_scatter %[[CAT]] on @grid grid_axes = [0] scatter_axis = 0 {stp.plan_step = "gradient bucket 0: reduce-scatter of 2 gradients (2112 bytes) as soon as the last is computed: [/fc/Add/grad1 optimizer: reduce-scatter {{.*}}] [/fc/MatMul/grad1 optimizer: reduce-scatter {{.*}}]"} : tensor<2x264xf32> -> tensor<1x264xf32>
+// RS-NEXT: tensor.extract_slice %[[RS]][0, 0] [1, 8] [1, 1]
+// RS: tensor.extract_slice %[[RS]][0, 8] [1, 256] [1, 1]
+// RS: tensor.expand_shape %{{.*}} output_shape [16, 16] : tensor<256xf32> into tensor<16x16xf32>
+// RS-NOT: shard.reduce_scatter
 
 // ERR: error: -stp-bucket-gradients runs on the partitioned program (after -stp-partition)
 

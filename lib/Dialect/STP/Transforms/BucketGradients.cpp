@@ -1,16 +1,15 @@
-//===- BucketGradients.cpp - -stp-bucket-gradients ---------------*- C++
-//-*-===//
+//===- BucketGradients.cpp - -stp-bucket-gradients ------------*- C++ -*-===//
 //
 // Part of stpar.
 //
 //===----------------------------------------------------------------------===//
 //
-// Implements -stp-bucket-gradients: the gradient all-reduces of a
-// partitioned training step (sum all-reduces whose every user is an
-// optimizer op) are packed into buckets, each one all-reduce of the
-// concatenated gradients issued right after the last of them is computed
-// (as PyTorch DDP and Horovod do), so it overlaps the rest of the backward
-// pass on the communication stream. Rules in Passes.td.
+// Implements -stp-bucket-gradients: the gradient all-reduces and (ZeRO 2
+// and 3) reduce-scatters of a partitioned training step (sum collectives
+// whose every user is an optimizer op) are packed into buckets, each one
+// collective of the concatenated gradients issued right after the last of
+// them is computed (as PyTorch DDP and Horovod do), so it overlaps the rest
+// of the backward pass on the communication stream. Rules in Passes.td.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +18,7 @@
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
@@ -35,12 +35,20 @@ using namespace stpar::stp;
 
 namespace {
 
-/// A gradient all-reduce: every user is an optimizer op, a sum of
-/// gradients or the return (a training step that returns its gradients).
-bool isGradientSync(shard::AllReduceOp op) {
-  if (op.getReduction() != shard::ReductionKind::Sum || op->use_empty())
+/// A gradient sync: a sum all-reduce or reduce-scatter whose every user is
+/// an optimizer op, a sum of gradients or the return (a training step that
+/// returns its gradients).
+bool isGradientSync(Operation *op) {
+  shard::ReductionKind kind;
+  if (auto ar = dyn_cast<shard::AllReduceOp>(op))
+    kind = ar.getReduction();
+  else if (auto rs = dyn_cast<shard::ReduceScatterOp>(op))
+    kind = rs.getReduction();
+  else
     return false;
-  auto type = dyn_cast<RankedTensorType>(op.getType());
+  if (kind != shard::ReductionKind::Sum || op->use_empty())
+    return false;
+  auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
   if (!type || !type.hasStaticShape() || type.getRank() == 0)
     return false;
   bool feedsOptimizer = false;
@@ -86,28 +94,29 @@ struct BucketGradientsPass
     Block &body = func.getBody().front();
     // Candidates grouped by communicator and element type, in the order
     // their gradients are computed.
-    using Key = std::tuple<Attribute, Attribute, Type>;
-    DenseMap<Key, SmallVector<shard::AllReduceOp>> groups;
+    using Key = std::tuple<OperationName, Attribute, Attribute, Type>;
+    DenseMap<Key, SmallVector<Operation *>> groups;
     SmallVector<Key> order;
-    for (auto op : body.getOps<shard::AllReduceOp>()) {
-      if (!isGradientSync(op))
+    for (Operation &op : body) {
+      if (!isGradientSync(&op))
         continue;
-      Key key{op.getGridAttr(), op.getGridAxesAttr(),
-              cast<RankedTensorType>(op.getType()).getElementType()};
+      Key key{
+          op.getName(), op.getAttr("grid"), op.getAttr("grid_axes"),
+          cast<RankedTensorType>(op.getResult(0).getType()).getElementType()};
       if (!groups.count(key))
         order.push_back(key);
-      groups[key].push_back(op);
+      groups[key].push_back(&op);
     }
-    auto producer = [&](shard::AllReduceOp op) -> Operation * {
-      Value v = op.getInput();
+    auto producer = [&](Operation *op) -> Operation * {
+      Value v = op->getOperand(0);
       if (Operation *def = v.getDefiningOp())
         return body.findAncestorOpInBlock(*def);
       return nullptr;
     };
     for (const Key &key : order) {
-      SmallVector<shard::AllReduceOp> ops = groups[key];
+      SmallVector<Operation *> ops = groups[key];
       // In the order the gradients become ready (arguments first).
-      llvm::stable_sort(ops, [&](shard::AllReduceOp a, shard::AllReduceOp b) {
+      llvm::stable_sort(ops, [&](Operation *a, Operation *b) {
         Operation *pa = producer(a), *pb = producer(b);
         if (!pa || !pb)
           return !pa && pb;
@@ -115,7 +124,7 @@ struct BucketGradientsPass
       });
       // The first op that needs a member's result: a bucket must be
       // placed after its last gradient and before that.
-      auto firstUser = [&](shard::AllReduceOp op) -> Operation * {
+      auto firstUser = [&](Operation *op) -> Operation * {
         Operation *first = nullptr;
         for (Operation *user : op->getUsers()) {
           Operation *top = body.findAncestorOpInBlock(*user);
@@ -127,11 +136,12 @@ struct BucketGradientsPass
       auto before = [](Operation *a, Operation *b) {
         return a && b && a->isBeforeInBlock(b);
       };
-      SmallVector<shard::AllReduceOp> bucket;
+      SmallVector<Operation *> bucket;
       int64_t bytes = 0;
       Operation *lastProducer = nullptr, *earliestUser = nullptr;
-      for (shard::AllReduceOp op : ops) {
-        int64_t b = bytesOf(cast<RankedTensorType>(op.getType()));
+      for (Operation *op : ops) {
+        int64_t b =
+            bytesOf(cast<RankedTensorType>(op->getOperand(0).getType()));
         Operation *p = producer(op), *u = firstUser(op);
         Operation *newLast =
             !lastProducer || before(lastProducer, p) ? p : lastProducer;
@@ -154,14 +164,65 @@ struct BucketGradientsPass
     }
   }
 
-  void emitBucket(MutableArrayRef<shard::AllReduceOp> bucket, int64_t bytes,
+  /// The scatter dim of a reduce-scatter member, -1 for an all-reduce.
+  static int64_t scatterDimOf(Operation *op) {
+    if (auto rs = dyn_cast<shard::ReduceScatterOp>(op))
+      return rs.getScatterAxis().getSExtValue();
+    return -1;
+  }
+
+  /// `v` (shape `type`) with dim `d` first: a transpose when d > 0.
+  static Value moveDimFirst(OpBuilder &b, Location loc, Value v,
+                            RankedTensorType type, int64_t d, bool inverse) {
+    if (d == 0)
+      return v;
+    SmallVector<int64_t> perm{d};
+    for (int64_t i = 0; i < type.getRank(); ++i)
+      if (i != d)
+        perm.push_back(i);
+    if (inverse) {
+      SmallVector<int64_t> inv(perm.size());
+      for (auto [i, p] : llvm::enumerate(perm))
+        inv[p] = i;
+      perm = inv;
+    }
+    SmallVector<int64_t> shape;
+    for (int64_t p : perm)
+      shape.push_back(type.getDimSize(p));
+    Value init = tensor::EmptyOp::create(b, loc, shape, type.getElementType());
+    return linalg::TransposeOp::create(b, loc, v, init, perm).getResult()[0];
+  }
+
+  static Value reshape(OpBuilder &b, Location loc, Value v,
+                       ArrayRef<int64_t> shape) {
+    auto type = cast<RankedTensorType>(v.getType());
+    if (type.getShape() == shape)
+      return v;
+    // Through a 1-D view: collapse everything, expand to `shape`.
+    auto all = [](int64_t rank) {
+      ReassociationIndices dims;
+      for (int64_t d = 0; d < rank; ++d)
+        dims.push_back(d);
+      return dims;
+    };
+    if (type.getRank() != 1)
+      v = tensor::CollapseShapeOp::create(
+          b, loc, v, ArrayRef<ReassociationIndices>{all(type.getRank())});
+    if (shape.size() != 1)
+      v = tensor::ExpandShapeOp::create(
+          b, loc, RankedTensorType::get(shape, type.getElementType()), v,
+          ArrayRef<ReassociationIndices>{all(shape.size())});
+    return v;
+  }
+
+  void emitBucket(MutableArrayRef<Operation *> bucket, int64_t bytes,
                   Block &body) {
     if (bucket.size() < 2)
       return;
     // Right after the last gradient of the bucket is computed.
     Operation *last = nullptr;
-    for (shard::AllReduceOp op : bucket)
-      if (Operation *def = op.getInput().getDefiningOp()) {
+    for (Operation *op : bucket)
+      if (Operation *def = op->getOperand(0).getDefiningOp()) {
         Operation *top = body.findAncestorOpInBlock(*def);
         if (!last || last->isBeforeInBlock(top))
           last = top;
@@ -171,61 +232,99 @@ struct BucketGradientsPass
       b.setInsertionPointAfter(last);
     else
       b.setInsertionPointToStart(&body);
-    Location loc = bucket.front().getLoc();
-    SmallVector<Value> flat;
-    int64_t total = 0;
-    for (shard::AllReduceOp op : bucket) {
-      auto type = cast<RankedTensorType>(op.getType());
-      Value v = op.getInput();
-      if (type.getRank() != 1) {
-        ReassociationIndices all;
-        for (int64_t d = 0; d < type.getRank(); ++d)
-          all.push_back(d);
-        v = tensor::CollapseShapeOp::create(
-            b, loc, v, ArrayRef<ReassociationIndices>{all});
-      }
-      flat.push_back(v);
-      total += type.getNumElements();
-    }
+    Location loc = bucket.front()->getLoc();
+    Operation *first = bucket.front();
+    bool scatter = isa<shard::ReduceScatterOp>(first);
     auto element =
-        cast<RankedTensorType>(bucket.front().getType()).getElementType();
-    auto flatType = RankedTensorType::get({total}, element);
-    Value packed = tensor::ConcatOp::create(b, loc, flatType, 0, flat);
-    shard::AllReduceOp first = bucket.front();
-    auto reduced = shard::AllReduceOp::create(
-        b, loc, flatType, first.getGridAttr(), first.getGridAxesAttr(), packed,
-        first.getReductionAttr());
+        cast<RankedTensorType>(first->getResult(0).getType()).getElementType();
+    // An all-reduce bucket is the flat concatenation of the gradients. A
+    // reduce-scatter bucket is [n, total]: row i holds, for each gradient,
+    // its block i of the scatter dim (dim moved first, then flattened), so
+    // one reduce-scatter of dim 0 leaves each rank its block of every one.
+    int64_t n = 1;
+    if (scatter) {
+      auto in = cast<RankedTensorType>(first->getOperand(0).getType());
+      auto out = cast<RankedTensorType>(first->getResult(0).getType());
+      int64_t d = scatterDimOf(first);
+      n = in.getDimSize(d) / out.getDimSize(d);
+    }
+    SmallVector<Value> pieces;
+    int64_t total = 0;
+    for (Operation *op : bucket) {
+      auto in = cast<RankedTensorType>(op->getOperand(0).getType());
+      Value v = op->getOperand(0);
+      int64_t count = in.getNumElements() / n;
+      if (scatter)
+        v = moveDimFirst(b, loc, v, in, scatterDimOf(op), /*inverse=*/false);
+      pieces.push_back(reshape(b, loc, v,
+                               scatter ? SmallVector<int64_t>{n, count}
+                                       : SmallVector<int64_t>{count}));
+      total += count;
+    }
+    auto packedType = scatter ? RankedTensorType::get({n, total}, element)
+                              : RankedTensorType::get({total}, element);
+    Value packed =
+        tensor::ConcatOp::create(b, loc, packedType, scatter ? 1 : 0, pieces);
+    Operation *reduced;
+    if (auto rs = dyn_cast<shard::ReduceScatterOp>(first))
+      reduced = shard::ReduceScatterOp::create(
+          b, loc, RankedTensorType::get({1, total}, element), rs.getGridAttr(),
+          rs.getGridAxesAttr(), packed, rs.getReductionAttr(),
+          b.getIndexAttr(0));
+    else {
+      auto ar = cast<shard::AllReduceOp>(first);
+      reduced = shard::AllReduceOp::create(b, loc, packedType, ar.getGridAttr(),
+                                           ar.getGridAxesAttr(), packed,
+                                           ar.getReductionAttr());
+    }
     std::string step = "gradient bucket " + std::to_string(numBuckets) +
-                       ": all-reduce of " + std::to_string(bucket.size()) +
-                       " gradients (" + std::to_string(bytes) +
+                       (scatter ? ": reduce-scatter of " : ": all-reduce of ") +
+                       std::to_string(bucket.size()) + " gradients (" +
+                       std::to_string(bytes) +
                        " bytes) as soon as the last is computed:";
-    for (shard::AllReduceOp op : bucket)
+    for (Operation *op : bucket)
       if (auto s = op->getAttrOfType<StringAttr>(STPDialect::kPlanStepAttrName))
         step += " [" + s.str() + "]";
     reduced->setAttr(STPDialect::kPlanStepAttrName, b.getStringAttr(step));
     int64_t offset = 0;
-    for (shard::AllReduceOp op : bucket) {
-      auto type = cast<RankedTensorType>(op.getType());
-      int64_t n = type.getNumElements();
-      Value piece = tensor::ExtractSliceOp::create(
-          b, loc, RankedTensorType::get({n}, element), reduced.getResult(),
-          ArrayRef<OpFoldResult>{b.getIndexAttr(offset)},
-          ArrayRef<OpFoldResult>{b.getIndexAttr(n)},
-          ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
-      if (type.getRank() != 1) {
-        ReassociationIndices all;
-        for (int64_t d = 0; d < type.getRank(); ++d)
-          all.push_back(d);
-        piece = tensor::ExpandShapeOp::create(
-            b, loc, type, piece, ArrayRef<ReassociationIndices>{all});
+    for (Operation *op : bucket) {
+      auto in = cast<RankedTensorType>(op->getOperand(0).getType());
+      auto type = cast<RankedTensorType>(op->getResult(0).getType());
+      int64_t count = in.getNumElements() / n;
+      SmallVector<int64_t> sliceShape = scatter ? SmallVector<int64_t>{1, count}
+                                                : SmallVector<int64_t>{count};
+      SmallVector<OpFoldResult> offsets, sizes, strides;
+      for (auto [i, size] : llvm::enumerate(sliceShape)) {
+        offsets.push_back(
+            b.getIndexAttr(i + 1 == sliceShape.size() ? offset : 0));
+        sizes.push_back(b.getIndexAttr(size));
+        strides.push_back(b.getIndexAttr(1));
       }
-      op.getResult().replaceAllUsesWith(piece);
-      offset += n;
+      Value piece = tensor::ExtractSliceOp::create(
+          b, loc, RankedTensorType::get(sliceShape, element),
+          reduced->getResult(0), offsets, sizes, strides);
+      if (scatter) {
+        // Back to the gradient's block: scatter dim first, then the inverse
+        // transpose.
+        int64_t d = scatterDimOf(op);
+        SmallVector<int64_t> firstShape{type.getDimSize(d)};
+        for (int64_t i = 0; i < type.getRank(); ++i)
+          if (i != d)
+            firstShape.push_back(type.getDimSize(i));
+        piece = reshape(b, loc, piece, firstShape);
+        piece = moveDimFirst(b, loc, piece,
+                             RankedTensorType::get(firstShape, element), d,
+                             /*inverse=*/true);
+      } else {
+        piece = reshape(b, loc, piece, type.getShape());
+      }
+      op->getResult(0).replaceAllUsesWith(piece);
+      offset += count;
     }
     // Erased last: the builder inserts before the op after `last`, which
     // may be one of them.
-    for (shard::AllReduceOp op : bucket)
-      op.erase();
+    for (Operation *op : bucket)
+      op->erase();
     ++numBuckets;
     numBucketed += bucket.size();
   }

@@ -206,7 +206,7 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
 }
 
 def BucketGradientsPass : Pass<"stp-bucket-gradients", "::mlir::ModuleOp"> {
-  let summary = "Pack the gradient all-reduces of a training step into buckets issued as soon as they are full";
+  let summary = "Pack the gradient all-reduces and reduce-scatters of a training step into buckets issued as soon as they are full";
   let description = [{
     On the partitioned program of a training step (`-stp-training-step`,
     then `-stp-partition`): the gradient synchronization, i.e. the sum
@@ -222,8 +222,16 @@ def BucketGradientsPass : Pass<"stp-bucket-gradients", "::mlir::ModuleOp"> {
     `tensor.expand_shape`) for the optimizer. It then runs on the
     communication stream while the backward pass goes on, until the
     optimizer waits for it (`-stp-schedule-collectives`). Its `stp.plan_step`
-    lists the plan steps it replaces. Reduce-scatters (ZeRO 2, 3) are not
-    bucketed. No change to a forward program.
+    lists the plan steps it replaces.
+
+    The gradient reduce-scatters of ZeRO 2 and 3 are bucketed the same way
+    (grouped by communicator and element type): each gradient's scatter
+    dim is moved first (`linalg.transpose`) and the gradient viewed as
+    `[n, numel / n]` (`n` the group size), so row `i` holds the block rank
+    `i` keeps; the bucket concatenates these along dim 1 and one
+    `shard.reduce_scatter` of dim 0 leaves every rank its `[1, total]` row,
+    from which each gradient's block is sliced, reshaped and transposed
+    back. No change to a forward program.
   }];
   let options = [
     Option<"bucketBytes", "bucket-bytes", "int64_t",
@@ -233,7 +241,8 @@ def BucketGradientsPass : Pass<"stp-bucket-gradients", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tensor::TensorDialect"];
   let statistics = [
     Statistic<"numBuckets", "num-buckets", "Buckets made">,
-    Statistic<"numBucketed", "num-bucketed", "All-reduces packed into them">
+    Statistic<"numBucketed", "num-bucketed",
+              "All-reduces and reduce-scatters packed into them">
   ];
 }
 
