@@ -8,8 +8,9 @@
 // gets a sharding (per tensor dim the grid axes splitting it, plus the axes
 // over which it is a partial sum); every op is rewritten with local shapes
 // after its operands are re-laid out to the shardings its `stp.spec` asks
-// for, or runs replicated on gathered operands when it cannot be split. The
-// temporal primitive becomes an scf.for of ring shifts and local matmuls.
+// for, or runs replicated on gathered operands when it cannot be split. A
+// temporal op (any of PrimePar's three phases) becomes its steps of local
+// products with ring shifts and point-to-point transfers between them.
 //
 //===----------------------------------------------------------------------===//
 
