@@ -1529,7 +1529,8 @@ FailureOr<EmittedProgram> Printer::run() {
   p.cmakeLists = cmakeFor(cuda);
   p.ioJson = "{\"inputs\": [\n    " + ioInputs + "],\n \"outputs\": [\n    " +
              ioOutputs + "],\n \"parameters\": [\n    " + ioParams + "]}\n";
-  p.runtimeFiles = {"common/stpar_io.h", "common/stpar_scalar.h"};
+  p.runtimeFiles = {"common/stpar_io.h", "common/stpar_scalar.h",
+                    "common/stpar_grid.h"};
   p.runtimeFiles.push_back(cuda ? "cuda/stpar_cuda_runtime.cuh"
                                 : "cpu/stpar_runtime.h");
   return p;

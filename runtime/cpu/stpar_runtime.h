@@ -8,6 +8,7 @@
 #ifndef STPAR_RUNTIME_CPU_H
 #define STPAR_RUNTIME_CPU_H
 
+#include "stpar_grid.h"
 #include "stpar_io.h"
 #include "stpar_scalar.h"
 
@@ -77,10 +78,10 @@ inline MPI_Op mpiOp(Reduction r) {
 }
 
 /// This process's place on the device grid and its communicators.
-class Context {
+class Context : public Grid {
 public:
   Context(int &argc, char **&argv, Shape gridShape)
-      : gridShape(std::move(gridShape)) {
+      : Grid(std::move(gridShape)) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -89,12 +90,7 @@ public:
       fatal("this program runs on " +
             std::to_string(numElements(this->gridShape)) +
             " ranks (the grid), started on " + std::to_string(size));
-    coords.assign(this->gridShape.size(), 0);
-    int64_t r = rank;
-    for (size_t a = this->gridShape.size(); a-- > 0;) {
-      coords[a] = r % this->gridShape[a];
-      r /= this->gridShape[a];
-    }
+    place(rank);
     if (!options.weights.empty())
       weights.open(options.weights);
   }
@@ -132,32 +128,14 @@ public:
     arena.livePeak = livePeak;
   }
 
-  /// Linear index of this device among the group over `axes` (major
-  /// first): the block it holds of a dim split over `axes`.
-  int64_t groupIndex(const Shape &axes) const {
-    int64_t index = 0;
-    for (int64_t a : axes)
-      index = index * gridShape[a] + coords[a];
-    return index;
-  }
-  int64_t groupSize(const Shape &axes) const {
-    int64_t n = 1;
-    for (int64_t a : axes)
-      n *= gridShape[a];
-    return n;
-  }
   /// The communicator of the devices that differ only in `axes`, ranked
   /// by groupIndex (MPI_Comm_split by the other coordinates).
   MPI_Comm comm(const Shape &axes) {
     auto it = comms.find(axes);
     if (it != comms.end())
       return it->second;
-    int64_t color = 0;
-    for (size_t a = 0; a < gridShape.size(); ++a)
-      if (std::find(axes.begin(), axes.end(), int64_t(a)) == axes.end())
-        color = color * gridShape[a] + coords[a];
     MPI_Comm c;
-    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(color),
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(groupColor(axes)),
                    static_cast<int>(groupIndex(axes)), &c);
     comms[axes] = c;
     return c;
@@ -165,54 +143,7 @@ public:
   /// Creates the communicator of `axes` (collective: every rank calls it
   /// for the same axes in the same order at start-up).
   void prepare(const Shape &axes) { comm(axes); }
-  /// World rank of the device at `coords` with axis `axis` moved by
-  /// `offset` (ring); -1 when it falls off a non-rotating grid.
-  int neighbor(int64_t axis, int64_t offset, bool rotate) const {
-    Shape c = coords;
-    int64_t n = gridShape[axis];
-    c[axis] += offset;
-    if (c[axis] < 0 || c[axis] >= n) {
-      if (!rotate)
-        return -1;
-      c[axis] = ((c[axis] % n) + n) % n;
-    }
-    int64_t r = 0;
-    for (size_t a = 0; a < gridShape.size(); ++a)
-      r = r * gridShape[a] + c[a];
-    return static_cast<int>(r);
-  }
 
-  /// World rank of the device whose coordinates equal this device's except
-  /// on `axes`, where they spell group index `index` (major first).
-  int groupMember(const Shape &axes, int64_t index) const {
-    Shape c = coords;
-    for (size_t i = axes.size(); i-- > 0;) {
-      c[axes[i]] = index % gridShape[axes[i]];
-      index /= gridShape[axes[i]];
-    }
-    int64_t r = 0;
-    for (size_t a = 0; a < gridShape.size(); ++a)
-      r = r * gridShape[a] + c[a];
-    return static_cast<int>(r);
-  }
-  /// The peers of stp.grid_permute: the world ranks this device receives
-  /// from (`sources[me]`) and sends to (the j with sources[j] == me).
-  std::pair<int, int> permutePeers(const Shape &axes,
-                                   const Shape &sources) const {
-    int64_t me = groupIndex(axes);
-    if (static_cast<int64_t>(sources.size()) != groupSize(axes))
-      fatal("gridPermute: " + std::to_string(sources.size()) +
-            " sources for a group of " + std::to_string(groupSize(axes)));
-    int64_t to = -1;
-    for (size_t j = 0; j < sources.size(); ++j)
-      if (sources[j] == me)
-        to = static_cast<int64_t>(j);
-    if (to < 0)
-      fatal("gridPermute: sources is not a permutation");
-    return {groupMember(axes, sources[me]), groupMember(axes, to)};
-  }
-
-  Shape gridShape, coords;
   int rank = 0, size = 1;
   Options options;
   Weights weights;

@@ -12,6 +12,7 @@
 #ifndef STPAR_RUNTIME_CUDA_H
 #define STPAR_RUNTIME_CUDA_H
 
+#include "stpar_grid.h"
 #include "stpar_io.h"
 #include "stpar_scalar.h"
 
@@ -109,10 +110,10 @@ inline unsigned blocksFor(int64_t n) {
 
 /// This process's place on the device grid, its GPU, streams, events,
 /// communicators and cuBLAS handle.
-class Context {
+class Context : public Grid {
 public:
   Context(int &argc, char **&argv, Shape gridShape, int numEvents)
-      : gridShape(std::move(gridShape)) {
+      : Grid(std::move(gridShape)) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -121,12 +122,7 @@ public:
       fatal("this program runs on " +
             std::to_string(numElements(this->gridShape)) +
             " ranks (the grid), started on " + std::to_string(size));
-    coords.assign(this->gridShape.size(), 0);
-    int64_t r = rank;
-    for (size_t a = this->gridShape.size(); a-- > 0;) {
-      coords[a] = r % this->gridShape[a];
-      r /= this->gridShape[a];
-    }
+    place(rank);
     // One GPU per rank of a node.
     MPI_Comm node;
     int localRank = 0, devices = 0;
@@ -189,18 +185,6 @@ public:
     arena.livePeak = livePeak;
   }
 
-  int64_t groupIndex(const Shape &axes) const {
-    int64_t index = 0;
-    for (int64_t a : axes)
-      index = index * gridShape[a] + coords[a];
-    return index;
-  }
-  int64_t groupSize(const Shape &axes) const {
-    int64_t n = 1;
-    for (int64_t a : axes)
-      n *= gridShape[a];
-    return n;
-  }
   /// The communicator of the devices that differ only in `axes`, ranked by
   /// groupIndex: ncclCommSplit of the world communicator by the other
   /// coordinates. Collective: every rank calls prepare() for the same axes
@@ -208,12 +192,8 @@ public:
   void prepare(const Shape &axes) {
     if (comms.count(axes))
       return;
-    int64_t color = 0;
-    for (size_t a = 0; a < gridShape.size(); ++a)
-      if (std::find(axes.begin(), axes.end(), int64_t(a)) == axes.end())
-        color = color * gridShape[a] + coords[a];
     ncclComm_t c;
-    STP_NCCL(ncclCommSplit(world, static_cast<int>(color),
+    STP_NCCL(ncclCommSplit(world, static_cast<int>(groupColor(axes)),
                            static_cast<int>(groupIndex(axes)), &c, nullptr));
     comms[axes] = c;
   }
@@ -223,51 +203,7 @@ public:
       fatal("communicator used before prepare()");
     return it->second;
   }
-  /// World rank of the device whose coordinates equal this device's except
-  /// on `axes`, where they spell group index `index` (major first).
-  int groupMember(const Shape &axes, int64_t index) const {
-    Shape c = coords;
-    for (size_t i = axes.size(); i-- > 0;) {
-      c[axes[i]] = index % gridShape[axes[i]];
-      index /= gridShape[axes[i]];
-    }
-    int64_t r = 0;
-    for (size_t a = 0; a < gridShape.size(); ++a)
-      r = r * gridShape[a] + c[a];
-    return static_cast<int>(r);
-  }
-  /// The peers of stp.grid_permute: the world ranks this device receives
-  /// from (`sources[me]`) and sends to (the j with sources[j] == me).
-  std::pair<int, int> permutePeers(const Shape &axes,
-                                   const Shape &sources) const {
-    int64_t me = groupIndex(axes);
-    if (static_cast<int64_t>(sources.size()) != groupSize(axes))
-      fatal("gridPermute: " + std::to_string(sources.size()) +
-            " sources for a group of " + std::to_string(groupSize(axes)));
-    int64_t to = -1;
-    for (size_t j = 0; j < sources.size(); ++j)
-      if (sources[j] == me)
-        to = static_cast<int64_t>(j);
-    if (to < 0)
-      fatal("gridPermute: sources is not a permutation");
-    return {groupMember(axes, sources[me]), groupMember(axes, to)};
-  }
-  int neighbor(int64_t axis, int64_t offset, bool rotate) const {
-    Shape c = coords;
-    int64_t n = gridShape[axis];
-    c[axis] += offset;
-    if (c[axis] < 0 || c[axis] >= n) {
-      if (!rotate)
-        return -1;
-      c[axis] = ((c[axis] % n) + n) % n;
-    }
-    int64_t r = 0;
-    for (size_t a = 0; a < gridShape.size(); ++a)
-      r = r * gridShape[a] + c[a];
-    return static_cast<int>(r);
-  }
 
-  Shape gridShape, coords;
   int rank = 0, size = 1;
   Options options;
   Weights weights;
