@@ -44,6 +44,8 @@ void stpar::pipelines::buildTrainingPipeline(
   pass.epsilon = t.epsilon;
   pass.weightDecay = t.weightDecay;
   pass.returnGradients = t.returnGradients;
+  pass.microBatches = t.microBatches;
+  pass.recompute = t.recompute;
   pm.addPass(stpar::stp::createTrainingStepPass(pass));
 }
 
@@ -128,6 +130,14 @@ struct CompilePipelineTextOptions
       *this, "return-gradients",
       llvm::cl::desc("Also return the parameters' gradients"),
       llvm::cl::init(false)};
+  Option<int64_t> microBatches{
+      *this, "micro-batches",
+      llvm::cl::desc("Micro-batches per step (default -1: the plan's)"),
+      llvm::cl::init(-1)};
+  Option<std::string> recompute{
+      *this, "recompute",
+      llvm::cl::desc("Activation recomputation: on, off or plan"),
+      llvm::cl::init("plan")};
 };
 } // namespace
 
@@ -174,6 +184,8 @@ void stpar::pipelines::registerPipelines() {
           t.epsilon = text.eps;
           t.weightDecay = text.weightDecay;
           t.returnGradients = text.returnGradients;
+          t.microBatches = text.microBatches;
+          t.recompute = text.recompute;
         }
         buildCompilePipeline(pm, options);
       });

@@ -28,7 +28,7 @@
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #bias = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: module attributes
-// CHECK-SAME: stp.training = {loss = "mean-square", lr = 1.000000e-03 : f64, optimizer = "sgd", parameters = 2 : i64
+// CHECK-SAME: stp.training = {loss = "mean-square", lr = 1.000000e-03 : f64, micro_batches = 1 : i64, optimizer = "sgd", parameters = 2 : i64, recompute = false
 // CHECK: func.func @main(
 // CHECK-SAME: -> (tensor<f32> {stp.name = "loss"}, tensor<32x16xf32> {stp.name = "grad:w"}, tensor<16xf32> {stp.name = "grad:b"}, tensor<32x16xf32> {stp.name = "param:w"}, tensor<16xf32> {stp.name = "param:b"})
 // CHECK: %[[H:.+]] = linalg.matmul

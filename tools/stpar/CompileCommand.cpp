@@ -136,6 +136,19 @@ static cl::opt<bool> compileReturnGradients(
     "return-gradients", cl::sub(compileCmd), cl::cat(trainingCategory),
     cl::desc("The training step also returns every trained parameter's "
              "gradient"));
+static cl::opt<int64_t> compileMicroBatches(
+    "micro-batches", cl::sub(compileCmd), cl::init(-1), cl::value_desc("M"),
+    cl::cat(trainingCategory),
+    cl::desc("Run the step's forward and backward pass once per micro-batch "
+             "(the batch each rank holds split in M) and accumulate the "
+             "gradients before the sync and the update (default: the "
+             "plan's micro-batch count)"));
+static cl::opt<std::string> compileRecompute(
+    "recompute", cl::sub(compileCmd), cl::init("plan"),
+    cl::value_desc("on|off|plan"), cl::cat(trainingCategory),
+    cl::desc("Activation recomputation: the backward pass recomputes each "
+             "layer's activations from its saved inputs (default: as the "
+             "plan says)"));
 static cl::opt<std::string> compileOutput("o", cl::sub(compileCmd),
                                           cl::Required,
                                           cl::value_desc("OUTDIR"),
@@ -282,13 +295,23 @@ static int runCompile() {
     t.epsilon = compileEps;
     t.weightDecay = compileWeightDecay;
     t.returnGradients = compileReturnGradients;
-  } else if (compileOptimizer.getNumOccurrences() ||
+    t.microBatches = compileMicroBatches;
+    t.recompute = compileRecompute;
+    if (compileRecompute != "on" && compileRecompute != "off" &&
+        compileRecompute != "plan")
+      return fail("--recompute must be on, off or plan");
+    if (compileMicroBatches.getNumOccurrences() && compileMicroBatches < 1)
+      return fail("--micro-batches must be at least 1");
+  } else if (compileMicroBatches.getNumOccurrences() ||
+             compileRecompute.getNumOccurrences() ||
+             compileOptimizer.getNumOccurrences() ||
              compileLr.getNumOccurrences() ||
              compileWeightDecay.getNumOccurrences() ||
              compileReturnGradients.getNumOccurrences() ||
              compileLossOutput.getNumOccurrences()) {
-    return fail("--optimizer, --lr, --weight-decay, --loss-output and "
-                "--return-gradients describe the training step: give --loss");
+    return fail("--optimizer, --lr, --weight-decay, --loss-output, "
+                "--return-gradients, --micro-batches and --recompute describe "
+                "the training step: give --loss");
   }
   std::string table;
   raw_string_ostream tableOS(table);

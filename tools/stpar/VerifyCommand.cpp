@@ -156,6 +156,16 @@ static cl::opt<double> verifyWeightDecay("weight-decay", cl::sub(verifyCmd),
                                          cl::init(0.0),
                                          cl::cat(verifyTrainingCategory),
                                          cl::desc("Weight decay (--train)"));
+static cl::opt<int64_t> verifyMicroBatches(
+    "micro-batches", cl::sub(verifyCmd), cl::init(-1), cl::value_desc("M"),
+    cl::cat(verifyTrainingCategory),
+    cl::desc("Micro-batches per step, gradients accumulated (--train; "
+             "passed to stpar compile; default: the plan's)"));
+static cl::opt<std::string> verifyRecompute(
+    "recompute", cl::sub(verifyCmd), cl::init("plan"),
+    cl::value_desc("on|off|plan"), cl::cat(verifyTrainingCategory),
+    cl::desc("Activation recomputation (--train; passed to stpar compile; "
+             "default: as the plan says)"));
 static cl::opt<bool> verifyProfile(
     "profile", cl::sub(verifyCmd), cl::cat(verifyTrainingCategory),
     cl::desc("Run the last step with STPAR_PROFILE and print per-op times "
@@ -377,6 +387,12 @@ int Verifier::compileModel(const std::string &self, const std::string &model) {
                          "--lr", formatNumber(verifyLr), "--weight-decay",
                          formatNumber(verifyWeightDecay),
                          "--return-gradients"});
+  if (verifyTrain && verifyRecompute.getNumOccurrences())
+    compile.args.insert(compile.args.end(), {"--recompute", verifyRecompute});
+  if (verifyTrain && verifyMicroBatches.getNumOccurrences())
+    compile.args.insert(
+        compile.args.end(),
+        {"--micro-batches", std::to_string(verifyMicroBatches)});
   compile.args.insert(compile.args.end(), {"--emit=plan,cpu", "-o", compiled});
   compile.outLog = path("compile.out.log");
   compile.errLog = path("compile.err.log");
@@ -399,9 +415,12 @@ int Verifier::run() {
       (verifySteps.getNumOccurrences() || verifyLoss.getNumOccurrences() ||
        verifyProfile.getNumOccurrences() ||
        verifyOptimizer.getNumOccurrences() || verifyLr.getNumOccurrences() ||
-       verifyWeightDecay.getNumOccurrences()))
-    return fail("--steps, --loss, --optimizer, --lr, --weight-decay and "
-                "--profile describe a training step: give --train");
+       verifyWeightDecay.getNumOccurrences() ||
+       verifyMicroBatches.getNumOccurrences() ||
+       verifyRecompute.getNumOccurrences()))
+    return fail("--steps, --loss, --optimizer, --lr, --weight-decay, "
+                "--micro-batches, --recompute and --profile describe a "
+                "training step: give --train");
   if (verifyTrain && verifySteps < 1)
     return fail("--steps must be at least 1");
   if (verifyTrain && !verifyInputs.empty())

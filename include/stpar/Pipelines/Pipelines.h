@@ -49,6 +49,10 @@ struct TrainingOptions {
          weightDecay = 0.0;
   /// Also return every trained parameter's gradient.
   bool returnGradients = false;
+  /// Micro-batches per step, gradients accumulated (-1: the plan's).
+  int64_t microBatches = -1;
+  /// Activation recomputation: "on", "off" or "plan".
+  std::string recompute = "plan";
 };
 
 /// The options of the whole pipeline.

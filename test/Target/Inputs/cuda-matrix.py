@@ -6,10 +6,12 @@ per case, "MODEL STRATEGY RANKS: OK (T s)" or "... FAILED: <why>"; exits 1
 when a case fails.
 
 usage: cuda-matrix.py --stpar STPAR --shared MODELS_DIR --work DIR
-                      --nvcc "NVCC COMMAND PREFIX" [--cases m:s:r,...] [--train]
+                      --nvcc "NVCC COMMAND PREFIX" [--cases m:s:r[:M],...] [--train]
 
 With --train the training step is compiled (stpar compile --loss, the loss
-and optimizer of verify-matrix.py's LOSSES and OPTIMIZERS).
+and optimizer of verify-matrix.py's LOSSES and OPTIMIZERS); a case's
+fourth field M compiles it with M micro-batches (folder and line
+MODEL-STRATEGY-RANKS-mbM, "MODEL STRATEGY RANKS mb=M: ...").
 """
 import argparse
 import os
@@ -29,9 +31,10 @@ CASES = [(m, s, r) for m in MODELS
                       ("temporal", "2x2"), ("search", "8"))]
 
 
-def run_case(args, model, strategy, ranks):
+def run_case(args, model, strategy, ranks, micro_batches=None):
     path, dims = MODELS[model]
-    out = os.path.join(args.work, f"{model}-{strategy}-{ranks}")
+    out = os.path.join(args.work, f"{model}-{strategy}-{ranks}" +
+                       (f"-mb{micro_batches}" if micro_batches else ""))
     cmd = [args.stpar, "compile", os.path.join(args.shared, path), *dims,
            "--cluster", "dgx-a100-80g-1", "--emit=cuda", "-o", out]
     if strategy.startswith("zero"):
@@ -41,6 +44,8 @@ def run_case(args, model, strategy, ranks):
     if args.train:
         cmd += ["--loss", _matrix.LOSSES[model], "--optimizer",
                 _matrix.OPTIMIZERS[strategy]]
+        if micro_batches:
+            cmd += ["--micro-batches", micro_batches]
     if "x" in ranks:
         cmd += ["--mesh", ranks]
     else:
@@ -73,10 +78,12 @@ def main():
              if args.cases else CASES)
     os.makedirs(args.work, exist_ok=True)
     ok = True
-    for m, s, r in cases:
-        status = run_case(args, m, s, r)
+    for case in cases:
+        m, s, r = case[:3]
+        status = run_case(args, m, s, r, *case[3:4])
         ok &= status.startswith("OK")
-        print(f"{m} {s} {r}: {status}", flush=True)
+        label = f"{m} {s} {r}" + (f" mb={case[3]}" if len(case) > 3 else "")
+        print(f"{label}: {status}", flush=True)
     sys.exit(0 if ok else 1)
 
 

@@ -3,8 +3,8 @@
 # and prints one line per case (docs/verify.md, "The matrix").
 #
 #   verify-matrix.py --stpar BIN --work DIR [--models a,b] [--strategies s,t]
-#                    [--ranks 1,2,4,8,2x2,2x4] [--cases m:s:r,...] [--cxx-flags F]
-#                    [--train [--steps N]]
+#                    [--ranks 1,2,4,8,2x2,2x4] [--cases m:s:r[:M],...] [--cxx-flags F]
+#                    [--train [--steps N] [--recompute on|off]]
 #
 # Each case forces its plan through a plan file (`stpar plan --strategy S
 # [--mesh AxB] -o plan.json`, then `stpar verify --plan plan.json`).
@@ -14,7 +14,9 @@
 #   MODEL STRATEGY RANKS: PASS|FAIL|ERROR max_rel_err=X (T s)
 # (with --train: worst_err/tol=X, the largest error over its tolerance of
 # any compared element, docs/training.md)
-# with the first error line for ERROR. Exit 0 when every case ran and
+# with the first error line for ERROR. A case's optional fourth field M
+# (--train) runs the step as M micro-batches (`stpar verify --micro-batches
+# M`; the line then reads MODEL STRATEGY RANKS mb=M: ...). Exit 0 when every case ran and
 # passed, else 1.
 import argparse
 import os
@@ -56,7 +58,7 @@ OPTIMIZERS = {"dp": "sgd", "megatron": "adamw", "temporal": "sgd",
 RANKS = ["1", "2", "4", "8", "2x2", "2x4"]
 
 
-def run_case(args, model, strategy, ranks):
+def run_case(args, model, strategy, ranks, micro_batches=None):
     """The plan is forced through a plan file, as a user would: `stpar plan
     --strategy S [--mesh AxB] -o plan.json`, then `stpar verify --plan`."""
     path, dims = MODELS[model]
@@ -87,6 +89,10 @@ def run_case(args, model, strategy, ranks):
     if args.train:
         cmd += ["--train", "--steps", str(args.steps), "--loss",
                 LOSSES[model], "--optimizer", OPTIMIZERS[strategy]]
+    if micro_batches:
+        cmd += ["--micro-batches", micro_batches]
+    if args.recompute:
+        cmd += ["--recompute", args.recompute]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
     seconds = time.time() - start
@@ -102,7 +108,10 @@ def run_case(args, model, strategy, ranks):
         status = "FAIL"
     else:
         status = "ERROR"
-    line = f"{model} {strategy} {ranks}: {status}"
+    line = f"{model} {strategy} {ranks}"
+    if micro_batches:
+        line += f" mb={micro_batches}"
+    line += f": {status}"
     if rels and args.train:
         line += f" worst_err/tol={worst:.3f}"
     elif rels:
@@ -130,13 +139,16 @@ def main():
                         " (with --train: " + ",".join(TRAIN_STRATEGIES) + ")")
     parser.add_argument("--ranks", default=",".join(RANKS))
     parser.add_argument("--cases", default="",
-                        help="explicit MODEL:STRATEGY:RANKS list (overrides "
+                        help="explicit MODEL:STRATEGY:RANKS[:MICROBATCHES] list (overrides "
                              "--models/--strategies/--ranks)")
     parser.add_argument("--cxx-flags", default="-O0")
     parser.add_argument("--train", action="store_true",
                         help="verify the training step (stpar verify "
                              "--train) against PyTorch instead")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--recompute", default="",
+                        help="on|off: force activation recomputation "
+                             "(stpar verify --recompute; default: the plan's)")
     args = parser.parse_args()
     if not args.strategies:
         args.strategies = ",".join(TRAIN_STRATEGIES if args.train
@@ -150,10 +162,11 @@ def main():
                 for s in args.strategies.split(","):
                     cases.append((m, s, r))
     ok = True
-    for m, s, r in cases:
+    for case in cases:
+        m, s, r = case[:3]
         if m not in MODELS:
             sys.exit(f"verify-matrix: unknown model '{m}' ({', '.join(MODELS)})")
-        status, line = run_case(args, m, s, r)
+        status, line = run_case(args, m, s, r, *case[3:4])
         print(line, flush=True)
         ok = ok and status == "PASS"
     sys.exit(0 if ok else 1)

@@ -276,6 +276,55 @@ struct ExtractSliceModel
   CostRule getCostRule(Operation *) const { return {CostKind::View, 0, ""}; }
 };
 
+/// A static insertion of a slice of the same rank (the training step's
+/// gradient of a slice or split: the slice into zeros) keeps the splits of
+/// the dims it inserts whole; the source leads and the destination follows.
+struct InsertSliceModel
+    : public PartitionableOpInterface::ExternalModel<InsertSliceModel,
+                                                     tensor::InsertSliceOp> {
+  static bool isWhole(tensor::InsertSliceOp insert, int64_t d) {
+    return insert.getStaticOffsets()[d] == 0 &&
+           insert.getStaticStrides()[d] == 1 &&
+           insert.getStaticSizes()[d] == insert.getDestType().getDimSize(d);
+  }
+  PartitionRule getPartitionRule(Operation *op) const {
+    auto insert = cast<tensor::InsertSliceOp>(op);
+    return insert.getOffsets().empty() && insert.getSizes().empty() &&
+                   insert.getStrides().empty() &&
+                   insert.getDestType().hasStaticShape() &&
+                   insert.getSourceType().getRank() ==
+                       insert.getDestType().getRank()
+               ? PartitionRule::Layout
+               : PartitionRule::Unsupported;
+  }
+  LayoutRule getLayoutRule(Operation *op) const {
+    auto insert = cast<tensor::InsertSliceOp>(op);
+    LayoutRule rule;
+    for (int64_t d = 0; d < insert.getDestType().getRank(); ++d) {
+      rule.resultDims.push_back(d);
+      if (!isWhole(insert, d))
+        rule.wholeDims.push_back(d);
+    }
+    return rule;
+  }
+  /// The local source into the local destination: a split (hence whole)
+  /// dim is inserted whole locally too.
+  Operation *createLocalOp(Operation *op, OpBuilder &builder,
+                           ValueRange operands, TypeRange resultTypes) const {
+    auto insert = cast<tensor::InsertSliceOp>(op);
+    auto local = cast<RankedTensorType>(operands[0].getType());
+    SmallVector<OpFoldResult> offsets, sizes, strides;
+    for (int64_t d = 0; d < local.getRank(); ++d) {
+      offsets.push_back(builder.getIndexAttr(insert.getStaticOffsets()[d]));
+      sizes.push_back(builder.getIndexAttr(local.getDimSize(d)));
+      strides.push_back(builder.getIndexAttr(insert.getStaticStrides()[d]));
+    }
+    return tensor::InsertSliceOp::create(builder, op->getLoc(), operands[0],
+                                         operands[1], offsets, sizes, strides);
+  }
+  CostRule getCostRule(Operation *) const { return {CostKind::View, 0, ""}; }
+};
+
 /// A concat keeps the splits of the dims it does not concatenate along
 /// (costed as a free view; docs/cost-model.md).
 struct ConcatModel
@@ -362,6 +411,7 @@ void stpar::stp::registerPartitionableOpModels(DialectRegistry &registry) {
     tensor::ExpandShapeOp::attachInterface<ExpandShapeModel>(*ctx);
     tensor::CollapseShapeOp::attachInterface<CollapseShapeModel>(*ctx);
     tensor::ExtractSliceOp::attachInterface<ExtractSliceModel>(*ctx);
+    tensor::InsertSliceOp::attachInterface<InsertSliceModel>(*ctx);
     tensor::ConcatOp::attachInterface<ConcatModel>(*ctx);
     tensor::ReshapeOp::attachInterface<ReshapeModel>(*ctx);
   });

@@ -115,14 +115,15 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kPhaseAttrName) {
     auto phase = dyn_cast<StringAttr>(attr.getValue());
-    static constexpr StringRef kPhases[] = {"forward",    "loss",
-                                            "input_grad", "weight_grad",
-                                            "grad_sum",   "optimizer"};
+    static constexpr StringRef kPhases[] = {
+        "forward",  "loss",      "input_grad", "weight_grad",
+        "grad_sum", "optimizer", "recompute"};
     if (!phase || !llvm::is_contained(kPhases, phase.getValue()))
       return op->emitOpError()
              << "attribute '" << kPhaseAttrName
              << "' must be \"forward\", \"loss\", \"input_grad\", "
-                "\"weight_grad\", \"grad_sum\" or \"optimizer\", got "
+                "\"weight_grad\", \"grad_sum\", \"optimizer\" or "
+                "\"recompute\", got "
              << attr.getValue();
     return success();
   }

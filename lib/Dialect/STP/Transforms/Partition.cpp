@@ -32,6 +32,8 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/LoopLikeInterface.h"
 #include "mlir/Transforms/RegionUtils.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -260,6 +262,59 @@ private:
   std::string getLabel(Operation *op);
   ArrayAttr getSplitAttr(const Sharding &s);
 
+  /// Micro-batches (docs/partition.md, "Micro-batches"): the forward and
+  /// backward ops of a training step (`loopOps`) run in one scf.for over
+  /// the micro-batches; the micro-batch index acts as the sequential grid
+  /// axis `mbAxis` (the last entry of `gridShape`, not on the device grid),
+  /// appended to every batch loop `b` of those ops.
+  LogicalResult classifyMicroBatchOps(func::FuncOp func);
+  /// Gives the loop the values used after it as iteration arguments: each
+  /// is a partial sum over the micro-batches, accumulated.
+  LogicalResult finishMicroBatchLoop(Block &body);
+  /// True when `op` (of the loop) reads a sum over the micro-batches (or a
+  /// value computed after the loop) and nothing that differs between
+  /// micro-batches: it then runs once after the loop, on the accumulated
+  /// sum (a gradient's further ops: a shared parameter's sum of gradients,
+  /// an embedding's scatter of its summed output gradient).
+  bool readsMicroBatchSum(Operation &op);
+  /// In the micro-batch loop, the split of a loop or dim (`axes`, as the
+  /// spec says) that holds data laid out as `data`: the data's axes up to
+  /// and including the micro-batch axis (what was split before the loop
+  /// cannot change inside it), then the spec's other axes (splits of the
+  /// micro-batch's block). `axes` when `data` is not per micro-batch.
+  AxisList followMicroBatch(const AxisList &axes, const AxisList &data) const {
+    auto at = llvm::find(data, mbAxis);
+    if (at == data.end())
+      return axes;
+    AxisList result(data.begin(), std::next(at));
+    for (shard::GridAxis a : axes)
+      if (!llvm::is_contained(result, a))
+        result.push_back(a);
+    return result;
+  }
+  bool isDefinedInLoop(Value v) {
+    return mbLoop && mbLoop.getRegion().isAncestor(v.getParentRegion());
+  }
+  /// The layout before the loop from which `s` is a slice: each dim's
+  /// axes before the micro-batch axis.
+  Sharding beforeMicroBatch(Sharding s) const {
+    for (AxisList &axes : s.dims)
+      axes.erase(llvm::find(axes, mbAxis), axes.end());
+    return s;
+  }
+  /// A re-layout the micro-batch loop cannot do (reported by the op whose
+  /// operand needs it): a value is returned so that emission can go on.
+  Value failMicroBatch(RankedTensorType local, const Twine &why);
+  int64_t microBatches = 1;
+  shard::GridAxis mbAxis = -1;
+  unsigned numDeviceAxes = 0;
+  DenseSet<Operation *> loopOps, afterLoopOps;
+  Operation *lastLoopOp = nullptr;
+  scf::ForOp mbLoop;
+  /// Planning or emitting an op of the loop.
+  bool inLoop = false;
+  std::optional<std::string> microBatchError;
+
   ModuleOp module;
   MeshAttr mesh;
   OpBuilder builder{module.getContext()};
@@ -285,6 +340,11 @@ AxisList Partitioner::getLoopAxes(LoopDimAttr loop) {
   for (StringAttr name : loop.getSplit())
     if (axisOfName.count(name.getValue()))
       axes.push_back(getGridAxis(name));
+  // An op of the micro-batch loop runs one micro-batch: the micro-batch
+  // axis is the major split of the batch loop (within the loop the op sees
+  // the micro-batch as its whole batch, split as the spec says).
+  if (inLoop && loop.getName().getValue() == "b")
+    axes.insert(axes.begin(), mbAxis);
   return axes;
 }
 
@@ -314,13 +374,27 @@ bool Partitioner::isValidFor(RankedTensorType global,
 
 Value Partitioner::getBlockIndex(Location loc,
                                  ArrayRef<shard::GridAxis> axes) {
-  auto index = shard::ProcessMultiIndexOp::create(builder, loc, kGridName,
-                                                  axes);
-  Value linear = index.getResult()[0];
-  for (unsigned i = 1; i < axes.size(); ++i) {
-    Value scaled = arith::MulIOp::create(
-        builder, loc, linear, getIndexConstant(loc, gridShape[axes[i]]));
-    linear = arith::AddIOp::create(builder, loc, scaled, index.getResult()[i]);
+  // The micro-batch axis's index is the loop's induction variable.
+  AxisList device;
+  for (shard::GridAxis a : axes)
+    if (a != mbAxis)
+      device.push_back(a);
+  SmallVector<Value> indices;
+  if (!device.empty())
+    llvm::append_range(indices, shard::ProcessMultiIndexOp::create(
+                                    builder, loc, kGridName, device)
+                                    .getResult());
+  Value linear;
+  unsigned next = 0;
+  for (shard::GridAxis a : axes) {
+    Value index = a == mbAxis ? mbLoop.getInductionVar() : indices[next++];
+    if (!linear) {
+      linear = index;
+      continue;
+    }
+    Value scaled = arith::MulIOp::create(builder, loc, linear,
+                                         getIndexConstant(loc, gridShape[a]));
+    linear = arith::AddIOp::create(builder, loc, scaled, index);
   }
   return linear;
 }
@@ -383,6 +457,25 @@ Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
   for (auto &[sharding, value] : cache[old])
     if (sharding == to)
       return value;
+  // A value from before the micro-batch loop: re-laid out once before the
+  // loop (collectives and all), then sliced per micro-batch inside it.
+  if (inLoop && !state.lazy && !isDefinedInLoop(state.value)) {
+    Sharding outer = beforeMicroBatch(to);
+    Value before;
+    {
+      OpBuilder::InsertionGuard guard(builder);
+      builder.setInsertionPoint(mbLoop);
+      inLoop = false;
+      before = getAs(old, outer, user, what);
+      inLoop = true;
+    }
+    if (outer == to)
+      return before;
+    ValueState origin = states[old];
+    Value result = relayout(before, outer, to, global, origin, user, what);
+    cache[old].push_back({to, result});
+    return result;
+  }
   Value result;
   if (state.lazy) {
     result = materializeLazy(old, to);
@@ -404,6 +497,31 @@ Value Partitioner::relayout(Value value, Sharding cur, const Sharding &to,
   auto dimText = [&](int64_t d, ArrayRef<shard::GridAxis> axes) {
     return "dim " + std::to_string(d) + " over " + axesText(axes);
   };
+
+  // Inside the micro-batch loop only one micro-batch exists: a sum over
+  // micro-batches is made by the loop (after it), and nothing gathers them.
+  if (llvm::is_contained(cur.partial, mbAxis))
+    return failMicroBatch(localOf(to),
+                          "the partial sum over micro-batches of the value "
+                          "produced by " +
+                              origin.producer + " is needed by " + user +
+                              " inside the micro-batch loop (only a sum "
+                              "that nothing in the loop reads is accumulated)");
+  for (auto [d, axes] : llvm::enumerate(cur.dims)) {
+    auto at = llvm::find(axes, mbAxis);
+    if (at == axes.end())
+      continue;
+    size_t k = std::distance(axes.begin(), at);
+    bool kept = to.dims[d].size() > k &&
+                llvm::equal(ArrayRef(axes).take_front(k + 1),
+                            ArrayRef(to.dims[d]).take_front(k + 1));
+    if (!kept)
+      return failMicroBatch(localOf(to),
+                            "the value produced by " + origin.producer +
+                                " holds one micro-batch, but " + user +
+                                " needs it re-laid out across micro-batches (" +
+                                dimText(d, axes) + ")");
+  }
 
   // 1. Partial results: reduce-scatter straight into the wanted split when
   //    it is the partial axes appended to one dim, else all-reduce.
@@ -509,6 +627,24 @@ Value Partitioner::relayout(Value value, Sharding cur, const Sharding &to,
     AxisList add(to.dims[d].begin() + cur.dims[d].size(), to.dims[d].end());
     Sharding next = cur;
     next.dims[d] = to.dims[d];
+    if (llvm::is_contained(add, mbAxis)) {
+      // This device's block of this micro-batch: a slice at the block
+      // index of the added axes (the micro-batch's is the loop counter).
+      RankedTensorType type = localOf(next);
+      SmallVector<OpFoldResult> offsets(rank, builder.getIndexAttr(0)), sizes,
+          strides(rank, builder.getIndexAttr(1));
+      for (int64_t size : type.getShape())
+        sizes.push_back(builder.getIndexAttr(size));
+      offsets[d] =
+          arith::MulIOp::create(builder, loc, getBlockIndex(loc, add),
+                                getIndexConstant(loc, type.getDimSize(d)))
+              .getResult();
+      value = tensor::ExtractSliceOp::create(builder, loc, type, value, offsets,
+                                             sizes, strides)
+                  .getResult();
+      cur = next;
+      continue;
+    }
     auto op = shard::AllSliceOp::create(builder, loc, localOf(next), value,
                                         kGridName, add, d);
     markCollective(op, user, "all-slice " + dimText(d, add) + " for " + context);
@@ -558,20 +694,51 @@ FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
                << " but the op's loop " << l << " is not";
       plan.loopAxes[l] = getLoopAxes(loop);
       int64_t pieces = getGroupSize(plan.loopAxes[l]);
-      if (loop.getExtent() % pieces != 0)
-        return op->emitError()
-               << "extent " << loop.getExtent() << " of loop '"
-               << loop.getName().getValue() << "' is not divisible by "
-               << pieces;
+      if (loop.getExtent() % pieces != 0) {
+        InFlightDiagnostic diag = op->emitError()
+                                  << "extent " << loop.getExtent()
+                                  << " of loop '" << loop.getName().getValue()
+                                  << "' is not divisible by " << pieces;
+        if (llvm::is_contained(plan.loopAxes[l], mbAxis))
+          diag << " (" << microBatches << " micro-batches of each block)";
+        return diag;
+      }
     }
     if (embedding && !getLoopAxes(loops.back()).empty()) {
       if (failed(planVocabParallel(op, getLoopAxes(loops.back()), plan)))
         plan.fallback = "split of the table rows (vocabulary-parallel "
                         "embedding) whose body is not a plain row lookup";
     }
-    if (spec.getTemporal())
-      return planTemporal(op, spec, plan.loopAxes);
   }
+  // In the micro-batch loop each loop that indexes an operand's
+  // micro-batch dim follows that operand's layout of it.
+  if (inLoop) {
+    SmallVector<AxisList> adjusted(plan.loopAxes);
+    for (OpOperand &operand : op->getOpOperands()) {
+      auto it = states.find(operand.get());
+      if (it == states.end() || it->second.lazy ||
+          !getRankedTensor(operand.get()) ||
+          (!op.isDpsInput(&operand) && !op.isDpsInit(&operand)))
+        continue;
+      AffineMap map = op.getMatchingIndexingMap(&operand);
+      for (auto [d, expr] : llvm::enumerate(map.getResults()))
+        if (auto dim = dyn_cast<AffineDimExpr>(expr))
+          adjusted[dim.getPosition()] = followMicroBatch(
+              adjusted[dim.getPosition()], it->second.sharding.dims[d]);
+    }
+    for (unsigned l = 0; l < numLoops; ++l) {
+      bool clash = llvm::any_of(adjusted[l], [&](shard::GridAxis a) {
+        for (unsigned other = 0; other < numLoops; ++other)
+          if (other != l && llvm::is_contained(adjusted[other], a))
+            return true;
+        return false;
+      });
+      if (!clash)
+        plan.loopAxes[l] = adjusted[l];
+    }
+  }
+  if (spec && spec.getTemporal())
+    return planTemporal(op, spec, plan.loopAxes);
 
   auto fail = [&](const Twine &why) -> FailureOr<OpPlan> {
     OpPlan replicated;
@@ -857,6 +1024,22 @@ FailureOr<OpPlan> Partitioner::planNorm(Operation *op,
                                << "' is not supported";
       in.dims[d] = getLoopAxes(loop);
     }
+    if (inLoop) {
+      Sharding data = states.lookup(input).sharding;
+      for (int64_t d = 0; d < type.getRank(); ++d) {
+        if (static_cast<int64_t>(data.dims.size()) != type.getRank())
+          break;
+        AxisList axes = followMicroBatch(in.dims[d], data.dims[d]);
+        bool clash = llvm::any_of(axes, [&](shard::GridAxis a) {
+          for (int64_t other = 0; other < type.getRank(); ++other)
+            if (other != d && llvm::is_contained(in.dims[other], a))
+              return true;
+          return false;
+        });
+        if (!clash)
+          in.dims[d] = axes;
+      }
+    }
   } else {
     in = states.lookup(input).sharding;
     in.partial.clear();
@@ -1053,6 +1236,17 @@ FailureOr<OpPlan> Partitioner::planAttention(AttentionOp op,
                                << "' is not supported";
     batch = getLoopAxes(loops[0]);
     heads = getLoopAxes(loops[1]);
+    if (inLoop) {
+      AxisList data;
+      Sharding q = states.lookup(op.getQuery()).sharding;
+      if (!q.dims.empty())
+        data = q.dims[0];
+      AxisList axes = followMicroBatch(batch, data);
+      if (llvm::none_of(axes, [&](shard::GridAxis a) {
+            return llvm::is_contained(heads, a);
+          }))
+        batch = axes;
+    }
   }
   if (kType.getDimSize(1) % getGroupSize(heads) != 0) {
     plan.fallback = "key/value heads not divisible by the head split";
@@ -1113,6 +1307,19 @@ OpPlan Partitioner::planLayout(Operation *op, const LayoutRule &rule) {
       }
     }
   }
+  // In the micro-batch loop an operand holding one micro-batch leads (the
+  // others are from before the loop and can be sliced to it).
+  if (inLoop)
+    for (Value operand : op->getOperands()) {
+      Sharding s = layoutOf(operand);
+      if (static_cast<int64_t>(s.dims.size()) == rank &&
+          llvm::any_of(s.dims, [&](const AxisList &axes) {
+            return llvm::is_contained(axes, mbAxis);
+          })) {
+        cur = s;
+        break;
+      }
+    }
   if (static_cast<int64_t>(cur.dims.size()) != rank)
     cur = Sharding::replicated(rank);
   for (int64_t d : rule.wholeDims)
@@ -1670,6 +1877,192 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
 }
 
 //===----------------------------------------------------------------------===//
+// Micro-batches
+//===----------------------------------------------------------------------===//
+
+Value Partitioner::failMicroBatch(RankedTensorType local, const Twine &why) {
+  if (!microBatchError)
+    microBatchError = why.str();
+  return tensor::EmptyOp::create(builder, builder.getUnknownLoc(),
+                                 local.getShape(), local.getElementType());
+}
+
+/// True when `op` reads (directly or in its regions) a value of `set`.
+static bool readsAny(Operation &op, const DenseSet<Value> &set) {
+  if (llvm::any_of(op.getOperands(), [&](Value v) { return set.contains(v); }))
+    return true;
+  SetVector<Value> above;
+  getUsedValuesDefinedAbove(op.getRegions(), above);
+  return llvm::any_of(above, [&](Value v) { return set.contains(v); });
+}
+
+LogicalResult Partitioner::classifyMicroBatchOps(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  // The ops that read both a parameter and the data (transitively) are the
+  // per-micro-batch work: the forward pass, the loss and the backward pass.
+  // Ops of the data alone (labels, the loss's token count, masks) run once
+  // on the device's whole batch before the loop; ops of the parameters
+  // alone (ZeRO-3's gathers, weight layouts) before it too.
+  DenseSet<Value> onParam, onData;
+  for (BlockArgument arg : body.getArguments())
+    (func.getArgAttr(arg.getArgNumber(), STPDialect::kParamAttrName) ? onParam
+                                                                     : onData)
+        .insert(arg);
+  DenseSet<Operation *> both;
+  for (Operation &op : body.without_terminator()) {
+    bool p = readsAny(op, onParam), x = readsAny(op, onData);
+    for (Value r : op.getResults()) {
+      if (p)
+        onParam.insert(r);
+      if (x)
+        onData.insert(r);
+    }
+    if (p && x)
+      both.insert(&op);
+  }
+  // After the loop: the optimizer. Ops of the loop that read a sum over
+  // the micro-batches move after it too (decided while emitting, see
+  // readsMicroBatchSum).
+  for (Operation &op : llvm::reverse(body.without_terminator())) {
+    if (!both.contains(&op))
+      continue;
+    auto phase = op.getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName);
+    if (phase && phase.getValue() == "optimizer") {
+      afterLoopOps.insert(&op);
+      continue;
+    }
+    loopOps.insert(&op);
+    if (!lastLoopOp)
+      lastLoopOp = &op;
+  }
+  if (loopOps.empty())
+    return func.emitError()
+           << "micro-batches = " << microBatches
+           << ": no op of the training step reads both a parameter and the "
+              "data, so there is nothing to run per micro-batch";
+  return success();
+}
+
+bool Partitioner::readsMicroBatchSum(Operation &op) {
+  SmallVector<Value> read(op.getOperands());
+  SetVector<Value> above;
+  getUsedValuesDefinedAbove(op.getRegions(), above);
+  read.append(above.begin(), above.end());
+  bool sum = false;
+  for (Value v : read) {
+    Operation *def = v.getDefiningOp();
+    if (def && afterLoopOps.contains(def)) {
+      sum = true;
+      continue;
+    }
+    auto it = states.find(v);
+    if (it == states.end() || it->second.lazy || !it->second.value ||
+        !isDefinedInLoop(it->second.value))
+      continue;
+    const Sharding &s = it->second.sharding;
+    bool perMicroBatch = llvm::any_of(s.dims, [&](const AxisList &axes) {
+      return llvm::is_contained(axes, mbAxis);
+    });
+    if (perMicroBatch || !llvm::is_contained(s.partial, mbAxis) ||
+        s.kind != shard::ReductionKind::Sum)
+      return false;
+    sum = true;
+  }
+  return sum;
+}
+
+LogicalResult Partitioner::finishMicroBatchLoop(Block &body) {
+  // The loop's values read after it, in program order.
+  SmallVector<Value> escaping;
+  for (Operation &op : body) {
+    if (!loopOps.contains(&op))
+      continue;
+    for (Value r : op.getResults())
+      if (llvm::any_of(r.getUsers(), [&](Operation *user) {
+            return !loopOps.contains(body.findAncestorOpInBlock(*user));
+          }))
+        escaping.push_back(r);
+  }
+  SmallVector<Value> inits, sums;
+  SmallVector<Sharding> outside;
+  builder.setInsertionPoint(mbLoop);
+  for (Value v : escaping) {
+    ValueState &state = states[v];
+    const Sharding &s = state.sharding;
+    bool perMicroBatch = llvm::any_of(s.dims, [&](const AxisList &axes) {
+      return llvm::is_contained(axes, mbAxis);
+    });
+    if (perMicroBatch || !llvm::is_contained(s.partial, mbAxis) ||
+        s.kind != shard::ReductionKind::Sum) {
+      Operation *def = v.getDefiningOp();
+      return def->emitError()
+             << "micro-batches = " << microBatches << ": '" << state.producer
+             << "' is used after the micro-batch loop but is not a sum over "
+                "the micro-batches (only gradients and the loss may leave "
+                "the loop)";
+    }
+    auto type = cast<RankedTensorType>(state.value.getType());
+    Location loc = v.getLoc();
+    Value empty = tensor::EmptyOp::create(builder, loc, type.getShape(),
+                                          type.getElementType());
+    Value zero = arith::ConstantOp::create(
+        builder, loc, builder.getZeroAttr(type.getElementType()));
+    inits.push_back(linalg::FillOp::create(builder, loc, ValueRange{zero},
+                                           ValueRange{empty})
+                        .getResult(0));
+    sums.push_back(state.value);
+    Sharding after = s;
+    llvm::erase(after.partial, mbAxis);
+    outside.push_back(after);
+  }
+  IRRewriter rewriter(builder);
+  FailureOr<LoopLikeOpInterface> grown =
+      cast<LoopLikeOpInterface>(mbLoop.getOperation())
+          .replaceWithAdditionalYields(
+              rewriter, inits, /*replaceInitOperandUsesInLoop=*/false,
+              [&](OpBuilder &b, Location loc, ArrayRef<BlockArgument> acc) {
+                SmallVector<Value> next;
+                for (auto [sum, value] : llvm::zip(acc, sums)) {
+                  auto type = cast<RankedTensorType>(value.getType());
+                  AffineMap id = b.getMultiDimIdentityMap(type.getRank());
+                  next.push_back(
+                      linalg::GenericOp::create(
+                          b, loc, TypeRange{type}, ValueRange{value},
+                          ValueRange{sum}, ArrayRef<AffineMap>{id, id},
+                          SmallVector<utils::IteratorType>(
+                              type.getRank(), utils::IteratorType::parallel),
+                          [&](OpBuilder &nb, Location l, ValueRange args) {
+                            linalg::YieldOp::create(
+                                nb, l,
+                                ValueRange{arith::AddFOp::create(nb, l, args[0],
+                                                                 args[1])});
+                          })
+                          .getResult(0));
+                }
+                return next;
+              });
+  if (failed(grown))
+    return mbLoop.emitError() << "cannot add the micro-batch sums to the loop";
+  mbLoop = cast<scf::ForOp>(grown->getOperation());
+  for (auto [i, v] : llvm::enumerate(escaping)) {
+    ValueState &state = states[v];
+    state.value = mbLoop.getResult(i);
+    state.sharding = outside[i];
+  }
+  // Re-layouts made inside the loop are not visible after it.
+  for (auto &[old, entries] : cache)
+    llvm::erase_if(entries,
+                   [&](auto &entry) { return isDefinedInLoop(entry.second); });
+  for (auto &[old, stashes] : temporalStashes)
+    llvm::erase_if(stashes, [&](TemporalStash &stash) {
+      return isDefinedInLoop(stash.value);
+    });
+  builder.setInsertionPointAfter(mbLoop);
+  inLoop = false;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Driver
 //===----------------------------------------------------------------------===//
 
@@ -1686,7 +2079,19 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
   for (auto [i, op] : llvm::enumerate(body))
     positions[&op] = i;
 
-  // Arguments: the sharding the first planned user wants.
+  loopOps.clear();
+  afterLoopOps.clear();
+  lastLoopOp = nullptr;
+  mbLoop = nullptr;
+  inLoop = false;
+  microBatchError.reset();
+  bool training = module->hasAttr(STPDialect::kTrainingAttrName);
+  if (training && microBatches > 1 && failed(classifyMicroBatchOps(func)))
+    return failure();
+
+  // Arguments: the sharding the first planned user wants (a user in the
+  // micro-batch loop: the layout it is sliced from, its dims holding
+  // micro-batches whole).
   SmallVector<Sharding> argShardings;
   for (BlockArgument arg : body.getArguments()) {
     auto type = getRankedTensor(arg);
@@ -1704,7 +2109,10 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
       for (auto [user, use] : uses) {
         if (!user->hasAttr(STPDialect::kSpecAttrName))
           continue;
+        inLoop = loopOps.contains(user);
         FailureOr<OpPlan> plan = planOp(user);
+        bool userInLoop = inLoop;
+        inLoop = false;
         if (failed(plan))
           return failure();
         if (plan->kind == PlanKind::Replicated || plan->kind == PlanKind::Lazy)
@@ -1717,6 +2125,8 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
             if (value == arg)
               wanted = sharding;
         }
+        if (wanted && userInLoop)
+          wanted = beforeMicroBatch(*wanted);
         if (wanted && wanted->partial.empty() && isValidFor(type, *wanted)) {
           chosen = *wanted;
           break;
@@ -1766,8 +2176,11 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
   }
 
   builder.setInsertionPointToEnd(newBody);
-  bool training = module->hasAttr(STPDialect::kTrainingAttrName);
-  for (Operation &op : body) {
+  auto fail = [&]() {
+    newFunc.erase();
+    return failure();
+  };
+  auto emitOne = [&](Operation &op) -> LogicalResult {
     // The phase the collectives inserted for this op belong to (the
     // training step's ops carry it; the rest is the forward pass).
     if (auto phase = op.getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName))
@@ -1777,10 +2190,62 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
     else
       currentPhase = "forward";
     FailureOr<OpPlan> plan = planOp(&op);
-    if (failed(plan) || failed(emit(&op, *plan))) {
-      newFunc.erase();
+    if (failed(plan) || failed(emit(&op, *plan)))
       return failure();
+    if (microBatchError)
+      return op.emitError()
+             << "micro-batches = " << microBatches << ": " << *microBatchError;
+    return success();
+  };
+  // Without micro-batches every op is emitted in order. With them, from the
+  // first op of the loop to its last: the loop's ops go into it, ops after
+  // the loop wait for its end, and the others go before it.
+  SmallVector<Operation *> deferred;
+  bool looping = false;
+  for (Operation &op : body) {
+    if (!mbLoop && loopOps.contains(&op)) {
+      Location loc = op.getLoc();
+      mbLoop = scf::ForOp::create(builder, loc, getIndexConstant(loc, 0),
+                                  getIndexConstant(loc, microBatches),
+                                  getIndexConstant(loc, 1));
+      mbLoop->setAttr(STPDialect::kPlanStepAttrName,
+                      builder.getStringAttr(
+                          "micro-batches: forward and backward of each of " +
+                          std::to_string(microBatches) +
+                          " micro-batches, gradients accumulated"));
+      looping = true;
     }
+    if (!looping) {
+      if (failed(emitOne(op)))
+        return fail();
+      continue;
+    }
+    if (afterLoopOps.contains(&op)) {
+      deferred.push_back(&op);
+    } else if (loopOps.contains(&op) && readsMicroBatchSum(op)) {
+      loopOps.erase(&op);
+      afterLoopOps.insert(&op);
+      deferred.push_back(&op);
+    } else if (loopOps.contains(&op)) {
+      builder.setInsertionPoint(mbLoop.getBody()->getTerminator());
+      inLoop = true;
+      LogicalResult ok = emitOne(op);
+      inLoop = false;
+      if (failed(ok))
+        return fail();
+    } else {
+      builder.setInsertionPoint(mbLoop);
+      if (failed(emitOne(op)))
+        return fail();
+    }
+    if (&op != lastLoopOp)
+      continue;
+    looping = false;
+    if (failed(finishMicroBatchLoop(body)))
+      return fail();
+    for (Operation *after : deferred)
+      if (failed(emitOne(*after)))
+        return fail();
   }
   newFunc->moveBefore(func);
   func.erase();
@@ -1807,6 +2272,20 @@ LogicalResult Partitioner::run() {
     axisNames.push_back("single");
     gridShape.push_back(1);
   }
+  numDeviceAxes = gridShape.size();
+  // Micro-batches: a training step's micro_batches (-stp-training-step).
+  if (auto training =
+          module->getAttrOfType<DictionaryAttr>(STPDialect::kTrainingAttrName))
+    if (auto m = training.getAs<IntegerAttr>("micro_batches"))
+      microBatches = m.getInt();
+  if (microBatches < 1)
+    return module.emitError()
+           << "micro_batches must be at least 1, got " << microBatches;
+  if (microBatches > 1) {
+    mbAxis = gridShape.size();
+    axisNames.push_back("mb");
+    gridShape.push_back(microBatches);
+  }
   if (module.lookupSymbol(kGridName))
     return module.emitError() << "symbol @" << kGridName
                               << " already exists (partitioned twice?)";
@@ -1819,7 +2298,8 @@ LogicalResult Partitioner::run() {
   builder.setInsertionPointToStart(module.getBody());
   shard::GridOp::create(builder, module.getLoc(),
                         builder.getStringAttr(kGridName),
-                        builder.getDenseI64ArrayAttr(gridShape));
+                        builder.getDenseI64ArrayAttr(
+                            ArrayRef(gridShape).take_front(numDeviceAxes)));
   for (func::FuncOp func :
        llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
     if (failed(partitionFunc(func)))

@@ -394,6 +394,10 @@ struct Options {
   bool returnGradients;
   /// ZeRO stage (0-3); -1: the plan's (`stp.plan`'s mesh.zero_stage).
   int zeroStage;
+  /// Micro-batches per step; -1: the plan's (mesh.micro_batches).
+  int64_t microBatches;
+  /// "on", "off" or "plan" (mesh.recompute).
+  std::string recompute;
 };
 
 class TrainingStepBuilder {
@@ -718,7 +722,21 @@ private:
   /// The copy generic `v` -> new value with `axes`.
   Value copyOf(Value v, const LoopAxes &axes, Location loc, StringRef phase);
 
+  //===--- Activation recomputation (Chen et al. 2016; Megatron-LM) ---===//
+
+  /// Full recomputation per layer: the backward ops read, instead of a
+  /// layer's saved activations, copies of the forward ops that compute
+  /// them from the layer's inputs (`stp.phase = "recompute"`), placed right
+  /// before the first backward op that reads one. Saved: values read
+  /// outside their layer (the layer boundaries, by the plan's `layer` of
+  /// each operator) and values not computed from the data (parameters,
+  /// their gathers, constants).
+  void recomputeActivations(ArrayRef<Operation *> forward);
+  unsigned numRecomputed = 0;
+
   int zeroStage = 0;
+  int64_t microBatches = 1;
+  bool recompute = false;
   SmallVector<StringAttr> dataParallelAxes;
   /// ZeRO-3: per parameter, its sharded copy Ps and forward gather Pf.
   SmallVector<std::tuple<BlockArgument, Value, Value>> shardedParams;
@@ -1952,7 +1970,8 @@ void TrainingStepBuilder::regatherForBackward() {
       Operation *owner = body.findAncestorOpInBlock(*use.getOwner());
       auto phase = owner->getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName);
       if (!phase || (phase.getValue() != "input_grad" &&
-                     phase.getValue() != "weight_grad"))
+                     phase.getValue() != "weight_grad" &&
+                     phase.getValue() != "recompute"))
         continue;
       backwardUses.push_back(&use);
       if (!first || owner->isBeforeInBlock(first))
@@ -1975,6 +1994,117 @@ void TrainingStepBuilder::regatherForBackward() {
     again->setAttr(STPDialect::kPhaseAttrName, b.getStringAttr("input_grad"));
     for (OpOperand *use : backwardUses)
       use->set(again->getResult(0));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Activation recomputation
+//===----------------------------------------------------------------------===//
+
+void TrainingStepBuilder::recomputeActivations(ArrayRef<Operation *> forward) {
+  Block &body = func.getBody().front();
+  // The layer of each forward op: its plan record's, else (views and ops
+  // the plan does not list) that of the planned op before it.
+  DenseMap<Operation *, int64_t> layerOf;
+  int64_t current = -1;
+  for (Operation *op : forward) {
+    if (auto records =
+            op->getAttrOfType<ArrayAttr>(STPDialect::kPlanOpsAttrName))
+      if (!records.empty())
+        if (auto record = dyn_cast<DictionaryAttr>(records[0]))
+          if (auto layer = record.getAs<IntegerAttr>("layer"))
+            current = layer.getInt();
+    layerOf[op] = current;
+  }
+  // Values computed from the data (not parameters alone or constants).
+  DenseSet<Value> onData;
+  for (BlockArgument arg : body.getArguments())
+    if (!func.getArgAttr(arg.getArgNumber(), STPDialect::kParamAttrName))
+      onData.insert(arg);
+  auto readsData = [&](Operation *op) {
+    bool reads = false;
+    op->walk([&](Operation *inner) {
+      for (Value v : inner->getOperands())
+        reads |= onData.contains(v);
+    });
+    return reads;
+  };
+  DenseSet<Operation *> forwardOps(forward.begin(), forward.end());
+  for (Operation *op : forward)
+    if (readsData(op))
+      for (Value r : op->getResults())
+        onData.insert(r);
+  // Recomputable: a data-dependent value of a layer that no op outside the
+  // layer's forward pass reads except backward ops.
+  auto isBackward = [](Operation *op) {
+    auto phase = op->getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName);
+    return phase && (phase.getValue() == "input_grad" ||
+                     phase.getValue() == "weight_grad" ||
+                     phase.getValue() == "grad_sum");
+  };
+  auto recomputable = [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    if (!def || !forwardOps.contains(def) || layerOf.lookup(def) < 0 ||
+        !onData.contains(v))
+      return false;
+    int64_t layer = layerOf.lookup(def);
+    return llvm::all_of(v.getUsers(), [&](Operation *user) {
+      Operation *top = body.findAncestorOpInBlock(*user);
+      return isBackward(top) ||
+             (forwardOps.contains(top) && layerOf.lookup(top) == layer);
+    });
+  };
+  // Per layer: the backward uses of its recomputable values.
+  std::map<int64_t, SmallVector<OpOperand *>> uses;
+  for (Operation &op : body) {
+    if (!isBackward(&op))
+      continue;
+    op.walk([&](Operation *inner) {
+      for (OpOperand &use : inner->getOpOperands())
+        if (recomputable(use.get()))
+          uses[layerOf.lookup(use.get().getDefiningOp())].push_back(&use);
+    });
+  }
+  for (auto &[layer, layerUses] : uses) {
+    // The forward ops to copy: the producers of the used values, back to
+    // the saved values.
+    DenseSet<Operation *> needed;
+    SmallVector<Operation *> work;
+    Operation *first = nullptr;
+    for (OpOperand *use : layerUses) {
+      work.push_back(use->get().getDefiningOp());
+      Operation *top = body.findAncestorOpInBlock(*use->getOwner());
+      if (!first || top->isBeforeInBlock(first))
+        first = top;
+    }
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val();
+      if (!needed.insert(op).second)
+        continue;
+      // (Fresh tensors the copies write into are made again too, so that
+      // the forward ones die with the forward pass.)
+      op->walk([&](Operation *inner) {
+        for (Value v : inner->getOperands()) {
+          Operation *def = v.getDefiningOp();
+          if ((recomputable(v) && layerOf.lookup(def) == layer) ||
+              (def && forwardOps.contains(def) &&
+               isa<tensor::EmptyOp, linalg::FillOp>(def)))
+            work.push_back(def);
+        }
+      });
+    }
+    IRMapping map;
+    b.setInsertionPoint(first);
+    for (Operation *op : forward) {
+      if (!needed.contains(op))
+        continue;
+      Operation *copy = b.clone(*op, map);
+      copy->setAttr(STPDialect::kPhaseAttrName, b.getStringAttr("recompute"));
+      copy->removeAttr(STPDialect::kPlanOpsAttrName);
+      ++numRecomputed;
+    }
+    for (OpOperand *use : layerUses)
+      use->set(map.lookup(use->get()));
   }
 }
 
@@ -2022,6 +2152,26 @@ LogicalResult TrainingStepBuilder::run() {
         if (auto z = meshInfo.getAs<IntegerAttr>("zero_stage"))
           zeroStage = int(z.getInt());
   }
+  // Micro-batches: the option, else the plan's. -stp-partition runs the
+  // step's forward and backward once per micro-batch and sums the
+  // gradients; the loss is already a mean over the global batch.
+  microBatches = options.microBatches;
+  if (microBatches < 0) {
+    microBatches = 1;
+    if (auto plan =
+            module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
+      if (auto meshInfo = plan.getAs<DictionaryAttr>("mesh"))
+        if (auto m = meshInfo.getAs<IntegerAttr>("micro_batches"))
+          microBatches = std::max<int64_t>(m.getInt(), 1);
+  }
+  // Recomputation: the option, else the plan's.
+  recompute = options.recompute == "on";
+  if (options.recompute == "plan")
+    if (auto plan =
+            module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
+      if (auto meshInfo = plan.getAs<DictionaryAttr>("mesh"))
+        if (auto r = meshInfo.getAs<BoolAttr>("recompute"))
+          recompute = r.getValue();
   if (zeroStage > 3)
     return emitError(loc) << "ZeRO stage " << zeroStage
                           << " does not exist (0, 1, 2 or 3)";
@@ -2052,6 +2202,13 @@ LogicalResult TrainingStepBuilder::run() {
   for (Operation *op : llvm::reverse(forward))
     if (failed(backward(op)))
       return failure();
+  if (recompute) {
+    recomputeActivations(forward);
+    if (numRecomputed == 0)
+      emitWarning(loc) << "activation recomputation: the plan names no "
+                          "layers (or no layer has activations the backward "
+                          "pass reads), so nothing is recomputed";
+  }
   regatherForBackward();
 
   for (BlockArgument arg : body.getArguments())
@@ -2099,7 +2256,9 @@ LogicalResult TrainingStepBuilder::run() {
       b.getNamedAttr("lr", b.getF64FloatAttr(options.lr)),
       b.getNamedAttr("weight_decay", b.getF64FloatAttr(options.weightDecay)),
       b.getNamedAttr("parameters", b.getI64IntegerAttr(params.size())),
-      b.getNamedAttr("zero_stage", b.getI64IntegerAttr(zeroStage))};
+      b.getNamedAttr("zero_stage", b.getI64IntegerAttr(zeroStage)),
+      b.getNamedAttr("micro_batches", b.getI64IntegerAttr(microBatches)),
+      b.getNamedAttr("recompute", b.getBoolAttr(recompute))};
   if (options.optimizer == "adamw") {
     training.push_back(
         b.getNamedAttr("beta1", b.getF64FloatAttr(options.beta1)));
@@ -2158,6 +2317,19 @@ struct TrainingStepPass
     o.weightDecay = weightDecay;
     o.returnGradients = returnGradients;
     o.zeroStage = zeroStage;
+    o.microBatches = microBatches;
+    o.recompute = recompute;
+    if (o.recompute != "on" && o.recompute != "off" && o.recompute != "plan") {
+      module.emitError() << "recompute must be on, off or plan, got '"
+                         << o.recompute << "'";
+      return signalPassFailure();
+    }
+    if (o.microBatches == 0 || o.microBatches < -1) {
+      module.emitError() << "micro-batches must be at least 1 (or -1: the "
+                            "plan's), got "
+                         << o.microBatches;
+      return signalPassFailure();
+    }
     if (module->hasAttr(STPDialect::kTrainingAttrName)) {
       module.emitError() << "the module is a training step already";
       return signalPassFailure();

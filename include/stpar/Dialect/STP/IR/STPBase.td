@@ -137,7 +137,8 @@ def STP_Dialect : Dialect {
     /// Op attribute (string) on ops -stp-training-step adds: the phase of
     /// the training step they belong to (`forward` for ZeRO-3's parameter
     /// gathers, `loss`, `input_grad`, `weight_grad`, `grad_sum`,
-    /// `optimizer`).
+    /// `optimizer`, `recompute` for forward ops copied into the backward
+    /// pass).
     static constexpr ::llvm::StringLiteral kPhaseAttrName = "stp.phase";
     /// Module attribute (dictionary): the training step's options (loss,
     /// optimizer and its hyper-parameters), set by -stp-training-step.

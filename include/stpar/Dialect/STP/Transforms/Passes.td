@@ -158,6 +158,22 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
     the last product runs; the result is permuted back to its blocked
     layout. No collective (docs/partition.md, "Temporal primitive").
 
+    Micro-batches (a training step whose `stp.training` has
+    `micro_batches` M > 1; docs/partition.md, "Micro-batches"): the ops
+    that read both a parameter and the data (forward, loss, backward) run
+    in one `scf.for` over the M micro-batches, with the micro-batch index
+    as a sequential axis `mb` that is the major split of every batch loop
+    `b` (and of each loop that indexes a micro-batch dim of an operand):
+    inside the loop an op sees one micro-batch, split over the device axes
+    as its spec says. Values from before the loop are re-laid out there
+    with the batch dim whole and sliced per micro-batch
+    (`tensor.extract_slice` at the loop counter). Sums over micro-batches
+    (the weight gradients' and the loss's partial sums) are the loop's
+    iteration arguments, accumulated; their device collectives (gradient
+    sync) and everything that reads them (a shared parameter's sum of
+    gradients, the optimizer) run once after the loop. Ops of the data
+    alone (labels, the loss's token count) run once before it.
+
     Errors (the pass fails): a `pp` axis larger than 1, a spec whose loops
     do not match the op's loops (count or extents), padded splits, a
     temporal rule other than PrimePar's forward rule or on an op that is not
@@ -530,6 +546,25 @@ def TrainingStepPass : Pass<"stp-training-step", "::mlir::ModuleOp"> {
        layout) made right before its first use, once for the forward pass
        and once for the backward pass.
 
+    5. **Micro-batches** (`micro-batches`, default the plan's
+       `mesh.micro_batches`): recorded as `micro_batches` in `stp.training`;
+       `-stp-partition` runs the forward and backward ops once per
+       micro-batch and accumulates the gradients before their sync and the
+       update (gradient accumulation). The loss is already a mean over the
+       global batch (its token count is taken before the loop), so it is
+       normalized once.
+
+    6. **Activation recomputation** (`recompute`, default the plan's
+       `mesh.recompute`; Chen et al. 2016, Megatron-LM's full
+       recomputation): per layer (the plan's `layer` of each operator), the
+       backward ops read copies of the forward ops that compute the
+       layer's activations from its saved inputs instead of the saved
+       activations. The copies (`stp.phase = "recompute"`, same spec as
+       their forward op) are placed right before the first backward op of
+       the layer that reads one, so the forward values die after the
+       forward pass. Saved: values read outside their layer (the layer
+       boundaries), parameters and what is computed from them alone.
+
     Ops built from a planned op copy its `stp.spec` with the loop kinds of
     the gradient (B and G are partitioned as their forward operator: same
     loops, same mesh axes); the others take the split of the tensor they
@@ -568,7 +603,12 @@ def TrainingStepPass : Pass<"stp-training-step", "::mlir::ModuleOp"> {
            /*default=*/"false",
            "Also return every trained parameter's gradient">,
     Option<"zeroStage", "zero-stage", "int", /*default=*/"-1",
-           "ZeRO stage 0-3 (default -1: the plan's)">
+           "ZeRO stage 0-3 (default -1: the plan's)">,
+    Option<"microBatches", "micro-batches", "int64_t", /*default=*/"-1",
+           "Micro-batches per step, gradients accumulated over them "
+           "(default -1: the plan's)">,
+    Option<"recompute", "recompute", "std::string", /*default=*/"\"plan\"",
+           "Activation recomputation: on, off or plan (the plan's)">
   ];
   let dependentDialects = [
     "::stpar::stp::STPDialect", "::mlir::linalg::LinalgDialect",
