@@ -3,6 +3,11 @@
 // data-parallel linear layer whose bias is used twice, batch 8 on 2 ranks.
 // RUN: stpar-opt %s -stp-training-step="loss=mean-square micro-batches=4" -stp-partition | FileCheck %s
 // RUN: stpar-opt %s -stp-training-step="loss=mean-square micro-batches=2 zero-stage=2" -stp-partition | FileCheck %s --check-prefix=ZERO2
+// Without the option, the plan's micro-batch count (stp.plan's mesh).
+// RUN: sed -e 's/module attributes {stp.mesh = #mesh}/module attributes {stp.mesh = #mesh, stp.plan = {mesh = {micro_batches = 2 : i64}}}/' %s \
+// RUN:   | stpar-opt -stp-training-step="loss=mean-square" -stp-partition | FileCheck %s --check-prefix=PLAN
+// PLAN: stp.training = {{.*}}micro_batches = 2
+// PLAN: scf.for %{{.+}} = %c0 to %c2 step %c1
 //
 // Numerics: a fixed global batch of 8 on one rank (the mesh's dp = 1) as
 // 1, 2, 4 and 8 micro-batches (8x1, 4x2, 2x4, 1x8), and on 2 ranks as 2

@@ -854,6 +854,43 @@ LogicalResult Importer::collectGraphNames() {
       return fileError() << "graph input '" << input.name()
                          << "' is declared twice";
   }
+  // A graph input that an initializer gives its default value (IR >= 4)
+  // must declare the initializer's dtype and shape.
+  for (const onnx::TensorProto &init : graph.initializer()) {
+    for (const onnx::ValueInfoProto &input : graph.input()) {
+      if (input.name() != init.name() || !input.type().has_tensor_type())
+        continue;
+      const auto &type = input.type().tensor_type();
+      auto shapeText = [](auto dims) {
+        std::string text = "[";
+        for (auto [i, d] : llvm::enumerate(dims))
+          text += (i ? ", " : "") + d;
+        return text + "]";
+      };
+      SmallVector<std::string> declared, stored;
+      for (const auto &dim : type.shape().dim())
+        declared.push_back(dim.has_dim_value() ? std::to_string(dim.dim_value())
+                                               : dim.dim_param());
+      for (int64_t d : init.dims())
+        stored.push_back(std::to_string(d));
+      bool dtypeDiffers =
+          type.elem_type() != 0 && type.elem_type() != init.data_type();
+      bool shapeDiffers = false;
+      if (type.has_shape()) {
+        shapeDiffers = type.shape().dim_size() != init.dims_size();
+        for (int i = 0; !shapeDiffers && i < init.dims_size(); ++i)
+          shapeDiffers = type.shape().dim(i).has_dim_value() &&
+                         type.shape().dim(i).dim_value() != init.dims(i);
+      }
+      if (dtypeDiffers || shapeDiffers)
+        return fileError() << "graph input '" << input.name()
+                           << "' is declared as "
+                           << dtypeLabel(type.elem_type()) << " "
+                           << shapeText(declared) << " but its initializer is "
+                           << dtypeLabel(init.data_type()) << " "
+                           << shapeText(stored);
+    }
+  }
   llvm::StringSet<> outputs;
   for (const onnx::ValueInfoProto &output : graph.output()) {
     if (output.name().empty())
@@ -984,6 +1021,8 @@ LogicalResult Importer::checkSchema(const onnx::NodeProto &node,
 LogicalResult Importer::bindDims() {
   const ImportOptions &options = *state.options;
   std::vector<std::string> unbound;
+  llvm::StringSet<> used;
+  std::vector<std::string> symbolic;
   onnx::GraphProto *graph = model.mutable_graph();
   for (auto &[name, value] : options.dims) {
     if (value < 0)
@@ -1023,6 +1062,8 @@ LogicalResult Importer::bindDims() {
         continue;
       }
       std::string name = dim.has_dim_param() ? dim.dim_param() : "";
+      if (!name.empty() && !llvm::is_contained(symbolic, name))
+        symbolic.push_back(name);
       auto it = options.dims.find(name);
       if (name.empty() || it == options.dims.end()) {
         if (required) {
@@ -1035,6 +1076,7 @@ LogicalResult Importer::bindDims() {
         }
         continue;
       }
+      used.insert(name);
       dim.set_dim_value(it->second);
     }
     return success();
@@ -1071,6 +1113,21 @@ LogicalResult Importer::bindDims() {
     (void)bind(info, /*required=*/false);
   for (onnx::ValueInfoProto &info : *graph->mutable_value_info())
     (void)bind(info, /*required=*/false);
+  // A --dim that names no symbolic dim is a typo, not a no-op.
+  for (const auto &entry : options.dims) {
+    if (used.contains(entry.getKey()))
+      continue;
+    InFlightDiagnostic diag = fileError();
+    diag << "--dim " << entry.getKey() << " names no symbolic dim of the model";
+    if (symbolic.empty()) {
+      diag << " (it has none)";
+    } else {
+      diag << " (its symbolic dims: ";
+      llvm::interleaveComma(symbolic, diag);
+      diag << ")";
+    }
+    return failure();
+  }
   return success();
 }
 
@@ -1267,6 +1324,24 @@ LogicalResult Importer::checkExternalData(const onnx::TensorProto &init,
     return fileError() << "initializer '" << init.name()
                        << "' has its external data in '" << rel
                        << "', which is not a regular file";
+  // Symbolic links are resolved: the file itself must be inside the
+  // model's folder too.
+  SmallString<256> folder(state.path), realFolder, realData;
+  llvm::sys::path::remove_filename(folder);
+  if (folder.empty())
+    folder = ".";
+  if (llvm::sys::fs::real_path(folder, realFolder) ||
+      llvm::sys::fs::real_path(dataPath, realData))
+    return fileError() << "initializer '" << init.name()
+                       << "': cannot resolve the path of its external data '"
+                       << rel << "'";
+  StringRef inside(realData);
+  if (!inside.consume_front(realFolder) || inside.empty() ||
+      !llvm::sys::path::is_separator(inside.front()))
+    return fileError() << "initializer '" << init.name()
+                       << "' has its external data at '" << rel
+                       << "', which resolves (through a symbolic link) to '"
+                       << realData << "', outside the model's folder";
   uint64_t size = status.getSize();
   if (static_cast<uint64_t>(offset) > size ||
       static_cast<uint64_t>(bytes) > size - offset)

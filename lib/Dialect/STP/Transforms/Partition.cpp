@@ -275,7 +275,8 @@ private:
   /// value computed after the loop) and nothing that differs between
   /// micro-batches: it then runs once after the loop, on the accumulated
   /// sum (a gradient's further ops: a shared parameter's sum of gradients,
-  /// an embedding's scatter of its summed output gradient).
+  /// an embedding's scatter of its summed output gradient). Reading both a
+  /// sum and a micro-batch's value sets `microBatchError`.
   bool readsMicroBatchSum(Operation &op);
   /// In the micro-batch loop, the split of a loop or dim (`axes`, as the
   /// spec says) that holds data laid out as `data`: the data's axes up to
@@ -1948,7 +1949,7 @@ bool Partitioner::readsMicroBatchSum(Operation &op) {
   SetVector<Value> above;
   getUsedValuesDefinedAbove(op.getRegions(), above);
   read.append(above.begin(), above.end());
-  bool sum = false;
+  bool sum = false, perMicroBatch = false;
   for (Value v : read) {
     Operation *def = v.getDefiningOp();
     if (def && afterLoopOps.contains(def)) {
@@ -1960,13 +1961,22 @@ bool Partitioner::readsMicroBatchSum(Operation &op) {
         !isDefinedInLoop(it->second.value))
       continue;
     const Sharding &s = it->second.sharding;
-    bool perMicroBatch = llvm::any_of(s.dims, [&](const AxisList &axes) {
+    bool split = llvm::any_of(s.dims, [&](const AxisList &axes) {
       return llvm::is_contained(axes, mbAxis);
     });
-    if (perMicroBatch || !llvm::is_contained(s.partial, mbAxis) ||
+    if (split || !llvm::is_contained(s.partial, mbAxis) ||
         s.kind != shard::ReductionKind::Sum)
-      return false;
-    sum = true;
+      perMicroBatch = true;
+    else
+      sum = true;
+  }
+  if (sum && perMicroBatch) {
+    // Reads both: it can run neither in the loop (a sum exists only after
+    // it) nor after it (a micro-batch's value does not).
+    if (!microBatchError)
+      microBatchError = "it reads both a sum over the micro-batches and a "
+                        "value of one micro-batch";
+    return false;
   }
   return sum;
 }
@@ -2226,6 +2236,10 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
       loopOps.erase(&op);
       afterLoopOps.insert(&op);
       deferred.push_back(&op);
+    } else if (microBatchError) {
+      op.emitError() << "micro-batches = " << microBatches << ": "
+                     << *microBatchError;
+      return fail();
     } else if (loopOps.contains(&op)) {
       builder.setInsertionPoint(mbLoop.getBody()->getTerminator());
       inLoop = true;

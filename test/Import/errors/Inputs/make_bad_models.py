@@ -511,6 +511,23 @@ def external_escapes():
 
 
 @case
+def external_symlink():
+    # w.bin is made a symbolic link to a file outside the model's folder by
+    # the test.
+    return matmul_with_weight(external("w", [4, 3], "w.bin"))
+
+
+@case
+def input_initializer_conflict():
+    # The graph input w (an overridable initializer) is declared [3, 4];
+    # its initializer is [4, 3].
+    m = matmul_with_weight(numpy_helper.from_array(
+        np.zeros((4, 3), dtype=np.float32), "w"))
+    m.graph.input.append(helper.make_tensor_value_info("w", F, [3, 4]))
+    return m
+
+
+@case
 def initializer_short_raw():
     w = numpy_helper.from_array(np.zeros((4, 3), dtype=np.float32), "w")
     w.raw_data = w.raw_data[:20]
