@@ -455,8 +455,9 @@ Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
   auto global = getRankedTensor(old);
   if (!global)
     return state.value;
+  // (A re-layout made inside the micro-batch loop serves only the loop.)
   for (auto &[sharding, value] : cache[old])
-    if (sharding == to)
+    if (sharding == to && (inLoop || !isDefinedInLoop(value)))
       return value;
   // A value from before the micro-batch loop: re-laid out once before the
   // loop (collectives and all), then sliced per micro-batch inside it.
