@@ -227,19 +227,31 @@ struct CollapseShapeModel
   CostRule getCostRule(Operation *) const { return {CostKind::View, 0, ""}; }
 };
 
+/// Whether a slice op (extract or insert) has static offsets, sizes and
+/// strides.
+static bool hasStaticSlicing(OffsetSizeAndStrideOpInterface op) {
+  return op.getOffsets().empty() && op.getSizes().empty() &&
+         op.getStrides().empty();
+}
+
+/// Whether a static slice op spans dim `d` of the full tensor (the
+/// extract's source, the insert's destination) of that size whole.
+static bool spansWhole(OffsetSizeAndStrideOpInterface op, int64_t d,
+                       int64_t size) {
+  return op.getStaticOffsets()[d] == 0 && op.getStaticStrides()[d] == 1 &&
+         op.getStaticSizes()[d] == size;
+}
+
 /// A static slice keeps the splits of the dims it takes whole.
 struct ExtractSliceModel
     : public PartitionableOpInterface::ExternalModel<ExtractSliceModel,
                                                      tensor::ExtractSliceOp> {
   static bool isWhole(tensor::ExtractSliceOp slice, int64_t d) {
-    return slice.getStaticOffsets()[d] == 0 && slice.getStaticStrides()[d] == 1 &&
-           slice.getStaticSizes()[d] == slice.getSourceType().getDimSize(d);
+    return spansWhole(slice, d, slice.getSourceType().getDimSize(d));
   }
   PartitionRule getPartitionRule(Operation *op) const {
     auto slice = cast<tensor::ExtractSliceOp>(op);
-    return slice.getOffsets().empty() && slice.getSizes().empty() &&
-                   slice.getStrides().empty() &&
-                   slice.getSourceType().hasStaticShape()
+    return hasStaticSlicing(slice) && slice.getSourceType().hasStaticShape()
                ? PartitionRule::Layout
                : PartitionRule::Unsupported;
   }
@@ -283,15 +295,11 @@ struct InsertSliceModel
     : public PartitionableOpInterface::ExternalModel<InsertSliceModel,
                                                      tensor::InsertSliceOp> {
   static bool isWhole(tensor::InsertSliceOp insert, int64_t d) {
-    return insert.getStaticOffsets()[d] == 0 &&
-           insert.getStaticStrides()[d] == 1 &&
-           insert.getStaticSizes()[d] == insert.getDestType().getDimSize(d);
+    return spansWhole(insert, d, insert.getDestType().getDimSize(d));
   }
   PartitionRule getPartitionRule(Operation *op) const {
     auto insert = cast<tensor::InsertSliceOp>(op);
-    return insert.getOffsets().empty() && insert.getSizes().empty() &&
-                   insert.getStrides().empty() &&
-                   insert.getDestType().hasStaticShape() &&
+    return hasStaticSlicing(insert) && insert.getDestType().hasStaticShape() &&
                    insert.getSourceType().getRank() ==
                        insert.getDestType().getRank()
                ? PartitionRule::Layout

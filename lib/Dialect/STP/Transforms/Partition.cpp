@@ -181,6 +181,17 @@ static std::optional<Sharding> shardingThroughMap(AffineMap map,
 }
 
 /// Whether `v` is a tensor of zeros (a fill of 0 or a zero splat).
+/// Whether one of `axes` splits an entry of `lists` other than `self`
+/// (a grid axis splits at most one loop or dim).
+static bool usedElsewhere(ArrayRef<AxisList> lists, size_t self,
+                          ArrayRef<shard::GridAxis> axes) {
+  return llvm::any_of(llvm::enumerate(lists), [&](auto entry) {
+    return entry.index() != self && llvm::any_of(axes, [&](shard::GridAxis a) {
+             return llvm::is_contained(entry.value(), a);
+           });
+  });
+}
+
 static bool isZeroTensor(Value v) {
   if (auto fill = v.getDefiningOp<linalg::FillOp>())
     return matchPattern(fill.getInputs()[0], m_AnyZeroFloat()) ||
@@ -295,6 +306,18 @@ private:
   }
   bool isDefinedInLoop(Value v) {
     return mbLoop && mbLoop.getRegion().isAncestor(v.getParentRegion());
+  }
+  /// Whether `s` holds one micro-batch (a dim split over `mbAxis`).
+  bool holdsMicroBatch(const Sharding &s) const {
+    return llvm::any_of(s.dims, [&](const AxisList &axes) {
+      return llvm::is_contained(axes, mbAxis);
+    });
+  }
+  /// Whether `s` is a micro-batch's part of a sum over the micro-batches
+  /// (what the loop accumulates).
+  bool isMicroBatchSum(const Sharding &s) const {
+    return !holdsMicroBatch(s) && llvm::is_contained(s.partial, mbAxis) &&
+           s.kind == shard::ReductionKind::Sum;
   }
   /// The layout before the loop from which `s` is a slice: each dim's
   /// axes before the micro-batch axis.
@@ -728,16 +751,9 @@ FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
           adjusted[dim.getPosition()] = followMicroBatch(
               adjusted[dim.getPosition()], it->second.sharding.dims[d]);
     }
-    for (unsigned l = 0; l < numLoops; ++l) {
-      bool clash = llvm::any_of(adjusted[l], [&](shard::GridAxis a) {
-        for (unsigned other = 0; other < numLoops; ++other)
-          if (other != l && llvm::is_contained(adjusted[other], a))
-            return true;
-        return false;
-      });
-      if (!clash)
+    for (unsigned l = 0; l < numLoops; ++l)
+      if (!usedElsewhere(adjusted, l, adjusted[l]))
         plan.loopAxes[l] = adjusted[l];
-    }
   }
   if (spec && spec.getTemporal())
     return planTemporal(op, spec, plan.loopAxes);
@@ -1032,13 +1048,7 @@ FailureOr<OpPlan> Partitioner::planNorm(Operation *op,
         if (static_cast<int64_t>(data.dims.size()) != type.getRank())
           break;
         AxisList axes = followMicroBatch(in.dims[d], data.dims[d]);
-        bool clash = llvm::any_of(axes, [&](shard::GridAxis a) {
-          for (int64_t other = 0; other < type.getRank(); ++other)
-            if (other != d && llvm::is_contained(in.dims[other], a))
-              return true;
-          return false;
-        });
-        if (!clash)
+        if (!usedElsewhere(in.dims, d, axes))
           in.dims[d] = axes;
       }
     }
@@ -1314,10 +1324,7 @@ OpPlan Partitioner::planLayout(Operation *op, const LayoutRule &rule) {
   if (inLoop)
     for (Value operand : op->getOperands()) {
       Sharding s = layoutOf(operand);
-      if (static_cast<int64_t>(s.dims.size()) == rank &&
-          llvm::any_of(s.dims, [&](const AxisList &axes) {
-            return llvm::is_contained(axes, mbAxis);
-          })) {
+      if (static_cast<int64_t>(s.dims.size()) == rank && holdsMicroBatch(s)) {
         cur = s;
         break;
       }
@@ -1961,15 +1968,10 @@ bool Partitioner::readsMicroBatchSum(Operation &op) {
     if (it == states.end() || it->second.lazy || !it->second.value ||
         !isDefinedInLoop(it->second.value))
       continue;
-    const Sharding &s = it->second.sharding;
-    bool split = llvm::any_of(s.dims, [&](const AxisList &axes) {
-      return llvm::is_contained(axes, mbAxis);
-    });
-    if (split || !llvm::is_contained(s.partial, mbAxis) ||
-        s.kind != shard::ReductionKind::Sum)
-      perMicroBatch = true;
-    else
+    if (isMicroBatchSum(it->second.sharding))
       sum = true;
+    else
+      perMicroBatch = true;
   }
   if (sum && perMicroBatch) {
     // Reads both: it can run neither in the loop (a sum exists only after
@@ -2000,11 +2002,7 @@ LogicalResult Partitioner::finishMicroBatchLoop(Block &body) {
   for (Value v : escaping) {
     ValueState &state = states[v];
     const Sharding &s = state.sharding;
-    bool perMicroBatch = llvm::any_of(s.dims, [&](const AxisList &axes) {
-      return llvm::is_contained(axes, mbAxis);
-    });
-    if (perMicroBatch || !llvm::is_contained(s.partial, mbAxis) ||
-        s.kind != shard::ReductionKind::Sum) {
+    if (!isMicroBatchSum(s)) {
       Operation *def = v.getDefiningOp();
       return def->emitError()
              << "micro-batches = " << microBatches << ": '" << state.producer

@@ -2142,36 +2142,32 @@ LogicalResult TrainingStepBuilder::run() {
                                   : "the model has no output named '" +
                                         options.lossOutput + "'");
 
+  // The plan's choices (`stp.plan`'s mesh entry), where an option does not
+  // override them.
+  DictionaryAttr planMesh;
+  if (auto plan =
+          module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
+    planMesh = plan.getAs<DictionaryAttr>("mesh");
+  auto planInteger = [&](StringRef key, int64_t otherwise) {
+    if (planMesh)
+      if (auto value = planMesh.getAs<IntegerAttr>(key))
+        return value.getInt();
+    return otherwise;
+  };
   // The ZeRO stage: the option, else the plan's.
-  zeroStage = options.zeroStage;
-  if (zeroStage < 0) {
-    zeroStage = 0;
-    if (auto plan =
-            module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
-      if (auto meshInfo = plan.getAs<DictionaryAttr>("mesh"))
-        if (auto z = meshInfo.getAs<IntegerAttr>("zero_stage"))
-          zeroStage = int(z.getInt());
-  }
+  zeroStage = options.zeroStage >= 0 ? options.zeroStage
+                                     : int(planInteger("zero_stage", 0));
   // Micro-batches: the option, else the plan's. -stp-partition runs the
   // step's forward and backward once per micro-batch and sums the
   // gradients; the loss is already a mean over the global batch.
-  microBatches = options.microBatches;
-  if (microBatches < 0) {
-    microBatches = 1;
-    if (auto plan =
-            module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
-      if (auto meshInfo = plan.getAs<DictionaryAttr>("mesh"))
-        if (auto m = meshInfo.getAs<IntegerAttr>("micro_batches"))
-          microBatches = std::max<int64_t>(m.getInt(), 1);
-  }
+  microBatches = options.microBatches >= 0
+                     ? options.microBatches
+                     : std::max<int64_t>(planInteger("micro_batches", 1), 1);
   // Recomputation: the option, else the plan's.
   recompute = options.recompute == "on";
-  if (options.recompute == "plan")
-    if (auto plan =
-            module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
-      if (auto meshInfo = plan.getAs<DictionaryAttr>("mesh"))
-        if (auto r = meshInfo.getAs<BoolAttr>("recompute"))
-          recompute = r.getValue();
+  if (options.recompute == "plan" && planMesh)
+    if (auto r = planMesh.getAs<BoolAttr>("recompute"))
+      recompute = r.getValue();
   if (zeroStage > 3)
     return emitError(loc) << "ZeRO stage " << zeroStage
                           << " does not exist (0, 1, 2 or 3)";
