@@ -474,8 +474,9 @@ Expected<int64_t> stpar::pipelines::checkPlanOptions(const PlanOptions &o,
 }
 
 Expected<std::pair<std::string, int64_t>>
-stpar::pipelines::findBatchDim(mlir::DictionaryAttr dims,
-                               StringRef batchDim) {
+stpar::pipelines::findBatchDim(mlir::ModuleOp module, StringRef batchDim) {
+  auto dims = module->getAttrOfType<mlir::DictionaryAttr>(
+      stpar::stp::STPDialect::kDimsAttrName);
   std::optional<mlir::NamedAttribute> found;
   if (!batchDim.empty()) {
     if (dims)
@@ -483,10 +484,26 @@ stpar::pipelines::findBatchDim(mlir::DictionaryAttr dims,
     if (!found)
       return makeError("--batch-dim " + batchDim + ": not bound with --dim " +
                        batchDim + "=VALUE");
+  } else if (!dims || dims.empty()) {
+    // A model without symbolic dims: dim 0 of its first graph input is
+    // planned as the batch (convertToOperatorGraph marks dim 0 of every
+    // graph input of that extent).
+    for (auto f : module.getOps<mlir::func::FuncOp>()) {
+      if (f.isExternal())
+        continue;
+      for (mlir::BlockArgument arg : f.getArguments()) {
+        if (f.getArgAttr(arg.getArgNumber(), "stp.param"))
+          continue;
+        auto type = dyn_cast<mlir::RankedTensorType>(arg.getType());
+        if (type && type.getRank() > 0 && type.hasStaticShape())
+          return std::make_pair(std::string(), type.getDimSize(0));
+      }
+    }
+    return makeError("the model has no symbolic dims and no graph input "
+                     "with a dim to plan over as the batch");
   } else {
     unsigned count = 0;
-    for (mlir::NamedAttribute d : dims ? dims.getValue()
-                                       : ArrayRef<mlir::NamedAttribute>())
+    for (mlir::NamedAttribute d : dims.getValue())
       if (StringRef(d.getName().getValue().lower()).contains("batch")) {
         found = d;
         ++count;
@@ -519,15 +536,8 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     }
   if (!func)
     return makeError("the module has no function with a body");
-  auto dims = module->getAttrOfType<mlir::DictionaryAttr>(
-      stpar::stp::STPDialect::kDimsAttrName);
-  if (!dims)
-    return makeError("the module has no '" +
-                     stpar::stp::STPDialect::kDimsAttrName +
-                     "' attribute (the bound symbolic dims the ONNX importer "
-                     "records); the batch is unknown");
   Expected<std::pair<std::string, int64_t>> batchDim =
-      findBatchDim(dims, o.batchDim);
+      findBatchDim(module, o.batchDim);
   if (!batchDim)
     return batchDim.takeError();
   int64_t batch = batchDim->second;

@@ -92,12 +92,29 @@ std::optional<ElementInfo> getElementInfo(Type type) {
     return ElementInfo{"int8_t", "int8_t", 4, "int8"};
   if (type.isInteger(1))
     return ElementInfo{"uint8_t", "bool", 5, "bool"};
+  // 16-bit floats: 2-byte storage (stpar_scalar.h), arithmetic in float;
+  // each store rounds to nearest even.
+  if (type.isF16())
+    return ElementInfo{"stpar_rt::f16", "float", 6, "float16"};
+  if (type.isBF16())
+    return ElementInfo{"stpar_rt::bf16", "float", 7, "bfloat16"};
+  if (type.isInteger(16))
+    return ElementInfo{"int16_t", "int16_t", 8, "int16"};
   return std::nullopt;
 }
 
+/// Float types whose scalars are `float` in emitted code (f32, f16, bf16).
+bool isFloatScalar(Type type) {
+  return type.isF32() || type.isF16() || type.isBF16();
+}
+
 std::string floatLiteral(const APFloat &value, Type type) {
-  double v = value.convertToDouble();
-  bool f32 = type.isF32();
+  bool losesInfo = false;
+  APFloat wide = value;
+  wide.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &losesInfo);
+  double v = wide.convertToDouble();
+  // f16/bf16 scalars are floats in emitted code.
+  bool f32 = !type.isF64();
   if (std::isnan(v))
     return f32 ? "NAN" : "double(NAN)";
   if (std::isinf(v))
@@ -355,11 +372,15 @@ Printer::emitScalar(Operation *op,
     if (!info)
       return failure();
     expr = std::string("static_cast<") + info->scalar + ">(" + a(0) + ")";
+    // A conversion to f16/bf16 rounds, although the scalar stays a float.
+    if (resultType.isF16() || resultType.isBF16())
+      expr = std::string("static_cast<float>(") + info->storage +
+             "(static_cast<float>(" + a(0) + ")))";
     return success();
   };
   if (const char *m = mathName(op)) {
     std::string f = m;
-    if (resultType.isF32())
+    if (isFloatScalar(resultType))
       f += "f";
     else if (!resultType.isF64())
       return failure();
@@ -368,7 +389,7 @@ Printer::emitScalar(Operation *op,
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](arith::ConstantOp c) -> LogicalResult {
         if (auto f = dyn_cast<FloatAttr>(c.getValue())) {
-          if (!f.getType().isF32() && !f.getType().isF64())
+          if (!isFloatScalar(f.getType()) && !f.getType().isF64())
             return failure();
           expr = floatLiteral(f.getValue(), f.getType());
           return success();
@@ -393,19 +414,19 @@ Printer::emitScalar(Operation *op,
       .Case<arith::ShLIOp>([&](auto) { return bin("<<"); })
       .Case<arith::ShRSIOp>([&](auto) { return bin(">>"); })
       .Case([&](arith::RemFOp) {
-        return call(resultType.isF32() ? "fmodf" : "fmod");
+        return call(isFloatScalar(resultType) ? "fmodf" : "fmod");
       })
       .Case([&](arith::NegFOp) {
         expr = "(-" + a(0) + ")";
         return success();
       })
       .Case([&](math::RsqrtOp) {
-        expr = std::string("(1 / ") + (resultType.isF32() ? "sqrtf(" : "sqrt(") +
-               a(0) + "))";
+        expr = std::string("(1 / ") +
+               (isFloatScalar(resultType) ? "sqrtf(" : "sqrt(") + a(0) + "))";
         return success();
       })
       .Case([&](math::FmaOp) {
-        return call(resultType.isF32() ? "fmaf" : "fma");
+        return call(isFloatScalar(resultType) ? "fmaf" : "fma");
       })
       .Case([&](arith::MaximumFOp) { return call("stpar_rt::maximumf"); })
       .Case([&](arith::MinimumFOp) { return call("stpar_rt::minimumf"); })
@@ -429,34 +450,73 @@ Printer::emitScalar(Operation *op,
         };
         using P = arith::CmpFPredicate;
         switch (c.getPredicate()) {
-        case P::OEQ: expr = ord("=="); break;
-        case P::OGT: expr = ord(">"); break;
-        case P::OGE: expr = ord(">="); break;
-        case P::OLT: expr = ord("<"); break;
-        case P::OLE: expr = ord("<="); break;
-        case P::ONE: expr = "(" + ord("<") + " || " + ord(">") + ")"; break;
-        case P::UEQ: expr = "!(" + ord("<") + " || " + ord(">") + ")"; break;
-        case P::UGT: expr = unord("<="); break;
-        case P::UGE: expr = unord("<"); break;
-        case P::ULT: expr = unord(">="); break;
-        case P::ULE: expr = unord(">"); break;
-        case P::UNE: expr = ord("!="); break;
-        case P::ORD: expr = "(" + ord("==") + " && " + "(" + y + " == " + y + "))"; expr = "((" + x + " == " + x + ") && (" + y + " == " + y + "))"; break;
-        case P::UNO: expr = "((" + x + " != " + x + ") || (" + y + " != " + y + "))"; break;
-        case P::AlwaysTrue: expr = "true"; break;
-        case P::AlwaysFalse: expr = "false"; break;
+        case P::OEQ:
+          expr = ord("==");
+          break;
+        case P::OGT:
+          expr = ord(">");
+          break;
+        case P::OGE:
+          expr = ord(">=");
+          break;
+        case P::OLT:
+          expr = ord("<");
+          break;
+        case P::OLE:
+          expr = ord("<=");
+          break;
+        case P::ONE:
+          expr = "(" + ord("<") + " || " + ord(">") + ")";
+          break;
+        case P::UEQ:
+          expr = "!(" + ord("<") + " || " + ord(">") + ")";
+          break;
+        case P::UGT:
+          expr = unord("<=");
+          break;
+        case P::UGE:
+          expr = unord("<");
+          break;
+        case P::ULT:
+          expr = unord(">=");
+          break;
+        case P::ULE:
+          expr = unord(">");
+          break;
+        case P::UNE:
+          expr = ord("!=");
+          break;
+        case P::ORD:
+          expr = "(" + ord("==") + " && " + "(" + y + " == " + y + "))";
+          expr = "((" + x + " == " + x + ") && (" + y + " == " + y + "))";
+          break;
+        case P::UNO:
+          expr = "((" + x + " != " + x + ") || (" + y + " != " + y + "))";
+          break;
+        case P::AlwaysTrue:
+          expr = "true";
+          break;
+        case P::AlwaysFalse:
+          expr = "false";
+          break;
         }
         return success();
       })
       .Case([&](arith::CmpIOp c) -> LogicalResult {
         using P = arith::CmpIPredicate;
         switch (c.getPredicate()) {
-        case P::eq: return bin("==");
-        case P::ne: return bin("!=");
-        case P::slt: return bin("<");
-        case P::sle: return bin("<=");
-        case P::sgt: return bin(">");
-        case P::sge: return bin(">=");
+        case P::eq:
+          return bin("==");
+        case P::ne:
+          return bin("!=");
+        case P::slt:
+          return bin("<");
+        case P::sle:
+          return bin("<=");
+        case P::sgt:
+          return bin(">");
+        case P::sge:
+          return bin(">=");
         case P::ult:
         case P::ule:
         case P::ugt:

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define STP_HD __host__ __device__
@@ -16,7 +17,90 @@
 #define STP_HD
 #endif
 
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
 namespace stpar_rt {
+
+#ifdef __CUDACC__
+/// f16 and bf16 buffer elements on the cuda target: CUDA's own types
+/// (implicit conversions to and from float, round to nearest even); NCCL
+/// reduces them natively.
+using f16 = __half;
+using bf16 = __nv_bfloat16;
+#else
+/// IEEE binary16 and bfloat16 buffer elements on the cpu target: 2 bytes of
+/// storage, arithmetic in float (every generic body computes in float and
+/// each store rounds to nearest even, as CUDA's conversions do).
+inline uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+struct bf16 {
+  uint16_t bits = 0;
+  bf16() = default;
+  bf16(float f) {
+    uint32_t u = floatBits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it quiet
+      bits = static_cast<uint16_t>((u >> 16) | 0x40u);
+    else // round to nearest even
+      bits = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  operator float() const { return bitsFloat(uint32_t(bits) << 16); }
+};
+struct f16 {
+  uint16_t bits = 0;
+  f16() = default;
+  f16(float f) {
+    uint32_t u = floatBits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) { // NaN
+      bits = static_cast<uint16_t>(sign | 0x7e00u);
+    } else if (a >= 0x477ff000u) { // rounds to >= 65520: infinity
+      bits = static_cast<uint16_t>(sign | 0x7c00u);
+    } else if (a < 0x38800000u) { // below 2^-14: subnormal (or zero)
+      // a / 2^-24 rounded to nearest even, via float addition.
+      float m = bitsFloat(a) + 0.5f;
+      bits = static_cast<uint16_t>(sign | (floatBits(m) - floatBits(0.5f)));
+    } else {
+      uint32_t mant_odd = (a >> 13) & 1u;
+      a += 0xc8000fffu + mant_odd; // rebias exponent, round to nearest even
+      bits = static_cast<uint16_t>(sign | (a >> 13));
+    }
+  }
+  operator float() const {
+    uint32_t sign = uint32_t(bits & 0x8000u) << 16;
+    uint32_t exp = (bits >> 10) & 0x1fu, mant = bits & 0x3ffu;
+    if (exp == 0x1f)
+      return bitsFloat(sign | 0x7f800000u | (mant << 13));
+    if (exp == 0) // subnormal: mant * 2^-24
+      return bitsFloat(sign) +
+             (sign ? -1.0f : 1.0f) * float(mant) * 5.9604644775390625e-8f;
+    return bitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
+  }
+};
+#endif
+
+/// An element's value for arithmetic: f16/bf16 as float, other types as
+/// they are (runtime kernels accumulate in float or double, never in 16
+/// bits).
+template <typename T> STP_HD inline T widen(T x) { return x; }
+#ifdef __CUDACC__
+STP_HD inline float widen(__half x) { return __half2float(x); }
+STP_HD inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+#else
+inline float widen(f16 x) { return x; }
+inline float widen(bf16 x) { return x; }
+#endif
 
 /// arith.maximumf / arith.minimumf: NaN-propagating.
 template <typename T> STP_HD inline T maximumf(T a, T b) {

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 namespace stpar_rt {
@@ -65,6 +66,16 @@ template <> struct MpiType<int32_t> { static MPI_Datatype get() { return MPI_INT
 template <> struct MpiType<int16_t> { static MPI_Datatype get() { return MPI_INT16_T; } };
 template <> struct MpiType<int8_t> { static MPI_Datatype get() { return MPI_INT8_T; } };
 template <> struct MpiType<uint8_t> { static MPI_Datatype get() { return MPI_UINT8_T; } };
+// f16/bf16 move as 16-bit words; reductions go through float (below).
+template <> struct MpiType<f16> {
+  static MPI_Datatype get() { return MPI_UINT16_T; }
+};
+template <> struct MpiType<bf16> {
+  static MPI_Datatype get() { return MPI_UINT16_T; }
+};
+template <typename T>
+constexpr bool isLowPrecision =
+    std::is_same_v<T, f16> || std::is_same_v<T, bf16>;
 
 enum class Reduction { Sum, Max, Min, Product };
 inline MPI_Op mpiOp(Reduction r) {
@@ -445,8 +456,16 @@ void scatterElements(T *out, const Shape &dataShape, const I *indices,
 template <typename T>
 void allReduce(Context &ctx, const Shape &axes, Reduction r, const T *in,
                T *out, int64_t n) {
-  MPI_Allreduce(in, out, static_cast<int>(n), MpiType<T>::get(), mpiOp(r),
-                ctx.comm(axes));
+  if constexpr (isLowPrecision<T>) {
+    // MPI has no 16-bit float: reduce in float, round once.
+    std::vector<float> a(in, in + n), b(n);
+    MPI_Allreduce(a.data(), b.data(), static_cast<int>(n), MPI_FLOAT, mpiOp(r),
+                  ctx.comm(axes));
+    std::copy(b.begin(), b.end(), out);
+  } else {
+    MPI_Allreduce(in, out, static_cast<int>(n), MpiType<T>::get(), mpiOp(r),
+                  ctx.comm(axes));
+  }
 }
 
 /// Concatenates the group's blocks (local shape `shape`) along `dim`.
@@ -470,8 +489,15 @@ void reduceScatter(Context &ctx, const Shape &axes, Reduction r, const T *in,
   int64_t pre = prod(shape, 0, dim);
   std::vector<T> tmp(n);
   swap01(in, tmp.data(), pre, g, n / pre / g);
-  MPI_Reduce_scatter_block(tmp.data(), out, static_cast<int>(n / g),
-                           MpiType<T>::get(), mpiOp(r), ctx.comm(axes));
+  if constexpr (isLowPrecision<T>) {
+    std::vector<float> a(tmp.begin(), tmp.end()), b(n / g);
+    MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(n / g),
+                             MPI_FLOAT, mpiOp(r), ctx.comm(axes));
+    std::copy(b.begin(), b.end(), out);
+  } else {
+    MPI_Reduce_scatter_block(tmp.data(), out, static_cast<int>(n / g),
+                             MpiType<T>::get(), mpiOp(r), ctx.comm(axes));
+  }
 }
 
 /// Keeps this device's block of `dim` (input shape `shape`).

@@ -495,6 +495,12 @@ template <> struct NcclType<int64_t> { static constexpr ncclDataType_t value = n
 template <> struct NcclType<int32_t> { static constexpr ncclDataType_t value = ncclInt32; };
 template <> struct NcclType<int8_t> { static constexpr ncclDataType_t value = ncclInt8; };
 template <> struct NcclType<uint8_t> { static constexpr ncclDataType_t value = ncclUint8; };
+template <> struct NcclType<f16> {
+  static constexpr ncclDataType_t value = ncclFloat16;
+};
+template <> struct NcclType<bf16> {
+  static constexpr ncclDataType_t value = ncclBfloat16;
+};
 
 inline ncclRedOp_t ncclOp(Reduction r) {
   switch (r) {
@@ -679,16 +685,14 @@ __global__ void softmaxKernel(const T *in, T *out, int64_t outer, int64_t n,
     return;
   const T *x = in + (r / inner) * n * inner + r % inner;
   T *y = out + (r / inner) * n * inner + r % inner;
-  T m = x[0];
+  auto m = widen(x[0]);
   for (int64_t k = 1; k < n; ++k)
-    m = x[k * inner] > m ? x[k * inner] : m;
-  T s = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    y[k * inner] = exp(x[k * inner] - m);
-    s += y[k * inner];
-  }
+    m = widen(x[k * inner]) > m ? widen(x[k * inner]) : m;
+  decltype(m) s = 0;
   for (int64_t k = 0; k < n; ++k)
-    y[k * inner] /= s;
+    s += exp(widen(x[k * inner]) - m);
+  for (int64_t k = 0; k < n; ++k)
+    y[k * inner] = static_cast<T>(exp(widen(x[k * inner]) - m) / s);
 }
 template <typename T>
 void softmax(Context &ctx, const Tensor<T> &in, Tensor<T> &out,
@@ -713,18 +717,18 @@ __global__ void normKernel(const T *x, const T *scale, Dims scaleStrides,
   double mean = 0, var = 0;
   if (!rms) {
     for (int64_t i = 0; i < inner; ++i)
-      mean += xr[i];
+      mean += widen(xr[i]);
     mean /= inner;
   }
   for (int64_t i = 0; i < inner; ++i)
-    var += (xr[i] - mean) * (xr[i] - mean);
+    var += (widen(xr[i]) - mean) * (widen(xr[i]) - mean);
   var /= inner;
   double inv = 1.0 / sqrt(var + epsilon);
   for (int64_t i = 0; i < inner; ++i) {
-    double v = (xr[i] - mean) * inv *
-               scale[broadcastOffset(i, innerShape, scaleStrides)];
+    double v = (widen(xr[i]) - mean) * inv *
+               widen(scale[broadcastOffset(i, innerShape, scaleStrides)]);
     if (bias)
-      v += bias[broadcastOffset(i, innerShape, biasStrides)];
+      v += widen(bias[broadcastOffset(i, innerShape, biasStrides)]);
     yr[i] = static_cast<T>(v);
   }
 }
@@ -775,11 +779,11 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v,
     const T *kr = k + ((b * Hkv + hk) * Skv + j) * D;
     double dot = 0;
     for (int64_t d = 0; d < D; ++d)
-      dot += double(qr[d]) * kr[d];
+      dot += double(widen(qr[d])) * widen(kr[d]);
     dot *= scale;
     if (mask)
-      dot += mask[broadcastOffset(((b * Hq + h) * Sq + i) * Skv + j,
-                                  scoreShape, maskStrides)];
+      dot += widen(mask[broadcastOffset(((b * Hq + h) * Sq + i) * Skv + j,
+                                        scoreShape, maskStrides)]);
     return dot;
   };
   int64_t last = causal ? i + (Skv - Sq) : Skv - 1;
@@ -794,7 +798,7 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v,
   for (int64_t j = 0; j <= last; ++j) {
     double p = ::exp(score(j) - m);
     sum += p;
-    acc += p * v[((b * Hkv + hk) * Skv + j) * Dv + e];
+    acc += p * widen(v[((b * Hkv + hk) * Skv + j) * Dv + e]);
   }
   out[o] = static_cast<T>(acc / sum);
 }
@@ -830,14 +834,14 @@ __global__ void topkKernel(const T *in, T *values, int64_t *indices,
     for (int64_t c = 0; c < n; ++c) {
       // Skip the elements chosen before: those ranking above `prev`.
       if (prev >= 0) {
-        T pv = x[prev * inner], cv = x[c * inner];
+        auto pv = widen(x[prev * inner]), cv = widen(x[c * inner]);
         bool before = largest ? (cv > pv || (cv == pv && c <= prev))
                               : (cv < pv || (cv == pv && c <= prev));
         if (before)
           continue;
       }
-      if (best < 0 || (largest ? x[c * inner] > x[best * inner]
-                               : x[c * inner] < x[best * inner]))
+      if (best < 0 || (largest ? widen(x[c * inner]) > widen(x[best * inner])
+                               : widen(x[c * inner]) < widen(x[best * inner])))
         best = c;
     }
     values[(o * k + j) * inner + i] = x[best * inner];
@@ -875,12 +879,21 @@ __global__ void scatterKernel(T *out, Dims dataShape, const I *indices,
       stride *= dataShape.v[d];
     }
     T &t = out[target];
+    auto a = widen(t), u = widen(updates[p]);
     switch (reduction) {
     case 0: t = updates[p]; break;
-    case 1: t += updates[p]; break;
-    case 2: t *= updates[p]; break;
-    case 3: t = t > updates[p] ? t : updates[p]; break;
-    case 4: t = t < updates[p] ? t : updates[p]; break;
+    case 1:
+      t = static_cast<T>(a + u);
+      break;
+    case 2:
+      t = static_cast<T>(a * u);
+      break;
+    case 3:
+      t = a > u ? t : updates[p];
+      break;
+    case 4:
+      t = a < u ? t : updates[p];
+      break;
     }
   }
 }

@@ -60,22 +60,86 @@ function need(args, name) {
 
 // io.json dtype -> typed array, element size, ONNX TensorProto data_type.
 const DTYPES = {
-  float32: {array: Float32Array, size: 4, onnx: 1},
-  float64: {array: Float64Array, size: 8, onnx: 11},
-  int64: {array: BigInt64Array, size: 8, onnx: 7},
-  int32: {array: Int32Array, size: 4, onnx: 6},
-  int16: {array: Int16Array, size: 2, onnx: 5},
-  int8: {array: Int8Array, size: 1, onnx: 3},
-  uint8: {array: Uint8Array, size: 1, onnx: 2},
-  bool: {array: Uint8Array, size: 1, onnx: 9},
+  float32 : {array : Float32Array, size : 4, onnx : 1},
+  float64 : {array : Float64Array, size : 8, onnx : 11},
+  int64 : {array : BigInt64Array, size : 8, onnx : 7},
+  int32 : {array : Int32Array, size : 4, onnx : 6},
+  int16 : {array : Int16Array, size : 2, onnx : 5},
+  int8 : {array : Int8Array, size : 1, onnx : 3},
+  uint8 : {array : Uint8Array, size : 1, onnx : 2},
+  bool : {array : Uint8Array, size : 1, onnx : 9},
+  // 16-bit floats are held as their bit patterns (see halfToNumber).
+  float16 : {array : Uint16Array, size : 2, onnx : 10},
+  bfloat16 : {array : Uint16Array, size : 2, onnx : 16},
+  // Older ONNX test data stores bfloat16 values as uint16 bit patterns.
+  uint16 : {array : Uint16Array, size : 2, onnx : 4},
+};
+// A test-data tensor of dtype `got` may hold values of io.json's `want`.
+const sameDtype = (got, want) =>
+    got === want || (got === 'uint16' && want === 'bfloat16');
+
+// IEEE binary16 / bfloat16 bit patterns <-> numbers (round to nearest even).
+const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
+function halfToNumber(dtype, bits) {
+  if (dtype === 'bfloat16') {
+    u32[0] = bits << 16;
+    return f32[0];
+  }
+  const sign = bits & 0x8000 ? -1 : 1, exp = (bits >> 10) & 0x1f,
+        mant = bits & 0x3ff;
+  if (exp === 0x1f)
+    return mant ? NaN : sign * Infinity;
+  if (exp === 0)
+    return sign * mant * 2 ** -24;
+  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
+function roundHalfEven(v) {
+  const f = Math.floor(v), d = v - f;
+  return d > 0.5 || (d === 0.5 && f % 2 !== 0) ? f + 1 : f;
+}
+function numberToHalf(dtype, x) {
+  f32[0] = x;
+  const u = u32[0];
+  if (dtype === 'bfloat16') {
+    if ((u & 0x7fffffff) > 0x7f800000)
+      return ((u >>> 16) | 0x40) & 0xffff;
+    return (((u + 0x7fff + ((u >>> 16) & 1)) >>> 0) >>> 16) & 0xffff;
+  }
+  const sign = (u >>> 16) & 0x8000;
+  const a = (u & 0x7fffffff) >>> 0;
+  if (a > 0x7f800000)
+    return sign | 0x7e00;
+  if (a >= 0x477ff000)
+    return sign | 0x7c00; // rounds to >= 65520
+  if (a < 0x38800000) {   // subnormal: a multiple of 2^-24 (exact in a double)
+    return sign | roundHalfEven(Math.abs(f32[0]) * 2 ** 24);
+  }
+  const odd = (a >>> 13) & 1;
+  return (sign | (((a + 0xc8000fff + odd) >>> 0) >>> 13)) & 0xffff;
+}
+const isHalf = (dtype) => dtype === 'float16' || dtype === 'bfloat16';
+// Smallest tolerances of 16-bit float outputs (compare): about 10 units in
+// the last place (2^-11 for float16, 2^-8 for bfloat16), since both programs
+// round every op's result to 16 bits but fuse and accumulate differently.
+const HALF_TOL = {
+  float16 : {rtol : 5e-3, atol : 5e-3},
+  bfloat16 : {rtol : 4e-2, atol : 4e-2}
 };
 const ONNX_TO_DTYPE = {};
 for (const [name, d] of Object.entries(DTYPES)) ONNX_TO_DTYPE[d.onnx] = name;
 
 // ORT's type names differ for a few.
-const ORT_TYPE = {float32: 'float32', float64: 'float64', int64: 'int64',
-                  int32: 'int32', int16: 'int16', int8: 'int8',
-                  uint8: 'uint8', bool: 'bool'};
+const ORT_TYPE = {
+  float32 : 'float32',
+  float64 : 'float64',
+  int64 : 'int64',
+  int32 : 'int32',
+  int16 : 'int16',
+  int8 : 'int8',
+  uint8 : 'uint8',
+  bool : 'bool',
+  float16 : 'float16'
+};
 
 function dtypeInfo(dtype, where) {
   const d = DTYPES[dtype];
@@ -208,6 +272,7 @@ function decodeTensor(buf, withData = true) {
     return result;
   }
   const arr = new d.array(ab);
+  // float16/bfloat16 typed values are bit patterns in int32_data.
   const src = dtype === 'float32' ? t.floats : dtype === 'float64' ? t.doubles
             : dtype === 'int64' ? t.int64s : t.ints;
   if (src.length !== n)
@@ -407,18 +472,23 @@ function cmdGenInputs(args) {
     const rand = rng((seed * 1000003 + i * 7919 + 1) >>> 0);
     const isMask = /mask/i.test(t.name);
     let rule;
-    if (t.dtype === 'float32' || t.dtype === 'float64') {
+    if (t.dtype === 'float32' || t.dtype === 'float64' || isHalf(t.dtype)) {
+      const put = isHalf(t.dtype)
+                      ? (k, x) => { arr[k] = numberToHalf(t.dtype, x); }
+                      : (k, x) => { arr[k] = x; };
       if (isMask) {
         rule = 'mask: 0 or 1';
-        for (let k = 0; k < n; ++k) arr[k] = rand() < 0.5 ? 0 : 1;
+        for (let k = 0; k < n; ++k)
+          put(k, rand() < 0.5 ? 0 : 1);
       } else {
         rule = 'normal(0, 1)';
         for (let k = 0; k < n; k += 2) {
           // Box-Muller.
           const u = 1 - rand(), v = rand();
           const r = Math.sqrt(-2 * Math.log(u));
-          arr[k] = r * Math.cos(2 * Math.PI * v);
-          if (k + 1 < n) arr[k + 1] = r * Math.sin(2 * Math.PI * v);
+          put(k, r * Math.cos(2 * Math.PI * v));
+          if (k + 1 < n)
+            put(k + 1, r * Math.sin(2 * Math.PI * v));
         }
       }
     } else {
@@ -444,7 +514,7 @@ function cmdFromPb(args) {
   io.inputs.forEach((t, i) => {
     const file = path.join(pbDir, `input_${i}.pb`);
     const pb = readPbTensor(file);
-    if (pb.dtype !== t.dtype)
+    if (!sameDtype(pb.dtype, t.dtype))
       fail(`${file}: dtype ${pb.dtype || pb.onnxType}, io.json input ${i} '${t.name}' is ${t.dtype}`);
     if (shapeStr(pb.shape) !== shapeStr(t.shape))
       fail(`${file}: shape ${shapeStr(pb.shape)}, io.json input ${i} '${t.name}' is ${shapeStr(t.shape)}`);
@@ -463,15 +533,21 @@ function cmdCompare(args) {
   const io = loadIO(need(args, 'io'));
   const actualDir = need(args, 'actual');
   const expectedDir = need(args, 'expected');
-  const rtol = Number(args.rtol === undefined ? 1e-4 : args.rtol);
-  const atol = Number(args.atol === undefined ? 1e-5 : args.atol);
-  if (!(rtol > 0) || !(atol >= 0)) fail('--rtol must be > 0 and --atol >= 0');
+  const rtolArg = Number(args.rtol === undefined ? 1e-4 : args.rtol);
+  const atolArg = Number(args.atol === undefined ? 1e-5 : args.atol);
+  if (!(rtolArg > 0) || !(atolArg >= 0))
+    fail('--rtol must be > 0 and --atol >= 0');
+  const rtol = rtolArg, atol = atolArg;
   // rel_i = |a_i - b_i| / max(|b_i|, atol / rtol); PASS iff max rel <= rtol,
   // i.e. |a_i - b_i| <= max(rtol |b_i|, atol) for every element.
-  const floor = atol / rtol;
   let allPass = true;
-  process.stdout.write(`tolerance: rtol=${rtol} atol=${atol} ` +
-      `(rel = |a-b| / max(|b|, atol/rtol); integer and bool outputs exact)\n`);
+  process.stdout.write(
+      `tolerance: rtol=${rtol} atol=${atol} ` +
+      `(rel = |a-b| / max(|b|, atol/rtol); integer and bool outputs exact; ` +
+      `float16 at least rtol=${HALF_TOL.float16.rtol} atol=${
+          HALF_TOL.float16.atol}, ` +
+      `bfloat16 at least rtol=${HALF_TOL.bfloat16.rtol} atol=${
+          HALF_TOL.bfloat16.atol})\n`);
   io.outputs.forEach((t, i) => {
     const actual = readBin(path.join(actualDir, t.file), t.dtype, t.shape);
     let expected;
@@ -480,14 +556,22 @@ function cmdCompare(args) {
     if (fs.existsSync(bin)) expected = readBin(bin, t.dtype, t.shape);
     else {
       const tensor = readPbTensor(pb);
-      if (tensor.dtype !== t.dtype || shapeStr(tensor.shape) !== shapeStr(t.shape))
+      if (!sameDtype(tensor.dtype, t.dtype) ||
+          shapeStr(tensor.shape) !== shapeStr(t.shape))
         fail(`${pb}: ${tensor.dtype} ${shapeStr(tensor.shape)}, io.json output ${i} is ${t.dtype} ${shapeStr(t.shape)}`);
       expected = tensor.data;
     }
-    const isFloat = t.dtype === 'float32' || t.dtype === 'float64';
+    const half = isHalf(t.dtype);
+    const isFloat = t.dtype === 'float32' || t.dtype === 'float64' || half;
+    // 16-bit outputs carry 11 (8) significant bits: the tolerance is at
+    // least a few units in the last place of their type.
+    const rtol = half ? Math.max(rtolArg, HALF_TOL[t.dtype].rtol) : rtolArg;
+    const atol = half ? Math.max(atolArg, HALF_TOL[t.dtype].atol) : atolArg;
+    const floor = atol / rtol;
+    const num = half ? (x) => halfToNumber(t.dtype, x) : Number;
     let maxAbs = 0, maxRel = 0, bad = 0, worst = -1;
     for (let k = 0; k < actual.length; ++k) {
-      const a = Number(actual[k]), b = Number(expected[k]);
+      const a = num(actual[k]), b = num(expected[k]);
       let abs, rel;
       if (Number.isNaN(a) || Number.isNaN(b)) {
         abs = rel = Number.isNaN(a) && Number.isNaN(b) ? 0 : Infinity;
@@ -506,8 +590,10 @@ function cmdCompare(args) {
     let line = `output ${i} ${t.name} ${t.dtype}${shapeStr(t.shape)}: ` +
         `max_abs_err=${fmt(maxAbs)} max_rel_err=${fmt(maxRel)} ${pass ? 'PASS' : 'FAIL'}`;
     if (!pass)
-      line += ` (${bad} of ${actual.length} elements over tolerance; worst at ` +
-              `flat index ${worst}: got ${Number(actual[worst])}, expected ${Number(expected[worst])})`;
+      line +=
+          ` (${bad} of ${actual.length} elements over tolerance; worst at ` +
+          `flat index ${worst}: got ${num(actual[worst])}, expected ${
+              num(expected[worst])})`;
     process.stdout.write(line + '\n');
   });
   process.stdout.write(allPass ? 'verify: all outputs match\n' : 'verify: MISMATCH\n');

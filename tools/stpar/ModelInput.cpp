@@ -57,10 +57,7 @@ std::optional<stpar::tools::AnalyzedModel> stpar::tools::importForAnalysis(
   if (mlir::failed(pm.run(*model.module)))
     return std::nullopt;
   Expected<std::pair<std::string, int64_t>> batchDim =
-      stpar::pipelines::findBatchDim(
-          (*model.module)->getAttrOfType<mlir::DictionaryAttr>(
-              stpar::stp::STPDialect::kDimsAttrName),
-          batchDimName);
+      stpar::pipelines::findBatchDim(*model.module, batchDimName);
   if (!batchDim) {
     printError(toString(batchDim.takeError()));
     return std::nullopt;

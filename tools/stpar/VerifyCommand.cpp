@@ -22,7 +22,8 @@
 //               MODELDIR --inputs WORK/inputs --outputs WORK/outputs` (the
 //               program reads its weight blocks in place from the model's
 //               folder);
-//   5. ort      the unpartitioned model on ONNX Runtime (`ort-run.js run`);
+//   5. ort      the unpartitioned model on ONNX Runtime (`ort-run.js run`),
+//               or, with --expected DIR, the test data's output_<i>.pb;
 //   6. compare  `ort-run.js compare`: one line per output (max abs and rel
 //               error, PASS/FAIL).
 // With --train (docs/training.md) the program is a training step (`stpar
@@ -107,6 +108,10 @@ static cl::opt<std::string> verifyInputs(
     "inputs", cl::sub(verifyCmd), cl::value_desc("DIR"),
     cl::desc("Read the inputs from DIR/input_<i>.pb (ONNX TensorProto, the "
              "backend-test layout) instead of generating them"));
+static cl::opt<std::string> verifyExpected(
+    "expected", cl::sub(verifyCmd), cl::value_desc("DIR"),
+    cl::desc("Compare with DIR/output_<i>.pb (ONNX TensorProto, the "
+             "backend-test layout) instead of running ONNX Runtime"));
 static cl::opt<std::string>
     verifyKeep("keep", cl::sub(verifyCmd), cl::value_desc("DIR"),
                cl::desc("Work in DIR and keep everything (compiled project, "
@@ -423,9 +428,12 @@ int Verifier::run() {
                 "training step: give --train");
   if (verifyTrain && verifySteps < 1)
     return fail("--steps must be at least 1");
-  if (verifyTrain && !verifyInputs.empty())
-    return fail("--inputs (ONNX test data) applies to the forward check, "
-                "not to --train");
+  if (verifyTrain && (!verifyInputs.empty() || !verifyExpected.empty()))
+    return fail("--inputs and --expected (ONNX test data) apply to the "
+                "forward check, not to --train");
+  if (!verifyExpected.empty() && verifyInputs.empty())
+    return fail("--expected needs the inputs those outputs come from: give "
+                "--inputs");
 
   // Tools first: a missing one is reported before any work is done.
   std::string node = findProgram(verifyNode);
@@ -596,17 +604,19 @@ int Verifier::run() {
                              tail(mpi.errLog) + "its stdout ends with:\n" +
                              tail(mpi.outLog, 10));
 
-  // 5. The reference.
-  std::string reference = path("reference");
-  Step ort{node,
-           {runner, "run", "--model", model, "--io", ioFile, "--inputs",
-            inputs, "--outputs", reference},
-           "",
-           path("ort.err.log")};
-  rc = execute("ort", ort, error);
-  if (rc != 0)
-    return fail(rc < 0 ? error
-                       : "ONNX Runtime failed:\n" + tail(ort.errLog));
+  // 5. The reference: ONNX Runtime, or the test data's outputs.
+  std::string reference = verifyExpected;
+  if (reference.empty()) {
+    reference = path("reference");
+    Step ort{node,
+             {runner, "run", "--model", model, "--io", ioFile, "--inputs",
+              inputs, "--outputs", reference},
+             "",
+             path("ort.err.log")};
+    rc = execute("ort", ort, error);
+    if (rc != 0)
+      return fail(rc < 0 ? error : "ONNX Runtime failed:\n" + tail(ort.errLog));
+  }
 
   // 6. Compare (prints its table on our stdout).
   Step compare{node,
@@ -622,7 +632,10 @@ int Verifier::run() {
                        : "comparing the outputs failed:\n" +
                              tail(compare.errLog));
   if (rc == 1) {
-    errs() << "stpar verify: outputs differ from ONNX Runtime's\n";
+    errs() << "stpar verify: outputs differ from "
+           << (verifyExpected.empty() ? "ONNX Runtime's"
+                                      : "the --expected ones")
+           << "\n";
     if (!verifyKeep.empty())
       errs() << "stpar verify: note: files kept in " << work << "\n";
   }

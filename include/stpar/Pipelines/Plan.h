@@ -86,12 +86,14 @@ extern const char *const kStrategyHelp;
 /// Parses "AxBxC" (or "N") into a mesh shape.
 llvm::Expected<std::vector<int64_t>> parseMeshShape(llvm::StringRef text);
 
-/// The symbolic dim holding the global batch among `dims` (a module's
-/// `stp.dims`; null: none bound): `batchDim` when given (it must be bound),
-/// else the one bound dim whose name contains "batch". Returns its name and
-/// value; fails when there is no such dim or its value is below 1.
+/// The symbolic dim holding the global batch among the module's bound dims
+/// (`stp.dims`): `batchDim` when given (it must be bound), else the one bound
+/// dim whose name contains "batch". Returns its name and value; fails when
+/// there is no such dim or its value is below 1. A model without symbolic
+/// dims (a static export) plans dim 0 of its first graph input as the batch:
+/// the name is then empty and the value that dim's extent.
 llvm::Expected<std::pair<std::string, int64_t>>
-findBatchDim(mlir::DictionaryAttr dims, llvm::StringRef batchDim);
+findBatchDim(mlir::ModuleOp module, llvm::StringRef batchDim);
 
 /// Checks `options` without a model: a known strategy, the cluster (loaded
 /// into `cluster`), and that it can host the devices (whole nodes or part of

@@ -138,21 +138,35 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
   p.cluster = cluster.str();
   p.devices = devices;
 
-  // Batch and sequence loops; keep the operators with a batch loop.
+  // Batch and sequence loops; keep the operators with a batch loop. When no
+  // operator has one (a static model whose first input's dim 0 is reduced
+  // or absent), every operator is planned over its own loops without a
+  // batch loop.
   DimFollower batch(graph, false), seq(graph, true);
+  bool noBatch = true;
+  for (unsigned i = 0; i < graph.ops.size(); ++i)
+    noBatch &= batch.getLoop(i) < 0;
   std::vector<unsigned> kept;
   std::vector<int> keptOf(graph.ops.size(), -1);
   std::vector<Operator> ops;
   bool anySeq = false;
   for (auto [i, gop] : enumerate(graph.ops)) {
     int b = batch.getLoop(i);
-    if (b < 0) {
+    if (b < 0 && !noBatch) {
       out.unplanned.push_back(unsigned(i));
       continue;
     }
     keptOf[i] = int(kept.size());
     kept.push_back(unsigned(i));
     Operator op = gop.op;
+    if (noBatch) {
+      for (LoopDim &l : op.loops)
+        l.axes.clear();
+      op.temporal.reset();
+      op.stage = 0;
+      ops.push_back(std::move(op));
+      continue;
+    }
     op.loops[b].name = "b";
     int s = seq.getLoop(i);
     if (s >= 0 && s != b) {
@@ -166,14 +180,18 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
     ops.push_back(std::move(op));
   }
   if (kept.empty())
-    return fail("no operator has a batch loop (bind the batch dim with "
-                "--dim; graph inputs' dim 0 of that extent is the batch)");
-  if (!out.unplanned.empty())
+    return fail("the model has no operator to plan (every value folds to a "
+                "constant)");
+  if (noBatch)
+    out.notes.push_back("no operator has a batch loop: operators are planned "
+                        "over their own loops (bind the batch dim with --dim; "
+                        "graph inputs' dim 0 of that extent is the batch)");
+  else if (!out.unplanned.empty())
     out.notes.push_back(std::to_string(out.unplanned.size()) +
                         " operator(s) without a batch loop are not planned "
                         "(e.g. '" +
                         graph.ops[out.unplanned.front()].op.name + "')");
-  p.batchLoop = "b";
+  p.batchLoop = noBatch ? "" : "b";
   if (anySeq)
     p.sequenceLoop = "s";
   unsigned n = unsigned(kept.size());

@@ -57,6 +57,13 @@ Type stpar::onnximport::convertDType(MLIRContext *ctx, int32_t dtype) {
   }
 }
 
+bool stpar::onnximport::isUnsignedDType(int32_t dtype) {
+  return dtype == onnx::TensorProto::UINT8 ||
+         dtype == onnx::TensorProto::UINT16 ||
+         dtype == onnx::TensorProto::UINT32 ||
+         dtype == onnx::TensorProto::UINT64;
+}
+
 int32_t stpar::onnximport::toDType(Type type) {
   if (type.isF32())
     return onnx::TensorProto::FLOAT;
@@ -98,7 +105,7 @@ Value stpar::onnximport::scalarConstant(OpBuilder &b, Location loc, Type type,
   if (auto floatType = dyn_cast<FloatType>(type))
     return arith::ConstantOp::create(b, loc, b.getFloatAttr(floatType, value));
   return arith::ConstantOp::create(
-      b, loc, b.getIntegerAttr(type, static_cast<int64_t>(value)));
+      b, loc, b.getIntegerAttr(type, saturatingToInt64(value)));
 }
 
 Value stpar::onnximport::materializeConstant(OpBuilder &b, Location loc,
@@ -427,7 +434,7 @@ Value stpar::onnximport::buildGather(OpBuilder &b, Location loc, Value data,
 
 Value stpar::onnximport::buildReduce(OpBuilder &b, Location loc, Value value,
                                      ArrayRef<int64_t> axes, bool keepDims,
-                                     bool isMax) {
+                                     Combine combine) {
   auto type = cast<RankedTensorType>(value.getType());
   Type elem = type.getElementType();
   MLIRContext *ctx = b.getContext();
@@ -446,30 +453,53 @@ Value stpar::onnximport::buildReduce(OpBuilder &b, Location loc, Value value,
       outExprs.push_back(getAffineConstantExpr(0, ctx));
     }
   }
+  bool isFloat = isa<FloatType>(elem);
+  double inf = std::numeric_limits<double>::infinity();
   double initValue = 0.0;
-  if (isMax)
-    initValue = isa<FloatType>(elem)
-                    ? -std::numeric_limits<double>::infinity()
+  if (combine == Combine::Mul)
+    initValue = 1.0;
+  else if (combine == Combine::Max)
+    initValue = isFloat
+                    ? -inf
                     : static_cast<double>(std::numeric_limits<int64_t>::min());
+  else if (combine == Combine::Min)
+    initValue = isFloat
+                    ? inf
+                    : static_cast<double>(std::numeric_limits<int64_t>::max());
+  if (!isFloat && combine != Combine::Add && combine != Combine::Mul &&
+      elem.getIntOrFloatBitWidth() < 64) {
+    // The extreme of the narrower integer type.
+    unsigned w = elem.getIntOrFloatBitWidth();
+    double big = w == 1 ? 1.0 : std::ldexp(1.0, int(w) - 1);
+    initValue = combine == Combine::Max ? (w == 1 ? 0.0 : -big)
+                                        : (w == 1 ? 1.0 : big - 1);
+  }
   Value init = buildFilled(b, loc, outShape, elem, initValue);
   SmallVector<AffineMap> maps = {
       AffineMap::getMultiDimIdentityMap(type.getRank(), ctx),
       AffineMap::get(type.getRank(), 0, outExprs, ctx)};
-  bool isFloat = isa<FloatType>(elem);
   auto generic = linalg::GenericOp::create(
       b, loc, TypeRange{init.getType()}, ValueRange{value}, ValueRange{init},
       maps, iterators, [&](OpBuilder &nb, Location nloc, ValueRange args) {
-        Value r;
-        if (isMax)
-          r = isFloat ? arith::MaximumFOp::create(nb, nloc, args[0], args[1])
-                            .getResult()
-                      : arith::MaxSIOp::create(nb, nloc, args[0], args[1])
-                            .getResult();
-        else
-          r = isFloat
-                  ? arith::AddFOp::create(nb, nloc, args[0], args[1]).getResult()
-                  : arith::AddIOp::create(nb, nloc, args[0], args[1])
-                        .getResult();
+        Value x = args[0], acc = args[1], r;
+        switch (combine) {
+        case Combine::Add:
+          r = isFloat ? arith::AddFOp::create(nb, nloc, x, acc).getResult()
+                      : arith::AddIOp::create(nb, nloc, x, acc).getResult();
+          break;
+        case Combine::Mul:
+          r = isFloat ? arith::MulFOp::create(nb, nloc, x, acc).getResult()
+                      : arith::MulIOp::create(nb, nloc, x, acc).getResult();
+          break;
+        case Combine::Max:
+          r = isFloat ? arith::MaximumFOp::create(nb, nloc, x, acc).getResult()
+                      : arith::MaxSIOp::create(nb, nloc, x, acc).getResult();
+          break;
+        case Combine::Min:
+          r = isFloat ? arith::MinimumFOp::create(nb, nloc, x, acc).getResult()
+                      : arith::MinSIOp::create(nb, nloc, x, acc).getResult();
+          break;
+        }
         linalg::YieldOp::create(nb, nloc, r);
       });
   return generic.getResult(0);

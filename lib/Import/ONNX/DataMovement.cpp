@@ -656,6 +656,40 @@ std::optional<std::vector<ConstTensor>> foldExpand(NodeContext &node) {
 
 } // namespace
 
+namespace {
+/// Tile (ONNX Tile-6, -13): `repeats[d]` copies of the input along each dim
+/// d, as concatenations (tensor.concat) of the input with itself.
+LogicalResult importTile(NodeContext &node) {
+  Value x = node.input(0);
+  if (!x)
+    return failure();
+  auto repeats = node.requireInts(1, "repeats");
+  if (!repeats)
+    return failure();
+  auto type = cast<RankedTensorType>(x.getType());
+  if (int64_t(repeats->size()) != type.getRank())
+    return node.error() << "repeats has " << repeats->size()
+                        << " values for an input of rank " << type.getRank();
+  SmallVector<int64_t> shape(type.getShape());
+  for (auto [d, n] : llvm::enumerate(*repeats)) {
+    if (n < 1)
+      return node.error() << "repeats[" << d << "] = " << n
+                          << " (zero-size results are not supported)";
+    if (n > 1 << 20 || shape[d] * n > (int64_t(1) << 40))
+      return node.error() << "repeats[" << d << "] = " << n << " is too large";
+    shape[d] *= n;
+  }
+  if (!node.checkDims(shape, "result"))
+    return failure();
+  Value v = x;
+  for (auto [d, n] : llvm::enumerate(*repeats))
+    if (n > 1)
+      v = buildConcat(node.b(), node.loc(), SmallVector<Value>(n, v), d);
+  node.setOutput(0, v);
+  return success();
+}
+} // namespace
+
 void stpar::onnximport::registerDataMovementHandlers(HandlerRegistry &r) {
   for (StringRef op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
     r.add("", op, 1, importReshapeLike, foldReshapeLike);
@@ -665,4 +699,5 @@ void stpar::onnximport::registerDataMovementHandlers(HandlerRegistry &r) {
   r.add("", "Concat", 4, importConcat, foldConcat);
   r.add("", "Gather", 1, importGather, foldGather);
   r.add("", "Expand", 8, importExpand, foldExpand);
+  r.add("", "Tile", 6, importTile);
 }

@@ -16,6 +16,8 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 
 #include <cmath>
+#include <functional>
+#include <limits>
 
 using namespace mlir;
 using namespace stpar::onnximport;
@@ -174,13 +176,14 @@ Value buildBinary(BinaryKind kind, OpBuilder &b, Location loc, Value x,
 }
 
 void addBinary(HandlerRegistry &r, StringRef name, BinaryKind kind,
-               int64_t since) {
+               int64_t since, bool variadic = false) {
+  variadic |= kind == BinaryKind::Min || kind == BinaryKind::Max;
   r.add(
       "", name, since,
-      [kind](NodeContext &node) -> LogicalResult {
-        if (node.numInputs() < 2 && kind != BinaryKind::Min &&
-            kind != BinaryKind::Max)
-          return node.error() << "expects two inputs";
+      [kind, variadic](NodeContext &node) -> LogicalResult {
+        if (variadic ? node.numInputs() < 1 : node.numInputs() != 2)
+          return node.error() << (variadic ? "expects at least one input"
+                                           : "expects two inputs");
         SmallVector<Value> inputs = sameTypeInputs(node, node.numInputs());
         if (llvm::any_of(inputs, [](Value v) { return !v; }))
           return failure();
@@ -358,6 +361,10 @@ LogicalResult importCast(NodeContext &node) {
   Type elem = convertDType(node.ctx(), to);
   if (!elem)
     return node.error() << "cast to unsupported dtype " << dtypeName(to);
+  if (isUnsignedDType(to))
+    return node.error() << "cast to " << dtypeName(to)
+                        << ": unsigned integer tensors are not supported "
+                           "(stpar computes integers as signed)";
   node.setOutput(0, convertElement(node.b(), node.loc(), x, elem));
   return success();
 }
@@ -373,6 +380,187 @@ std::optional<std::vector<ConstTensor>> foldCast(NodeContext &node) {
       return a[0] != 0 ? 1.0 : 0.0;
     return toFloat ? a[0] : std::trunc(a[0]);
   });
+}
+
+/// A unary elementwise op whose body depends on the node's attributes:
+/// `make` reads them and returns the scalar body.
+using ScalarFn = std::function<Value(OpBuilder &, Location, Value)>;
+void addUnaryWith(HandlerRegistry &r, StringRef name, int64_t since,
+                  bool floatOnly,
+                  std::function<FailureOr<ScalarFn>(NodeContext &)> make) {
+  r.add("", name, since, [make, floatOnly](NodeContext &node) -> LogicalResult {
+    Value x = node.input(0);
+    if (!x)
+      return failure();
+    if (floatOnly && !isFloatValue(x))
+      return node.error() << "expects a float tensor, got " << x.getType();
+    FailureOr<ScalarFn> fn = make(node);
+    if (failed(fn))
+      return failure();
+    return elementwise(node, {x}, elemOf(x),
+                       [&](OpBuilder &b, Location l, ValueRange a) {
+                         return (*fn)(b, l, a[0]);
+                       });
+  });
+}
+
+Value mulConst(OpBuilder &b, Location l, Value x, double c) {
+  return arith::MulFOp::create(b, l, x, floatConst(b, l, x, c));
+}
+
+Value isNegative(OpBuilder &b, Location l, Value x) {
+  if (isa<FloatType>(x.getType()))
+    return arith::CmpFOp::create(b, l, arith::CmpFPredicate::OLT, x,
+                                 floatConst(b, l, x, 0.0));
+  return arith::CmpIOp::create(b, l, arith::CmpIPredicate::slt, x,
+                               scalarConstant(b, l, x.getType(), 0));
+}
+
+/// exp(x) - 1 for the ELU family.
+Value expMinusOne(OpBuilder &b, Location l, Value x) {
+  return math::ExpM1Op::create(b, l, x);
+}
+
+/// Mod (ONNX Mod-10, -13): integer remainder with the divisor's sign
+/// (Python's %) unless fmod=1; float operands need fmod=1 (C's fmod).
+LogicalResult importMod(NodeContext &node) {
+  Value x = node.input(0), y = node.input(1);
+  if (!x || !y)
+    return failure();
+  if (elemOf(x) != elemOf(y))
+    return node.error() << "operands have different element types: "
+                        << elemOf(x) << " and " << elemOf(y);
+  bool fmod = node.getInt("fmod", 0);
+  bool isFloat = isFloatValue(x);
+  if (isFloat && !fmod)
+    return node.error() << "fmod=0 is not defined for float operands (the "
+                           "ONNX spec requires fmod=1)";
+  if (elemOf(x).isInteger(1))
+    return node.error() << "Mod of bool tensors is not defined";
+  return elementwise(
+      node, {x, y}, elemOf(x),
+      [=](OpBuilder &b, Location l, ValueRange a) -> Value {
+        if (isFloat)
+          return arith::RemFOp::create(b, l, a[0], a[1]);
+        Value r = arith::RemSIOp::create(b, l, a[0], a[1]);
+        if (fmod)
+          return r;
+        // Python: a non-zero remainder takes the divisor's sign.
+        Value zero = scalarConstant(b, l, r.getType(), 0);
+        Value nonZero =
+            arith::CmpIOp::create(b, l, arith::CmpIPredicate::ne, r, zero);
+        Value signsDiffer = arith::XOrIOp::create(b, l, isNegative(b, l, r),
+                                                  isNegative(b, l, a[1]));
+        Value fix = arith::AndIOp::create(b, l, nonZero, signsDiffer);
+        return arith::SelectOp::create(b, l, fix,
+                                       arith::AddIOp::create(b, l, r, a[1]), r);
+      });
+}
+
+/// Clip: min(max(x, lo), hi); the bounds are attributes before opset 11
+/// and optional scalar inputs since.
+LogicalResult importClip(NodeContext &node) {
+  Value x = node.input(0);
+  if (!x)
+    return failure();
+  Type elem = elemOf(x);
+  OpBuilder &b = node.b();
+  Location loc = node.loc();
+  SmallVector<Value> inputs = {x};
+  std::optional<double> lo, hi;
+  bool loInput = false, hiInput = false;
+  if (node.opset < 11) {
+    lo = node.getFloat("min", -std::numeric_limits<float>::max());
+    hi = node.getFloat("max", std::numeric_limits<float>::max());
+  } else {
+    for (size_t i : {size_t(1), size_t(2)}) {
+      if (!node.hasInput(i))
+        continue;
+      Value v = node.input(i);
+      if (!v)
+        return failure();
+      auto t = cast<RankedTensorType>(v.getType());
+      if (t.getNumElements() != 1)
+        return node.error()
+               << (i == 1 ? "min" : "max") << " must be a scalar, got " << t;
+      if (t.getElementType() != elem)
+        return node.error() << (i == 1 ? "min" : "max")
+                            << " has another element type than the input";
+      inputs.push_back(buildReshape(b, loc, v, {}));
+      (i == 1 ? loInput : hiInput) = true;
+    }
+  }
+  bool isFloat = isa<FloatType>(elem);
+  return elementwise(
+      node, inputs, elem,
+      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        Value v = a[0];
+        unsigned next = 1;
+        auto bound = [&](bool fromInput, std::optional<double> c) -> Value {
+          if (fromInput)
+            return a[next++];
+          return c ? scalarConstant(nb, l, elem, *c) : Value();
+        };
+        Value low = bound(loInput, lo), high = bound(hiInput, hi);
+        if (low)
+          v = isFloat ? arith::MaximumFOp::create(nb, l, v, low).getResult()
+                      : arith::MaxSIOp::create(nb, l, v, low).getResult();
+        if (high)
+          v = isFloat ? arith::MinimumFOp::create(nb, l, v, high).getResult()
+                      : arith::MinSIOp::create(nb, l, v, high).getResult();
+        return v;
+      });
+}
+
+/// Dropout in inference: the identity (and an all-true mask). A
+/// training_mode input that is true (random masks) is not supported.
+LogicalResult importDropout(NodeContext &node) {
+  Value x = node.input(0);
+  if (!x)
+    return failure();
+  if (node.hasInput(2)) {
+    const ConstTensor *mode = node.constInput(2);
+    if (!mode)
+      return node.error() << "training_mode must be a constant";
+    if (mode->numElements() != 1 || mode->getFloat(0) != 0)
+      return node.error() << "training_mode=true (random dropout masks) is "
+                             "not supported";
+  }
+  if (node.opset < 7 && node.getInt("is_test", 0) == 0)
+    return node.error() << "is_test=0 (random dropout masks) is not supported";
+  node.setOutput(0, x);
+  if (node.hasOutput(1)) {
+    auto t = cast<RankedTensorType>(x.getType());
+    node.setOutput(1, buildFilled(node.b(), node.loc(), t.getShape(),
+                                  node.opset < 10 ? t.getElementType()
+                                                  : node.b().getI1Type(),
+                                  1.0));
+  }
+  return success();
+}
+
+/// CastLike: Cast to the element type of input 1.
+LogicalResult importCastLike(NodeContext &node) {
+  Value x = node.input(0), like = node.input(1);
+  if (!x || !like)
+    return failure();
+  node.setOutput(0, convertElement(node.b(), node.loc(), x, elemOf(like)));
+  return success();
+}
+
+/// PRelu: x < 0 ? slope * x : x, slope broadcast to x.
+LogicalResult importPRelu(NodeContext &node) {
+  Value x = node.input(0), slope = node.input(1);
+  if (!x || !slope)
+    return failure();
+  if (!isFloatValue(x) || elemOf(slope) != elemOf(x))
+    return node.error() << "expects float X and slope of the same type";
+  return elementwise(node, {x, slope}, elemOf(x),
+                     [](OpBuilder &b, Location l, ValueRange a) -> Value {
+                       return arith::SelectOp::create(
+                           b, l, isNegative(b, l, a[0]),
+                           arith::MulFOp::create(b, l, a[0], a[1]), a[0]);
+                     });
 }
 
 LogicalResult importGelu(NodeContext &node) {
@@ -518,4 +706,183 @@ void stpar::onnximport::registerElementwiseHandlers(HandlerRegistry &r) {
              [](double a, double b) { return a > b; });
   r.add("", "Where", 9, importWhere, foldWhere);
   r.add("", "Cast", 6, importCast, foldCast);
+  addBinary(r, "Sum", BinaryKind::Add, 8, /*variadic=*/true);
+  r.add("", "Mod", 10, importMod);
+  r.add("", "Clip", 6, importClip);
+  r.add("", "Dropout", 1, importDropout);
+  r.add("", "CastLike", 15, importCastLike);
+  r.add("", "PRelu", 9, importPRelu);
+  addCompare(r, "GreaterOrEqual", 12, arith::CmpFPredicate::OGE,
+             arith::CmpIPredicate::sge,
+             [](double a, double b) { return a >= b; });
+  addCompare(r, "LessOrEqual", 12, arith::CmpFPredicate::OLE,
+             arith::CmpIPredicate::sle,
+             [](double a, double b) { return a <= b; });
+  addUnary(
+      r, "Log", 6, true,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        return math::LogOp::create(b, l, x);
+      },
+      [](double x) { return std::log(x); });
+  addUnary(
+      r, "Sin", 7, true,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        return math::SinOp::create(b, l, x);
+      },
+      [](double x) { return std::sin(x); });
+  addUnary(
+      r, "Cos", 7, true,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        return math::CosOp::create(b, l, x);
+      },
+      [](double x) { return std::cos(x); });
+  addUnary(
+      r, "Tan", 7, true,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        return math::TanOp::create(b, l, x);
+      },
+      [](double x) { return std::tan(x); });
+  addUnary(
+      r, "Atan", 7, true,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        return math::AtanOp::create(b, l, x);
+      },
+      [](double x) { return std::atan(x); });
+  addUnary(
+      r, "Floor", 6, true,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        return math::FloorOp::create(b, l, x);
+      },
+      [](double x) { return std::floor(x); });
+  addUnary(
+      r, "Ceil", 6, true,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        return math::CeilOp::create(b, l, x);
+      },
+      [](double x) { return std::ceil(x); });
+  addUnary(
+      r, "Abs", 6, false,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        if (isa<FloatType>(x.getType()))
+          return math::AbsFOp::create(b, l, x);
+        Value neg = arith::SubIOp::create(
+            b, l, scalarConstant(b, l, x.getType(), 0), x);
+        return arith::SelectOp::create(b, l, isNegative(b, l, x), neg, x);
+      },
+      [](double x) { return std::fabs(x); });
+  addUnary(
+      r, "Sign", 9, false,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        Type t = x.getType();
+        Value zero = scalarConstant(b, l, t, 0.0);
+        Value pos = isa<FloatType>(t)
+                        ? arith::CmpFOp::create(b, l, arith::CmpFPredicate::OGT,
+                                                x, zero)
+                              .getResult()
+                        : arith::CmpIOp::create(b, l, arith::CmpIPredicate::sgt,
+                                                x, zero)
+                              .getResult();
+        Value neg = isNegative(b, l, x);
+        return arith::SelectOp::create(
+            b, l, pos, scalarConstant(b, l, t, 1.0),
+            arith::SelectOp::create(b, l, neg, scalarConstant(b, l, t, -1.0),
+                                    zero));
+      },
+      [](double x) { return double((x > 0) - (x < 0)); });
+  addUnary(
+      r, "Softplus", 1, true,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        // log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)).
+        Value zero = floatConst(b, l, x, 0.0);
+        Value relu = arith::MaximumFOp::create(b, l, x, zero);
+        Value negAbs =
+            arith::NegFOp::create(b, l, math::AbsFOp::create(b, l, x));
+        return arith::AddFOp::create(
+            b, l, relu,
+            math::Log1pOp::create(b, l, math::ExpOp::create(b, l, negAbs)));
+      },
+      nullptr);
+  addUnary(
+      r, "Softsign", 1, true,
+      [](OpBuilder &b, Location l, Value x) -> Value {
+        Value one = floatConst(b, l, x, 1.0);
+        return arith::DivFOp::create(
+            b, l, x,
+            arith::AddFOp::create(b, l, one, math::AbsFOp::create(b, l, x)));
+      },
+      nullptr);
+  addUnaryWith(r, "LeakyRelu", 6, true,
+               [](NodeContext &node) -> FailureOr<ScalarFn> {
+                 double alpha = node.getFloat("alpha", 0.01f);
+                 return ScalarFn([alpha](OpBuilder &b, Location l, Value x) {
+                   return arith::SelectOp::create(b, l, isNegative(b, l, x),
+                                                  mulConst(b, l, x, alpha), x)
+                       .getResult();
+                 });
+               });
+  addUnaryWith(r, "Elu", 6, true, [](NodeContext &node) -> FailureOr<ScalarFn> {
+    double alpha = node.getFloat("alpha", 1.0f);
+    return ScalarFn([alpha](OpBuilder &b, Location l, Value x) {
+      return arith::SelectOp::create(
+                 b, l, isNegative(b, l, x),
+                 mulConst(b, l, expMinusOne(b, l, x), alpha), x)
+          .getResult();
+    });
+  });
+  addUnaryWith(
+      r, "Selu", 6, true, [](NodeContext &node) -> FailureOr<ScalarFn> {
+        double alpha = node.getFloat("alpha", 1.67326319217681884765625f);
+        double gamma = node.getFloat("gamma", 1.05070102214813232421875f);
+        return ScalarFn([=](OpBuilder &b, Location l, Value x) {
+          Value neg = mulConst(b, l, expMinusOne(b, l, x), alpha);
+          Value v = arith::SelectOp::create(b, l, isNegative(b, l, x), neg, x);
+          return mulConst(b, l, v, gamma);
+        });
+      });
+  addUnaryWith(
+      r, "Celu", 12, true, [](NodeContext &node) -> FailureOr<ScalarFn> {
+        double alpha = node.getFloat("alpha", 1.0f);
+        if (alpha == 0)
+          return node.error() << "alpha must not be 0";
+        return ScalarFn([=](OpBuilder &b, Location l, Value x) {
+          Value neg = mulConst(
+              b, l, expMinusOne(b, l, mulConst(b, l, x, 1.0 / alpha)), alpha);
+          return arith::SelectOp::create(b, l, isNegative(b, l, x), neg, x)
+              .getResult();
+        });
+      });
+  addUnaryWith(r, "ThresholdedRelu", 10, true,
+               [](NodeContext &node) -> FailureOr<ScalarFn> {
+                 double alpha = node.getFloat("alpha", 1.0f);
+                 return ScalarFn([=](OpBuilder &b, Location l, Value x) {
+                   Value above =
+                       arith::CmpFOp::create(b, l, arith::CmpFPredicate::OGT, x,
+                                             floatConst(b, l, x, alpha));
+                   return arith::SelectOp::create(b, l, above, x,
+                                                  floatConst(b, l, x, 0.0))
+                       .getResult();
+                 });
+               });
+  addUnaryWith(
+      r, "HardSigmoid", 6, true, [](NodeContext &node) -> FailureOr<ScalarFn> {
+        double alpha = node.getFloat("alpha", 0.2f);
+        double beta = node.getFloat("beta", 0.5f);
+        return ScalarFn([=](OpBuilder &b, Location l, Value x) {
+          Value v = arith::AddFOp::create(b, l, mulConst(b, l, x, alpha),
+                                          floatConst(b, l, x, beta));
+          v = arith::MaximumFOp::create(b, l, v, floatConst(b, l, x, 0));
+          return arith::MinimumFOp::create(b, l, v, floatConst(b, l, x, 1))
+              .getResult();
+        });
+      });
+  addUnaryWith(
+      r, "HardSwish", 14, true, [](NodeContext &) -> FailureOr<ScalarFn> {
+        return ScalarFn([](OpBuilder &b, Location l, Value x) {
+          Value v = arith::AddFOp::create(b, l, mulConst(b, l, x, 1.0 / 6),
+                                          floatConst(b, l, x, 0.5));
+          v = arith::MaximumFOp::create(b, l, v, floatConst(b, l, x, 0));
+          v = arith::MinimumFOp::create(b, l, v, floatConst(b, l, x, 1));
+          return arith::MulFOp::create(b, l, x, v).getResult();
+        });
+      });
 }

@@ -208,6 +208,10 @@ void registerRotaryHandlers(HandlerRegistry &registry);
 
 /// The MLIR element type of an ONNX data type, or null if unsupported.
 mlir::Type convertDType(mlir::MLIRContext *ctx, int32_t dtype);
+/// Whether `dtype` is an unsigned integer type (UINT8..UINT64). The IR holds
+/// them signless, so only host-folded tables may be unsigned; graph inputs,
+/// parameters and casts of computed values to them are rejected.
+bool isUnsignedDType(int32_t dtype);
 /// The ONNX data type of an MLIR element type (for constants).
 int32_t toDType(mlir::Type type);
 
@@ -274,11 +278,22 @@ mlir::Value buildConcat(mlir::OpBuilder &b, mlir::Location loc,
 mlir::Value buildGather(mlir::OpBuilder &b, mlir::Location loc,
                         mlir::Value data, mlir::Value indices, int64_t axis);
 
-/// Sum (or max when `isMax`) over `axes` as one linalg.generic, keeping
-/// reduced dims as size 1 when `keepDims`.
+/// How a reduction combines elements.
+enum class Combine { Add, Max, Min, Mul };
+
+/// Reduction over `axes` with `combine` as one linalg.generic (initial
+/// value: 0, the lowest, the highest value, 1), keeping reduced dims as size
+/// 1 when `keepDims`.
 mlir::Value buildReduce(mlir::OpBuilder &b, mlir::Location loc,
                         mlir::Value value, llvm::ArrayRef<int64_t> axes,
-                        bool keepDims, bool isMax);
+                        bool keepDims, Combine combine);
+/// Sum (or max when `isMax`) over `axes`.
+inline mlir::Value buildReduce(mlir::OpBuilder &b, mlir::Location loc,
+                               mlir::Value value, llvm::ArrayRef<int64_t> axes,
+                               bool keepDims, bool isMax) {
+  return buildReduce(b, loc, value, axes, keepDims,
+                     isMax ? Combine::Max : Combine::Add);
+}
 
 /// GELU of one scalar in a linalg body: exact (erf) or tanh-approximated.
 mlir::Value buildGeluValue(mlir::OpBuilder &b, mlir::Location loc,

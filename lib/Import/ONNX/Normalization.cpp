@@ -112,7 +112,7 @@ LogicalResult importNorm(NodeContext &node, bool rms) {
 } // namespace
 
 void stpar::onnximport::registerNormalizationHandlers(HandlerRegistry &r) {
-  r.add("", "LayerNormalization", 17,
+  r.add("", "LayerNormalization", 1,
         [](NodeContext &n) { return importNorm(n, /*rms=*/false); });
   r.add("", "RMSNormalization", 23,
         [](NodeContext &n) { return importNorm(n, /*rms=*/true); });

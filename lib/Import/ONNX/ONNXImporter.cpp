@@ -741,8 +741,11 @@ static bool hasIRLayout(int32_t onnxType, Type t) {
          (onnxType == TP::DOUBLE && t.isF64()) ||
          (onnxType == TP::INT64 && t.isInteger(64)) ||
          (onnxType == TP::INT32 && t.isInteger(32)) ||
+         (onnxType == TP::INT16 && t.isInteger(16)) ||
          (onnxType == TP::INT8 && t.isInteger(8)) ||
-         ((onnxType == TP::BOOL || onnxType == TP::UINT8) && t.isInteger(1));
+         (onnxType == TP::FLOAT16 && t.isF16()) ||
+         (onnxType == TP::BFLOAT16 && t.isBF16()) ||
+         (onnxType == TP::BOOL && t.isInteger(1));
 }
 
 class Importer {
@@ -1533,6 +1536,13 @@ OwningOpRef<ModuleOp> Importer::build() {
                  << "' has unsupported dtype "
                  << dtypeLabel(tensorType.elem_type()),
              nullptr;
+    if (isUnsignedDType(tensorType.elem_type()))
+      return emitError(fileLoc)
+                 << "graph input '" << input.name() << "' has dtype "
+                 << dtypeLabel(tensorType.elem_type())
+                 << ": unsigned integer tensors are not supported (stpar "
+                    "computes integers as signed)",
+             nullptr;
     SmallVector<int64_t> shape;
     for (const auto &dim : tensorType.shape().dim())
       shape.push_back(dim.dim_value());
@@ -1577,6 +1587,14 @@ OwningOpRef<ModuleOp> Importer::build() {
       initConstants.push_back({init.name(), std::move(*value)});
       continue;
     }
+    if (isUnsignedDType(init.data_type()))
+      return emitError(fileLoc)
+                 << "initializer '" << init.name() << "' has dtype "
+                 << dtypeLabel(init.data_type())
+                 << ": unsigned integer parameters are not supported (stpar "
+                    "computes integers as signed; only small tables folded "
+                    "on the host may be unsigned)",
+             nullptr;
     stp::DataLocation location = stp::DataLocation::Embedded;
     StringAttr file;
     int64_t offset = 0, length = -1;

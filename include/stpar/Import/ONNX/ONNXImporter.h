@@ -52,7 +52,7 @@ struct ImportOptions {
 constexpr int64_t kMaxDimValue = int64_t(1) << 40;
 
 /// Newest default-domain opset the importer handles.
-constexpr int64_t kMaxOpsetVersion = 23;
+constexpr int64_t kMaxOpsetVersion = 24;
 
 /// Imports the ONNX model file at `path`.
 ///

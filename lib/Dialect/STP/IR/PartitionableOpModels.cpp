@@ -43,6 +43,8 @@ std::optional<shard::ReductionKind> getGenericCombiner(linalg::GenericOp op) {
     std::optional<shard::ReductionKind> k;
     if (isa<arith::AddFOp, arith::AddIOp>(def))
       k = shard::ReductionKind::Sum;
+    else if (isa<arith::MulFOp, arith::MulIOp>(def))
+      k = shard::ReductionKind::Product;
     else if (isa<arith::MaximumFOp, arith::MaxNumFOp, arith::MaxSIOp>(def))
       k = shard::ReductionKind::Max;
     else if (isa<arith::MinimumFOp, arith::MinNumFOp, arith::MinSIOp>(def))

@@ -199,6 +199,15 @@ static bool isZeroTensor(Value v) {
   return matchPattern(v, m_AnyZeroFloat()) || matchPattern(v, m_Zero());
 }
 
+/// Whether `v` is a tensor of ones (the initial value a split product
+/// reduction may start each device's block from).
+static bool isOneTensor(Value v) {
+  if (auto fill = v.getDefiningOp<linalg::FillOp>())
+    return matchPattern(fill.getInputs()[0], m_OneFloat()) ||
+           matchPattern(fill.getInputs()[0], m_One());
+  return matchPattern(v, m_OneFloat()) || matchPattern(v, m_One());
+}
+
 class Partitioner {
 public:
   Partitioner(ModuleOp module, MeshAttr mesh) : module(module), mesh(mesh) {}
@@ -807,12 +816,18 @@ FailureOr<OpPlan> Partitioner::planLinalg(linalg::LinalgOp op,
   if (!partial.empty()) {
     std::optional<shard::ReductionKind> combiner = cast<PartitionableOpInterface>(op.getOperation()).getReductionKind();
     if (!combiner)
-      return fail("split reduction whose combiner is not a sum, max or min");
+      return fail(
+          "split reduction whose combiner is not a sum, product, max or min");
     kind = *combiner;
     if (kind == shard::ReductionKind::Sum)
       for (OpOperand &init : op.getDpsInitsMutable())
         if (!isZeroTensor(init.get()))
           return fail("split sum reduction into a non-zero initial value");
+    if (kind == shard::ReductionKind::Product)
+      for (OpOperand &init : op.getDpsInitsMutable())
+        if (!isOneTensor(init.get()))
+          return fail("split product reduction into an initial value other "
+                      "than one");
   }
   if (plan.table) {
     // Rows outside this device's block read as zero: a partial sum.

@@ -141,7 +141,7 @@ def unused_unknown_opset():
 
 @case
 def opset_too_new():
-    return relu_model(opset=24)
+    return relu_model(opset=25)
 
 
 @case
@@ -443,6 +443,29 @@ def initializer_string_dtype():
     w = helper.make_tensor("w", TensorProto.STRING, [2], [b"a", b"b"])
     return model([helper.make_node("Identity", ["w"], ["y"], name="id0")],
                  [], [vi("y", TensorProto.STRING, [2])], initializers=[w])
+
+
+@case
+def unsigned_initializer():
+    # A uint8 table too large to fold on the host: a parameter.
+    w = numpy_helper.from_array(np.full([64, 80], 200, dtype=np.uint8), "w")
+    return model([helper.make_node("Cast", ["w"], ["y"], name="cast0",
+                                   to=F)],
+                 [], [vi("y", F, [64, 80])], initializers=[w])
+
+
+@case
+def unsigned_input():
+    return model([helper.make_node("Cast", ["x"], ["y"], name="cast0",
+                                   to=F)],
+                 [vi("x", TensorProto.UINT8, [2])], [vi("y", F, [2])])
+
+
+@case
+def cast_unsigned():
+    return model([helper.make_node("Cast", ["x"], ["y"], name="cast0",
+                                   to=TensorProto.UINT16)],
+                 [vi("x", F, [2])], [vi("y", TensorProto.UINT16, [2])])
 
 
 @case
