@@ -499,8 +499,8 @@ stpar::pipelines::findBatchDim(mlir::ModuleOp module, StringRef batchDim) {
           return std::make_pair(std::string(), type.getDimSize(0));
       }
     }
-    return makeError("the model has no symbolic dims and no graph input "
-                     "with a dim to plan over as the batch");
+    // No graph input with a dim: nothing is planned as the batch.
+    return std::make_pair(std::string(), int64_t(1));
   } else {
     unsigned count = 0;
     for (mlir::NamedAttribute d : dims.getValue())
@@ -551,6 +551,35 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
       stpar::analysis::convertToOperatorGraph(func, conversion);
   if (mlir::failed(graph))
     return makeError("the model cannot be costed (see the errors above)");
+  if (graph->ops.empty()) {
+    module.getContext()->getOrLoadDialect<stpar::stp::STPDialect>();
+    // Every output is a graph input, a constant or a view of one: there is
+    // nothing to partition, and every device holds every value.
+    std::string text = "the model has no operator to plan (its outputs are "
+                       "graph inputs, constants or views of them): every "
+                       "device runs the whole program";
+    if (o.notes)
+      *o.notes << model << ": note: " << text << "\n";
+    else
+      mlir::emitRemark(module.getLoc()) << text;
+    json::Object mesh{
+        {"axes", json::Array{json::Object{{"name", "x0"}, {"size", devices}}}},
+        {"micro_batches", 1},
+        {"zero_stage", 0}};
+    json::Value trivial = json::Object{{"format", "stpar-plan"},
+                                       {"version", 1},
+                                       {"model", model},
+                                       {"cluster", cluster.name},
+                                       {"devices", devices},
+                                       {"mesh", std::move(mesh)},
+                                       {"operators", json::Array()}};
+    if (raw_ostream *table = o.table)
+      *table << "model " << model << " (0 operators) on " << devices
+             << " devices of " << cluster.name
+             << ": nothing to plan, every device runs the whole program\n";
+    return stpar::stp::applyPlan(module, trivial, cluster,
+                                 stpar::stp::ApplyPlanOptions());
+  }
   Expected<stpar::analysis::BridgedProblem> bridged =
       stpar::analysis::buildSearchProblem(*graph, sys::path::stem(model),
                                           o.cluster, devices);

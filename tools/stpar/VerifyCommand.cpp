@@ -227,6 +227,8 @@ private:
                   const std::string &program, int64_t ranks,
                   const std::string &planFile);
   /// The last `lines` lines of a log file, indented, for error messages.
+  /// The last `lines` lines of `file`, indented, after the lines holding
+  /// "error:" that come before them (at most 10).
   std::string tail(StringRef file, unsigned lines = 25) const;
 
   std::string work;
@@ -286,6 +288,16 @@ std::string Verifier::tail(StringRef file, unsigned lines) const {
   (*buffer)->getBuffer().rtrim().split(all, '\n');
   std::string text;
   size_t first = all.size() > lines ? all.size() - lines : 0;
+  // Diagnostics before the tail (a long IR dump can follow them) come
+  // first, so the failing command's own error lines are always shown.
+  unsigned shown = 0;
+  for (size_t i = 0; i < first && shown < 10; ++i)
+    if (all[i].contains("error:")) {
+      text += "    " + all[i].str() + "\n";
+      ++shown;
+    }
+  if (shown)
+    text += "    ...\n";
   for (size_t i = first; i < all.size(); ++i)
     text += "    " + all[i].str() + "\n";
   return text;

@@ -91,7 +91,8 @@ llvm::Expected<std::vector<int64_t>> parseMeshShape(llvm::StringRef text);
 /// dim whose name contains "batch". Returns its name and value; fails when
 /// there is no such dim or its value is below 1. A model without symbolic
 /// dims (a static export) plans dim 0 of its first graph input as the batch:
-/// the name is then empty and the value that dim's extent.
+/// the name is then empty and the value that dim's extent (1 when no graph
+/// input has a dim).
 llvm::Expected<std::pair<std::string, int64_t>>
 findBatchDim(mlir::ModuleOp module, llvm::StringRef batchDim);
 

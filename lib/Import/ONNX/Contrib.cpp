@@ -107,6 +107,84 @@ LogicalResult importSkipLayerNorm(NodeContext &node) {
   return success();
 }
 
+/// RMS normalization over the last dims from `axis` (stp.rms_norm).
+FailureOr<Value> rmsNorm(NodeContext &node, Value x, Value gamma, int64_t axis,
+                         float epsilon) {
+  OpBuilder &b = node.b();
+  auto type = cast<RankedTensorType>(x.getType());
+  auto normalized = node.normalizeAxis(axis, type.getRank());
+  if (!normalized)
+    return failure();
+  if (elemOf(gamma) != elemOf(x))
+    return node.error() << "scale has another element type than the input";
+  Value out = stp::RMSNormOp::create(b, node.loc(), type, x, gamma,
+                                     b.getI64IntegerAttr(*normalized),
+                                     b.getF32FloatAttr(epsilon));
+  if (failed(verify(out.getDefiningOp())))
+    return failure();
+  return out;
+}
+
+/// SimplifiedLayerNormalization (ONNX Runtime's RMSNorm, registered in the
+/// default and com.microsoft domains): X / sqrt(mean(X^2) + eps) * scale.
+LogicalResult importSimplifiedLayerNorm(NodeContext &node) {
+  Value x = node.input(0), gamma = node.input(1);
+  if (!x || !gamma)
+    return failure();
+  if (node.hasOutput(1))
+    return node.error() << "output 1 (inv_std_var) is not supported";
+  FailureOr<Value> out = rmsNorm(node, x, gamma, node.getInt("axis", -1),
+                                 node.getFloat("epsilon", 1e-5f));
+  if (failed(out))
+    return failure();
+  node.setOutput(0, *out);
+  return success();
+}
+
+/// SkipSimplifiedLayerNormalization (com.microsoft): s = input + skip
+/// (+ bias), RMS-normalized over the last dim; output 3 is s.
+LogicalResult importSkipSimplifiedLayerNorm(NodeContext &node) {
+  Value x = node.input(0), skip = node.input(1), gamma = node.input(2);
+  if (!x || !skip || !gamma)
+    return failure();
+  for (size_t i : {1, 2})
+    if (node.hasOutput(i))
+      return node.error() << "output " << i
+                          << " (normalization statistics) is not supported";
+  if (failed(checkBroadcastInto(node, x, skip, "skip")))
+    return failure();
+  Value sum = add(node.b(), node.loc(), x, skip);
+  if (node.hasInput(3)) {
+    Value bias = node.input(3);
+    if (failed(checkBroadcastInto(node, x, bias, "bias")))
+      return failure();
+    sum = add(node.b(), node.loc(), sum, bias);
+  }
+  FailureOr<Value> out =
+      rmsNorm(node, sum, gamma, -1, node.getFloat("epsilon", 1e-12f));
+  if (failed(out))
+    return failure();
+  node.setOutput(0, *out);
+  node.setOutput(3, sum);
+  return success();
+}
+
+/// BiasGelu (com.microsoft): the exact (erf) GELU of A + B.
+LogicalResult importBiasGelu(NodeContext &node) {
+  Value x = node.input(0), bias = node.input(1);
+  if (!x || !bias)
+    return failure();
+  if (failed(checkBroadcastInto(node, x, bias, "bias")))
+    return failure();
+  Value sum = add(node.b(), node.loc(), x, bias);
+  node.setOutput(
+      0, buildElementwise(node.b(), node.loc(), sum, elemOf(sum),
+                          [](OpBuilder &b, Location loc, ValueRange a) {
+                            return buildGeluValue(b, loc, a[0], /*tanh=*/false);
+                          }));
+  return success();
+}
+
 LogicalResult importEmbedLayerNorm(NodeContext &node) {
   OpBuilder &b = node.b();
   Location loc = node.loc();
@@ -298,4 +376,10 @@ void stpar::onnximport::registerContribHandlers(HandlerRegistry &r) {
   r.add("com.microsoft", "SkipLayerNormalization", 1, importSkipLayerNorm);
   r.add("com.microsoft", "EmbedLayerNormalization", 1, importEmbedLayerNorm);
   r.add("com.microsoft", "Attention", 1, importAttention);
+  r.add("com.microsoft", "BiasGelu", 1, importBiasGelu);
+  r.add("com.microsoft", "SimplifiedLayerNormalization", 1,
+        importSimplifiedLayerNorm);
+  r.add("", "SimplifiedLayerNormalization", 1, importSimplifiedLayerNorm);
+  r.add("com.microsoft", "SkipSimplifiedLayerNormalization", 1,
+        importSkipSimplifiedLayerNorm);
 }

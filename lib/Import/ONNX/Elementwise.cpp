@@ -457,6 +457,23 @@ LogicalResult importMod(NodeContext &node) {
       });
 }
 
+/// Mod over host constants (shape computations of expanded functions).
+std::optional<std::vector<ConstTensor>> foldMod(NodeContext &node) {
+  bool fmod = node.getInt("fmod", 0);
+  const ConstTensor *x = node.constInput(0);
+  if (!x || (x->isFloat() && !fmod))
+    return std::nullopt;
+  bool isFloat = x->isFloat();
+  return foldElementwise(node, -1, [=](ArrayRef<double> a) {
+    if (a[1] == 0)
+      return isFloat ? std::nan("") : 0.0;
+    double r = std::fmod(a[0], a[1]);
+    if (!fmod && r != 0 && ((r < 0) != (a[1] < 0)))
+      r += a[1];
+    return r;
+  });
+}
+
 /// Clip: min(max(x, lo), hi); the bounds are attributes before opset 11
 /// and optional scalar inputs since.
 LogicalResult importClip(NodeContext &node) {
@@ -707,7 +724,7 @@ void stpar::onnximport::registerElementwiseHandlers(HandlerRegistry &r) {
   r.add("", "Where", 9, importWhere, foldWhere);
   r.add("", "Cast", 6, importCast, foldCast);
   addBinary(r, "Sum", BinaryKind::Add, 8, /*variadic=*/true);
-  r.add("", "Mod", 10, importMod);
+  r.add("", "Mod", 10, importMod, foldMod);
   r.add("", "Clip", 6, importClip);
   r.add("", "Dropout", 1, importDropout);
   r.add("", "CastLike", 15, importCastLike);

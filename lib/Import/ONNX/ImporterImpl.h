@@ -201,6 +201,7 @@ void registerNormalizationHandlers(HandlerRegistry &registry);
 void registerSourceHandlers(HandlerRegistry &registry);
 void registerContribHandlers(HandlerRegistry &registry);
 void registerRotaryHandlers(HandlerRegistry &registry);
+void registerAttentionHandlers(HandlerRegistry &registry);
 
 //===----------------------------------------------------------------------===//
 // IR-building helpers (Builders.cpp)

@@ -503,6 +503,7 @@ static const HandlerRegistry &getRegistry() {
     registerSourceHandlers(r);
     registerContribHandlers(r);
     registerRotaryHandlers(r);
+    registerAttentionHandlers(r);
     return r;
   }();
   return registry;

@@ -37,8 +37,10 @@ def single(op, attrs=None, out_dtype=F, out_shape=(2, 3), in_dtype=F,
                             **(attrs or {}))
     graph = helper.make_graph([node], op, [vi("x", in_dtype, list(in_shape))],
                               [vi("y", out_dtype, list(out_shape))], inits)
-    return helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", opset)])
+    opsets = [helper.make_opsetid("", opset)]
+    if domain:
+        opsets.append(helper.make_opsetid(domain, 1))
+    return helper.make_model(graph, opset_imports=opsets)
 
 
 @case
@@ -149,6 +151,42 @@ for _op, _attrs in [("LeakyRelu", {"alpha": 0.2}), ("Elu", {"alpha": 0.5}),
         return single(op, attrs)
     _make.__name__ = _op.lower()
     case(_make)
+
+
+@case
+def attention_gqa_causal():
+    # Q [B, S, 4 heads x 2] and K, V [B, S, 2 heads x 2]: grouped-query,
+    # causal, softcapped, with the softmax output as qk_matmul_output.
+    q, k, v = (vi("q", F, [1, 3, 8]), vi("k", F, [1, 3, 4]),
+               vi("v", F, [1, 3, 4]))
+    node = helper.make_node(
+        "Attention", ["q", "k", "v"], ["y", "", "", "p"], name="attn0",
+        q_num_heads=4, kv_num_heads=2, is_causal=1, softcap=5.0,
+        qk_matmul_output_mode=3)
+    graph = helper.make_graph([node], "attention", [q, k, v],
+                              [vi("y", F, [1, 3, 8]), vi("p", F, [1, 4, 3, 3])])
+    return helper.make_model(graph,
+                             opset_imports=[helper.make_opsetid("", 23)])
+
+
+@case
+def simplified_layernorm():
+    return single("SimplifiedLayerNormalization", {"epsilon": 1e-6},
+                  consts=[("scale", np.ones([3], np.float32))], opset=17)
+
+
+@case
+def skip_simplified_layernorm():
+    return single("SkipSimplifiedLayerNormalization", {"epsilon": 1e-6},
+                  consts=[("skip", np.ones([2, 3], np.float32)),
+                          ("gamma", np.ones([3], np.float32))],
+                  domain="com.microsoft")
+
+
+@case
+def bias_gelu():
+    return single("BiasGelu", consts=[("bias", np.ones([3], np.float32))],
+                  domain="com.microsoft")
 
 
 def main():
