@@ -31,6 +31,7 @@
 #include "llvm/Support/Path.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <onnx/checker.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -779,6 +780,8 @@ private:
                             int64_t opset);
   LogicalResult bindDims();
   void inferShapes();
+  /// Reports what ONNX's checker found (as a warning).
+  void reportChecker(StringRef message);
   LogicalResult orderNodes(std::vector<const onnx::NodeProto *> &order);
   LogicalResult checkExternalData(const onnx::TensorProto &init,
                                   int64_t elements, StringAttr &file,
@@ -1157,6 +1160,13 @@ void Importer::inferShapes() {
     for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP})
       signal(sig, SIG_DFL);
     onnx::GraphProto inferred;
+    // ONNX's own checker first (it reads the model as given); its message
+    // travels back in the graph's doc_string.
+    try {
+      onnx::checker::check_model(model);
+    } catch (const std::exception &e) {
+      inferred.set_doc_string(e.what()[0] ? e.what() : "(no message)");
+    }
     try {
       onnx::ShapeInferenceOptions options;
       options.check_type = false;
@@ -1207,6 +1217,8 @@ void Importer::inferShapes() {
         << "); importing without its cross-check of shapes";
     return;
   }
+  if (!inferred.doc_string().empty())
+    reportChecker(inferred.doc_string());
   *model.mutable_graph()->mutable_value_info() = inferred.value_info();
   for (const onnx::ValueInfoProto &info : model.graph().value_info()) {
     if (!info.type().has_tensor_type() ||
@@ -1224,6 +1236,27 @@ void Importer::inferShapes() {
     if (isStatic)
       state.inferredShapes[info.name()] = shape;
   }
+}
+
+void Importer::reportChecker(StringRef message) {
+  // A warning, not an error: this ONNX library (1.12) knows default-domain
+  // opsets up to its own and no newer ops, and stpar's importer does its
+  // own validation of everything it reads.
+  int64_t known = 0;
+  const auto &ranges =
+      onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  if (auto it = ranges.find(""); it != ranges.end())
+    known = it->second.second;
+  int64_t used = 0;
+  for (const auto &opset : model.opset_import())
+    if (opset.domain().empty() || opset.domain() == "ai.onnx")
+      used = opset.version();
+  StringRef first = message.trim().split('\n').first.trim();
+  InFlightDiagnostic diag = emitWarning(state.fileLoc());
+  diag << "ONNX's checker reports: " << first;
+  if (used > known)
+    diag << " (this ONNX library knows default-domain opsets up to " << known
+         << "; the model uses " << used << ")";
 }
 
 LogicalResult

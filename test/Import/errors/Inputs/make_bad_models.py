@@ -446,6 +446,13 @@ def initializer_string_dtype():
 
 
 @case
+def unknown_attribute():
+    return model([helper.make_node("Relu", ["x"], ["y"], name="relu0",
+                                   foo=1)],
+                 [vi("x", F, [2, 3])], [vi("y", F, [2, 3])], opset=13)
+
+
+@case
 def unsigned_initializer():
     # A uint8 table too large to fold on the host: a parameter.
     w = numpy_helper.from_array(np.full([64, 80], 200, dtype=np.uint8), "w")
