@@ -19,6 +19,7 @@
 #include "stpar/Dialect/STP/IR/STPOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/Verifier.h"
 
 #include <cmath>
@@ -335,15 +336,54 @@ LogicalResult importAttention(NodeContext &node) {
     // Raw attention masks: 1 keeps a key position, 0 masks it; additive
     // mask = (1 - m) * mask_filter_value.
     SmallVector<int64_t> shape4;
-    if (ms.size() == 2 && ms[0] == batch && ms[1] == totalLen)
+    if (ms.size() == 1 && (ms[0] == batch || ms[0] == 2 * batch)) {
+      // Key lengths: [batch] end positions (right padding), or [2 * batch]
+      // end positions then start positions; keys outside [start, end) are
+      // masked. Becomes the raw [batch, total_len] mask.
+      Type i64 = b.getI64Type();
+      Value ends =
+          convertElement(b, loc, buildSlice(b, loc, m, {0}, {batch}), i64);
+      Value starts =
+          ms[0] == batch
+              ? buildFilled(b, loc, {batch}, i64, 0.0)
+              : convertElement(b, loc, buildSlice(b, loc, m, {batch}, {batch}),
+                               i64);
+      MLIRContext *ctx = b.getContext();
+      AffineMap row = AffineMap::get(2, 0, {getAffineDimExpr(0, ctx)}, ctx);
+      Value init = buildFilled(b, loc, {batch, totalLen}, elem, 0.0);
+      m = linalg::GenericOp::create(
+              b, loc, TypeRange{init.getType()}, ValueRange{ends, starts},
+              ValueRange{init},
+              SmallVector<AffineMap>{row, row,
+                                     AffineMap::getMultiDimIdentityMap(2, ctx)},
+              SmallVector<utils::IteratorType>(2,
+                                               utils::IteratorType::parallel),
+              [&](OpBuilder &nb, Location l, ValueRange a) {
+                Value j = arith::IndexCastOp::create(
+                    nb, l, nb.getI64Type(), linalg::IndexOp::create(nb, l, 1));
+                Value before = arith::CmpIOp::create(
+                    nb, l, arith::CmpIPredicate::slt, j, a[0]);
+                Value after = arith::CmpIOp::create(
+                    nb, l, arith::CmpIPredicate::sge, j, a[1]);
+                Value keep = arith::AndIOp::create(nb, l, before, after);
+                linalg::YieldOp::create(
+                    nb, l,
+                    Value(arith::SelectOp::create(
+                        nb, l, keep, scalarConstant(nb, l, elem, 1.0),
+                        scalarConstant(nb, l, elem, 0.0))));
+              })
+              .getResult(0);
+      shape4 = {batch, 1, 1, totalLen};
+    } else if (ms.size() == 2 && ms[0] == batch && ms[1] == totalLen)
       shape4 = {batch, 1, 1, totalLen};
     else if (ms.size() == 3 && ms[0] == batch && ms[1] == seq &&
              ms[2] == totalLen)
       shape4 = {batch, 1, seq, totalLen};
     else
       return node.error() << "mask_index of shape " << m.getType()
-                          << " is not supported (only raw [batch, total_len] "
-                             "or [batch, seq, total_len] masks)";
+                          << " is not supported (key lengths [batch] or "
+                             "[2 * batch], raw [batch, total_len] or "
+                             "[batch, seq, total_len] masks)";
     Value mf = convertElement(b, loc, m, elem);
     mf = buildElementwise(b, loc, mf, elem,
                           [&](OpBuilder &nb, Location l, ValueRange a) -> Value {

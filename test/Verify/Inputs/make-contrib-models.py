@@ -65,6 +65,19 @@ def main():
                            ["x", "skip", "gamma", "bias"],
                            ["y", "", "", "s"], domain=ms, epsilon=1e-6)],
          [x, skip], [y, s], [gamma, bias])
+    # Contrib Attention with 1-D mask_index: key lengths [batch] (right
+    # padding) and end then start positions [2 * batch].
+    weights = const("weights", [16, 48], lambda v: 0.2 * v)
+    qkv_bias = const("qkv_bias", [48], lambda v: 0.1 * v)
+    for name, lengths in [("attention_lengths", [3, 2]),
+                          ("attention_ranges", [4, 3, 1, 0])]:
+        mask = numpy_helper.from_array(np.array(lengths, np.int32),
+                                       "mask_index")
+        save(out, name,
+             [helper.make_node("Attention", ["x", "weights", "qkv_bias",
+                                             "mask_index"], ["y"], domain=ms,
+                               num_heads=2)],
+             [x], [y], [weights, qkv_bias, mask])
     save(out, "bias_gelu",
          [helper.make_node("BiasGelu", ["x", "bias"], ["y"], domain=ms)],
          [x], [y], [bias])
