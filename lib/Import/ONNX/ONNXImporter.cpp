@@ -1217,7 +1217,11 @@ void Importer::inferShapes() {
         << "); importing without its cross-check of shapes";
     return;
   }
-  if (!inferred.doc_string().empty())
+  // External data is stpar's own check (weights may be absent on purpose
+  // when only planning: `data = absent`), so the checker's view of it is
+  // not repeated.
+  if (!inferred.doc_string().empty() &&
+      !StringRef(inferred.doc_string()).starts_with("Data of TensorProto"))
     reportChecker(inferred.doc_string());
   *model.mutable_graph()->mutable_value_info() = inferred.value_info();
   for (const onnx::ValueInfoProto &info : model.graph().value_info()) {
