@@ -13,6 +13,17 @@
 # skipped; the package ships the CPU execution provider.
 set -euo pipefail
 
+# --fuzz: also Clang 22 and its runtime (libFuzzer, sanitizers) for
+# scripts/fuzz-import.sh.
+fuzz=0
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) fuzz=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; echo "# --fuzz: also clang-22 and libclang-rt-22-dev"; exit 0 ;;
+    *) echo "install-deps: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ORT_NODE_VERSION=1.30.0
 ort_dir="$root/.deps/node"
@@ -44,6 +55,10 @@ PACKAGES=(
   # Independent reference for gradients and updates (stpar verify --train).
   python3-torch
 )
+
+if [ "$fuzz" = 1 ]; then
+  PACKAGES+=(clang-22 libclang-rt-22-dev)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -202,6 +202,7 @@ void registerSourceHandlers(HandlerRegistry &registry);
 void registerContribHandlers(HandlerRegistry &registry);
 void registerRotaryHandlers(HandlerRegistry &registry);
 void registerAttentionHandlers(HandlerRegistry &registry);
+void registerContribAttentionHandlers(HandlerRegistry &registry);
 
 //===----------------------------------------------------------------------===//
 // IR-building helpers (Builders.cpp)
@@ -299,6 +300,20 @@ inline mlir::Value buildReduce(mlir::OpBuilder &b, mlir::Location loc,
 /// GELU of one scalar in a linalg body: exact (erf) or tanh-approximated.
 mlir::Value buildGeluValue(mlir::OpBuilder &b, mlir::Location loc,
                            mlir::Value x, bool tanhApprox);
+
+/// Rotary position embedding (Su et al. 2021, RoFormer Eq. 34; ONNX
+/// RotaryEmbedding-23): rotates the first `rotaryDim` (0: all) of each
+/// head's dims of `x` ([B, N, S, D], or [B, S, N*D] with `heads` > 0) by the
+/// angles whose cosines and sines are `cosCache` / `sinCache`:
+/// [max_position, >= rotaryDim/2] rows picked by `positions` [B, S], or
+/// when `positions` is null already [B, S, >= rotaryDim/2]. Pairs are
+/// halves of the rotated dims, or neighbours when `interleaved`. Returns the
+/// rotated tensor (x's shape), or failure after an error at `node`.
+mlir::FailureOr<mlir::Value> buildRotary(NodeContext &node, mlir::Value x,
+                                         mlir::Value cosCache,
+                                         mlir::Value sinCache,
+                                         mlir::Value positions, int64_t heads,
+                                         bool interleaved, int64_t rotaryDim);
 
 } // namespace stpar::onnximport
 

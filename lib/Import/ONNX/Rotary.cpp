@@ -33,12 +33,13 @@ ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
 
-/// The rotation itself: `x` [B, N, S, D] or [B, S, N*D], the caches
-/// [max_position, >= R/2] indexed by `positions` [B, S] (or, when it is
-/// null, already [B, S, >= R/2]).
-LogicalResult buildRotary(NodeContext &node, Value x, Value cosCache,
-                          Value sinCache, Value positions, int64_t heads,
-                          bool interleaved, int64_t rotary) {
+} // namespace
+
+FailureOr<Value> stpar::onnximport::buildRotary(NodeContext &node, Value x,
+                                                Value cosCache, Value sinCache,
+                                                Value positions, int64_t heads,
+                                                bool interleaved,
+                                                int64_t rotary) {
   OpBuilder &b = node.b();
   Location loc = node.loc();
   auto type = cast<RankedTensorType>(x.getType());
@@ -131,9 +132,16 @@ LogicalResult buildRotary(NodeContext &node, Value x, Value cosCache,
         {rotated, buildSlice(b, loc, xin, {0, 0, 0, rotary},
                              {batch, seq, n, headSize - rotary})},
         3);
-  Value y = rank == 4 ? buildTranspose(b, loc, rotated, {0, 2, 1, 3})
-                      : buildReshape(b, loc, rotated, type.getShape());
-  node.setOutput(0, y);
+  return rank == 4 ? buildTranspose(b, loc, rotated, {0, 2, 1, 3})
+                   : buildReshape(b, loc, rotated, type.getShape());
+}
+
+namespace {
+
+LogicalResult setRotated(NodeContext &node, FailureOr<Value> y) {
+  if (failed(y))
+    return failure();
+  node.setOutput(0, *y);
   return success();
 }
 
@@ -144,9 +152,10 @@ LogicalResult importRotaryEmbedding(NodeContext &node) {
   Value positions;
   if (node.hasInput(3) && !(positions = node.input(3)))
     return failure();
-  return buildRotary(node, x, cosCache, sinCache, positions,
-                     node.getInt("num_heads", 0), node.getInt("interleaved", 0),
-                     node.getInt("rotary_embedding_dim", 0));
+  return setRotated(node, buildRotary(node, x, cosCache, sinCache, positions,
+                                      node.getInt("num_heads", 0),
+                                      node.getInt("interleaved", 0),
+                                      node.getInt("rotary_embedding_dim", 0)));
 }
 
 /// com.microsoft RotaryEmbedding (ONNX Runtime's contrib op): inputs
@@ -195,8 +204,9 @@ LogicalResult importContribRotaryEmbedding(NodeContext &node) {
     return node.error() << "position_ids " << positions.getType()
                         << " is neither [batch, seq] nor one offset [1]";
   }
-  return buildRotary(node, x, cosCache, sinCache, positions, heads,
-                     node.getInt("interleaved", 0), rotary);
+  return setRotated(node,
+                    buildRotary(node, x, cosCache, sinCache, positions, heads,
+                                node.getInt("interleaved", 0), rotary));
 }
 
 } // namespace

@@ -453,6 +453,53 @@ def unknown_attribute():
 
 
 @case
+def unknown_attribute_newer_ir():
+    # The same node in a model of an IR version newer than this ONNX
+    # library's (8): the checker's finding is only a warning there.
+    m = unknown_attribute()
+    m.ir_version = 10
+    return m
+
+
+def group_query_attention(seqlens, total):
+    """GroupQueryAttention (2 query heads, 1 key/value head of 4) with the
+    given seqlens_k and total_sequence_length."""
+    q, k, v = vi("q", F, [2, 3, 8]), vi("k", F, [2, 3, 4]), vi("v", F, [2, 3, 4])
+    inits = [numpy_helper.from_array(np.array(seqlens, np.int32), "seqlens"),
+             numpy_helper.from_array(np.array(total, np.int32), "total")]
+    node = helper.make_node("GroupQueryAttention",
+                            ["q", "k", "v", "", "", "seqlens", "total"], ["y"],
+                            name="gqa0", domain="com.microsoft", num_heads=2,
+                            kv_num_heads=1)
+    return model([node], [q, k, v], [vi("y", F, [2, 3, 8])], inits,
+                 extra_opsets=[("com.microsoft", 1)])
+
+
+@case
+def gqa_ragged():
+    # Batch entry 0 has 2 keys, entry 1 has 3: a ragged batch.
+    return group_query_attention([1, 2], 3)
+
+
+@case
+def gqa_shared_buffer():
+    # total_sequence_length 5 with no past and 3 new tokens.
+    return group_query_attention([4, 4], 5)
+
+
+@case
+def mha_cache_indirection():
+    q = vi("q", F, [2, 3, 8])
+    ind = numpy_helper.from_array(np.zeros([2, 1, 3], np.int32), "ind")
+    node = helper.make_node("MultiHeadAttention",
+                            ["q", "q", "q", "", "", "", "", "", "", "ind"],
+                            ["y"], name="mha0", domain="com.microsoft",
+                            num_heads=2)
+    return model([node], [q], [vi("y", F, [2, 3, 8])], [ind],
+                 extra_opsets=[("com.microsoft", 1)])
+
+
+@case
 def unsigned_initializer():
     # A uint8 table too large to fold on the host: a parameter.
     w = numpy_helper.from_array(np.full([64, 80], 200, dtype=np.uint8), "w")
@@ -699,7 +746,7 @@ def gather_const_index_out_of_range():
 @case
 def div_int_min():
     return model([helper.make_node("Div", ["a", "b"], ["y"], name="div0")],
-                 [], [vi("y", I64, None)],
+                 [], [vi("y", I64, [1])],
                  initializers=[const_i64("a", [-(1 << 63)]),
                                const_i64("b", [-1])])
 

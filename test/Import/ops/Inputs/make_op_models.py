@@ -31,7 +31,7 @@ def single(op, attrs=None, out_dtype=F, out_shape=(2, 3), in_dtype=F,
            in_shape=(2, 3), consts=(), opset=18, domain=""):
     """A model x -> op(x, *consts) -> y."""
     inits = [numpy_helper.from_array(np.asarray(v), name)
-             for name, v in consts]
+             for name, v in consts if name]
     node = helper.make_node(op, ["x"] + [n for n, _ in consts], ["y"],
                             name=op.lower() + "0", domain=domain,
                             **(attrs or {}))
@@ -186,6 +186,35 @@ def skip_simplified_layernorm():
 @case
 def bias_gelu():
     return single("BiasGelu", consts=[("bias", np.ones([3], np.float32))],
+                  domain="com.microsoft")
+
+
+@case
+def mha_packed_qkv():
+    # com.microsoft MultiHeadAttention on packed QKV [B, S, N=2, 3, H=8].
+    return single("MultiHeadAttention", {"num_heads": 2},
+                  in_shape=(2, 4, 2, 3, 8), out_shape=(2, 4, 16),
+                  domain="com.microsoft")
+
+
+@case
+def mha_packed_kv():
+    # Query [B, S, 16], packed KV [B, L=5, N=2, 2, H=8], causal.
+    return single("MultiHeadAttention", {"num_heads": 2, "unidirectional": 1},
+                  in_shape=(2, 4, 16), out_shape=(2, 4, 16),
+                  consts=[("kv", np.ones([2, 5, 2, 2, 8], np.float32))],
+                  domain="com.microsoft")
+
+
+@case
+def gqa_packed_window():
+    # Packed [Q, K, V] of 4 + 2 + 2 heads of 2, a local window of 2 keys.
+    return single("GroupQueryAttention",
+                  {"num_heads": 4, "kv_num_heads": 2, "local_window_size": 2},
+                  in_shape=(1, 3, 16), out_shape=(1, 3, 8),
+                  consts=[("", None), ("", None), ("", None), ("", None),
+                          ("seqlens_k", np.array([2], np.int32)),
+                          ("total", np.array(3, np.int32))],
                   domain="com.microsoft")
 
 
