@@ -25,10 +25,11 @@ shared="$root/../shared"
 export CCACHE_BASEDIR="$root"
 
 "$root/scripts/install-deps.sh" --fuzz
+mkdir -p "$build"
 cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
-  -DSTPAR_ENABLE_FUZZER=ON >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; exit 1; }
+  -DSTPAR_ENABLE_FUZZER=ON >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" --target stpar-import-fuzzer -j 2
 
 seeds="$build/seeds"
