@@ -516,6 +516,9 @@ LogicalResult importGroupQueryAttention(NodeContext &node) {
   if (!isa<FloatType>(elem) || qs.size() != 3)
     return node.error() << "query must be a float [batch, seq, hidden], got "
                         << query.getType();
+  if (hq > qs[2])
+    return node.error() << "num_heads " << hq << " exceeds the hidden size "
+                        << qs[2];
   int64_t batch = qs[0], seq = qs[1];
   Value q3, k3, v3;
   int64_t d;
