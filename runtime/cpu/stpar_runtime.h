@@ -294,16 +294,17 @@ void softmax(const T *in, T *out, const Shape &shape, int64_t dim) {
     for (int64_t i = 0; i < inner; ++i) {
       const T *x = in + o * n * inner + i;
       T *y = out + o * n * inner + i;
-      T m = -std::numeric_limits<T>::infinity();
+      // In float for f16/bf16 (widen), as the CUDA kernel; each exp is
+      // recomputed for the store, so in == out works.
+      using W = decltype(widen(T()));
+      W m = -std::numeric_limits<W>::infinity();
       for (int64_t k = 0; k < n; ++k)
-        m = std::max(m, x[k * inner]);
-      T s = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        y[k * inner] = std::exp(x[k * inner] - m);
-        s += y[k * inner];
-      }
+        m = std::max(m, W(widen(x[k * inner])));
+      W s = 0;
       for (int64_t k = 0; k < n; ++k)
-        y[k * inner] /= s;
+        s += std::exp(W(widen(x[k * inner])) - m);
+      for (int64_t k = 0; k < n; ++k)
+        y[k * inner] = static_cast<T>(std::exp(W(widen(x[k * inner])) - m) / s);
     }
 }
 
