@@ -44,14 +44,6 @@ Value splitHeads(OpBuilder &b, Location loc, Value x, int64_t heads) {
                         {0, 2, 1, 3});
 }
 
-/// `x` + `y` (numpy broadcasting).
-Value add(OpBuilder &b, Location loc, Value x, Value y) {
-  return buildElementwise(b, loc, ValueRange{x, y}, typeOf(x).getElementType(),
-                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                            return arith::AddFOp::create(nb, l, a[0], a[1]);
-                          });
-}
-
 /// Softmax over the last dim in which a row whose maximum is -inf (every
 /// key masked) gives zeros instead of NaN.
 Value buildSafeSoftmax(OpBuilder &b, Location loc, Value x) {
@@ -244,10 +236,10 @@ LogicalResult importAttention(NodeContext &node) {
     Value pad = materializeConstant(
         b, loc,
         ConstTensor::ofFloats(values, {batch, 1, sq, skv}, toDType(elem)));
-    bias = bias ? add(b, loc, bias, pad) : pad;
+    bias = bias ? buildAddF(b, loc, bias, pad) : pad;
   } else if (causal) {
     Value c = buildCausalBias(b, loc, sq, skv, past, elem);
-    bias = bias ? add(b, loc, bias, c) : c;
+    bias = bias ? buildAddF(b, loc, bias, c) : c;
   }
 
   // Scores [B, Hq, Sq, Skv]: query heads grouped over their key-value head
@@ -280,7 +272,7 @@ LogicalResult importAttention(NodeContext &node) {
               math::TanhOp::create(nb, l,
                                    arith::DivFOp::create(nb, l, a[0], c)));
         });
-  Value withBias = bias ? add(b, loc, scores, bias) : scores;
+  Value withBias = bias ? buildAddF(b, loc, scores, bias) : scores;
   int64_t mode = node.getInt("qk_matmul_output_mode", 0);
   if (mode < 0 || mode > 3)
     return node.error() << "qk_matmul_output_mode " << mode

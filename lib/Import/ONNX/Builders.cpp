@@ -186,6 +186,15 @@ Value stpar::onnximport::buildElementwise(
   return generic.getResult(0);
 }
 
+Value stpar::onnximport::buildAddF(OpBuilder &b, Location loc, Value x,
+                                   Value y) {
+  return buildElementwise(b, loc, ValueRange{x, y},
+                          cast<RankedTensorType>(x.getType()).getElementType(),
+                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                            return arith::AddFOp::create(nb, l, a[0], a[1]);
+                          });
+}
+
 Value stpar::onnximport::buildFilled(OpBuilder &b, Location loc,
                                      ArrayRef<int64_t> shape, Type elem,
                                      double value) {

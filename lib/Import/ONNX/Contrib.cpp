@@ -35,13 +35,6 @@ ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
 
-Value add(OpBuilder &b, Location loc, Value x, Value y) {
-  return buildElementwise(b, loc, {x, y}, elemOf(x),
-                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                            return arith::AddFOp::create(nb, l, a[0], a[1]);
-                          });
-}
-
 /// Checks that `y` broadcasts into `x`'s shape (so x + y keeps x's shape).
 LogicalResult checkBroadcastInto(NodeContext &node, Value x, Value y,
                                  StringRef what) {
@@ -69,7 +62,7 @@ LogicalResult importFastGelu(NodeContext &node) {
     Value bias = node.input(1);
     if (failed(checkBroadcastInto(node, x, bias, "bias")))
       return failure();
-    x = add(node.b(), node.loc(), x, bias);
+    x = buildAddF(node.b(), node.loc(), x, bias);
   }
   node.setOutput(0, buildElementwise(
                         node.b(), node.loc(), x, elemOf(x),
@@ -89,12 +82,12 @@ LogicalResult importSkipLayerNorm(NodeContext &node) {
                           << " (normalization statistics) is not supported";
   if (failed(checkBroadcastInto(node, x, skip, "skip")))
     return failure();
-  Value sum = add(node.b(), node.loc(), x, skip);
+  Value sum = buildAddF(node.b(), node.loc(), x, skip);
   if (node.hasInput(4)) {
     Value bias = node.input(4);
     if (failed(checkBroadcastInto(node, x, bias, "bias")))
       return failure();
-    sum = add(node.b(), node.loc(), sum, bias);
+    sum = buildAddF(node.b(), node.loc(), sum, bias);
   }
   Value beta = node.hasInput(3) ? node.input(3) : Value();
   Value out = layerNorm(node, sum, gamma, beta,
@@ -152,12 +145,12 @@ LogicalResult importSkipSimplifiedLayerNorm(NodeContext &node) {
                           << " (normalization statistics) is not supported";
   if (failed(checkBroadcastInto(node, x, skip, "skip")))
     return failure();
-  Value sum = add(node.b(), node.loc(), x, skip);
+  Value sum = buildAddF(node.b(), node.loc(), x, skip);
   if (node.hasInput(3)) {
     Value bias = node.input(3);
     if (failed(checkBroadcastInto(node, x, bias, "bias")))
       return failure();
-    sum = add(node.b(), node.loc(), sum, bias);
+    sum = buildAddF(node.b(), node.loc(), sum, bias);
   }
   FailureOr<Value> out =
       rmsNorm(node, sum, gamma, -1, node.getFloat("epsilon", 1e-12f));
@@ -175,7 +168,7 @@ LogicalResult importBiasGelu(NodeContext &node) {
     return failure();
   if (failed(checkBroadcastInto(node, x, bias, "bias")))
     return failure();
-  Value sum = add(node.b(), node.loc(), x, bias);
+  Value sum = buildAddF(node.b(), node.loc(), x, bias);
   node.setOutput(
       0, buildElementwise(node.b(), node.loc(), sum, elemOf(sum),
                           [](OpBuilder &b, Location loc, ValueRange a) {
@@ -212,10 +205,10 @@ LogicalResult importEmbedLayerNorm(NodeContext &node) {
   }
   if (failed(checkBroadcastInto(node, sum, posEmb, "position embedding")))
     return failure();
-  sum = add(b, loc, sum, posEmb);
+  sum = buildAddF(b, loc, sum, posEmb);
   if (node.hasInput(1) && node.hasInput(4)) {
     Value seg = buildGather(b, loc, node.input(4), node.input(1), 0);
-    sum = add(b, loc, sum, seg);
+    sum = buildAddF(b, loc, sum, seg);
   }
   Value out = layerNorm(node, sum, gamma, beta, node.getFloat("epsilon", 1e-12f));
   if (failed(verify(out.getDefiningOp())))

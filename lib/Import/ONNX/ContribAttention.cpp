@@ -49,17 +49,9 @@ ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
 
-/// `x` + `y` (numpy broadcasting).
-Value add(OpBuilder &b, Location loc, Value x, Value y) {
-  return buildElementwise(b, loc, {x, y}, elemOf(x),
-                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                            return arith::AddFOp::create(nb, l, a[0], a[1]);
-                          });
-}
-
 /// Adds `x` to an optional running bias.
 Value accumulate(OpBuilder &b, Location loc, Value acc, Value x) {
-  return acc ? add(b, loc, acc, x) : x;
+  return acc ? buildAddF(b, loc, acc, x) : x;
 }
 
 /// Splits [B, S, N*D] into heads [B, N, S, D].
@@ -201,9 +193,10 @@ Value attentionBias(NodeContext &node, size_t index, int64_t batch,
 }
 
 /// `stp.attention` over heads [B, Hq, S, D], [B, Hkv, T, D], [B, Hkv, T, Dv]
-/// with an optional additive bias; the result [B, Hq, S, Dv].
-FailureOr<Value> attend(NodeContext &node, Value q, Value k, Value v,
-                        Value bias, float scale, bool causal) {
+/// with an optional additive bias; its result [B, Hq, S, Dv] becomes the
+/// node's output 0 as [B, S, Hq * Dv].
+LogicalResult attendInto(NodeContext &node, Value q, Value k, Value v,
+                         Value bias, float scale, bool causal) {
   OpBuilder &b = node.b();
   ArrayRef<int64_t> qs = shapeOf(q), vs = shapeOf(v);
   if (scale == 0.0f)
@@ -215,7 +208,8 @@ FailureOr<Value> attend(NodeContext &node, Value q, Value k, Value v,
                                      causal ? b.getUnitAttr() : UnitAttr());
   if (failed(verify(op)))
     return failure();
-  return op.getResult();
+  node.setOutput(0, fromHeads(b, node.loc(), op.getResult()));
+  return success();
 }
 
 LogicalResult importAttention(NodeContext &node) {
@@ -252,7 +246,7 @@ LogicalResult importAttention(NodeContext &node) {
     if (!merged || ArrayRef<int64_t>(*merged) != shapeOf(qkv))
       return node.error() << "bias " << bias.getType()
                           << " does not broadcast to " << qkv.getType();
-    qkv = add(b, loc, qkv, bias);
+    qkv = buildAddF(b, loc, qkv, bias);
   }
   ArrayRef<int64_t> qkvShape = shapeOf(qkv);
   int64_t batch = qkvShape[0], seq = qkvShape[1], total = qkvShape[2];
@@ -316,12 +310,8 @@ LogicalResult importAttention(NodeContext &node) {
     if (!mask)
       return failure();
   }
-  FailureOr<Value> out = attend(node, q, k, v, mask, node.getFloat("scale", 0),
-                                node.getInt("unidirectional", 0));
-  if (failed(out))
-    return failure();
-  node.setOutput(0, fromHeads(b, loc, *out));
-  return success();
+  return attendInto(node, q, k, v, mask, node.getFloat("scale", 0),
+                    node.getInt("unidirectional", 0));
 }
 
 LogicalResult importMultiHeadAttention(NodeContext &node) {
@@ -421,9 +411,9 @@ LogicalResult importMultiHeadAttention(NodeContext &node) {
         elemOf(bias) != elem)
       return node.error() << "bias " << bias.getType() << " is not ["
                           << dq + dk + dv << "] (q, k and v widths)";
-    q3 = add(b, loc, q3, buildSlice(b, loc, bias, {0}, {dq}));
-    k3 = add(b, loc, k3, buildSlice(b, loc, bias, {dq}, {dk}));
-    v3 = add(b, loc, v3, buildSlice(b, loc, bias, {dq + dk}, {dv}));
+    q3 = buildAddF(b, loc, q3, buildSlice(b, loc, bias, {0}, {dq}));
+    k3 = buildAddF(b, loc, k3, buildSlice(b, loc, bias, {dq}, {dk}));
+    v3 = buildAddF(b, loc, v3, buildSlice(b, loc, bias, {dq + dk}, {dv}));
   }
   for (Value x : {q3, k3, v3})
     if (x && shapeOf(x)[2] % heads)
@@ -470,12 +460,8 @@ LogicalResult importMultiHeadAttention(NodeContext &node) {
       return failure();
     bias = accumulate(b, loc, bias, extra);
   }
-  FailureOr<Value> out = attend(node, q, k, v, bias, node.getFloat("scale", 0),
-                                node.getInt("unidirectional", 0));
-  if (failed(out))
-    return failure();
-  node.setOutput(0, fromHeads(b, loc, *out));
-  return success();
+  return attendInto(node, q, k, v, bias, node.getFloat("scale", 0),
+                    node.getInt("unidirectional", 0));
 }
 
 LogicalResult importGroupQueryAttention(NodeContext &node) {
@@ -660,12 +646,7 @@ LogicalResult importGroupQueryAttention(NodeContext &node) {
       return failure();
     bias = accumulate(b, loc, bias, extra);
   }
-  FailureOr<Value> out =
-      attend(node, q, k, v, bias, node.getFloat("scale", 0), causal);
-  if (failed(out))
-    return failure();
-  node.setOutput(0, fromHeads(b, loc, *out));
-  return success();
+  return attendInto(node, q, k, v, bias, node.getFloat("scale", 0), causal);
 }
 
 } // namespace

@@ -241,6 +241,11 @@ mlir::Value buildElementwise(mlir::OpBuilder &b, mlir::Location loc,
                              std::optional<llvm::ArrayRef<int64_t>> outShape =
                                  std::nullopt);
 
+/// Float `x + y` with numpy broadcasting (an elementwise generic of x's
+/// element type).
+mlir::Value buildAddF(mlir::OpBuilder &b, mlir::Location loc, mlir::Value x,
+                      mlir::Value y);
+
 /// `tensor.empty` filled with `value`.
 mlir::Value buildFilled(mlir::OpBuilder &b, mlir::Location loc,
                         llvm::ArrayRef<int64_t> shape, mlir::Type elem,
