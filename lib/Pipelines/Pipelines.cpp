@@ -50,8 +50,15 @@ void stpar::pipelines::buildTrainingPipeline(
 }
 
 void stpar::pipelines::buildPartitioningPipeline(
-    OpPassManager &pm, const CompilePipelineOptions &) {
+    OpPassManager &pm, const CompilePipelineOptions &options) {
   pm.addPass(stpar::stp::createPartitionPass());
+  if (options.precision != "fp32") {
+    // Any other word reaches the pass, which rejects all but bf16.
+    stpar::stp::MixedPrecisionPassOptions mixed;
+    mixed.computeType =
+        options.precision == "mixed" ? "bf16" : options.precision;
+    pm.addPass(stpar::stp::createMixedPrecisionPass(mixed));
+  }
   pm.addPass(stpar::stp::createBucketGradientsPass());
   pm.addPass(stpar::stp::createScheduleCollectivesPass());
   pm.addPass(stpar::stp::createPlanMemoryPass());
@@ -138,6 +145,11 @@ struct CompilePipelineTextOptions
       *this, "recompute",
       llvm::cl::desc("Activation recomputation: on, off or plan"),
       llvm::cl::init("plan")};
+  Option<std::string> precision{
+      *this, "precision",
+      llvm::cl::desc("fp32 (default) or mixed (-stp-mixed-precision: bf16 "
+                     "GEMM operands, fp32 accumulation and master weights)"),
+      llvm::cl::init("fp32")};
 };
 } // namespace
 
@@ -147,7 +159,7 @@ void stpar::pipelines::registerPipelines() {
       "stp-compile-pipeline",
       "The stpar pipeline: -stp-normalize, -stp-plan (or -stp-apply-plan "
       "with plan=), -stp-training-step (with loss=), -stp-partition, "
-      "-stp-bucket-gradients, "
+      "-stp-mixed-precision (with precision=mixed), -stp-bucket-gradients, "
       "-stp-schedule-collectives, "
       "-stp-plan-memory (docs/pipeline.md)",
       [](OpPassManager &pm, const CompilePipelineTextOptions &text) {
@@ -172,6 +184,7 @@ void stpar::pipelines::registerPipelines() {
         options.plan.pipeline = text.pipeline;
         options.planFile = text.plan;
         options.stopAfter = text.stopAfter;
+        options.precision = text.precision;
         if (!text.loss.empty()) {
           TrainingOptions &t = options.training;
           t.enabled = true;

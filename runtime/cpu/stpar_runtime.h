@@ -721,19 +721,22 @@ void storeOutput(Context &ctx, int index, const Tensor<T> &t) {
 /// C += op(X) * op(Y) with the semantics of cublasGemmStridedBatchedEx
 /// (column-major, leading dims, batch strides, alpha = beta = 1), so the
 /// cpu target runs the contraction mapping the cuda target sends to cuBLAS.
-inline void gemm(Context &, bool transX, bool transY, int64_t rows,
-                 int64_t cols, int64_t k, const float *x, int64_t ldx,
-                 int64_t strideX, const float *y, int64_t ldy, int64_t strideY,
-                 float *c, int64_t ldc, int64_t strideC, int64_t batch) {
+/// X and Y are f32, or bf16 (-stp-mixed-precision) widened to f32; the sum
+/// is f32 either way (CUBLAS_COMPUTE_32F).
+template <typename T>
+void gemm(Context &, bool transX, bool transY, int64_t rows, int64_t cols,
+          int64_t k, const T *x, int64_t ldx, int64_t strideX, const T *y,
+          int64_t ldy, int64_t strideY, float *c, int64_t ldc, int64_t strideC,
+          int64_t batch) {
   for (int64_t b = 0; b < batch; ++b) {
-    const float *xb = x + b * strideX, *yb = y + b * strideY;
+    const T *xb = x + b * strideX, *yb = y + b * strideY;
     float *cb = c + b * strideC;
     for (int64_t j = 0; j < cols; ++j)
       for (int64_t i = 0; i < rows; ++i) {
         float acc = 0;
         for (int64_t p = 0; p < k; ++p)
-          acc += (transX ? xb[p + i * ldx] : xb[i + p * ldx]) *
-                 (transY ? yb[j + p * ldy] : yb[p + j * ldy]);
+          acc += float(widen(transX ? xb[p + i * ldx] : xb[i + p * ldx])) *
+                 float(widen(transY ? yb[j + p * ldy] : yb[p + j * ldy]));
         cb[i + j * ldc] += acc;
       }
   }
@@ -741,11 +744,11 @@ inline void gemm(Context &, bool transX, bool transY, int64_t rows,
 
 /// The call -stp-lower-contractions makes: the same product into the
 /// result's buffer `c` (which holds the init), operands as buffers.
-inline void gemm(Context &ctx, bool transX, bool transY, int64_t rows,
-                 int64_t cols, int64_t k, const Tensor<float> &x, int64_t ldx,
-                 int64_t strideX, const Tensor<float> &y, int64_t ldy,
-                 int64_t strideY, int64_t ldc, int64_t strideC, int64_t batch,
-                 const Tensor<float> &c) {
+template <typename T>
+void gemm(Context &ctx, bool transX, bool transY, int64_t rows, int64_t cols,
+          int64_t k, const Tensor<T> &x, int64_t ldx, int64_t strideX,
+          const Tensor<T> &y, int64_t ldy, int64_t strideY, int64_t ldc,
+          int64_t strideC, int64_t batch, const Tensor<float> &c) {
   gemm(ctx, transX, transY, rows, cols, k, x.data(), ldx, strideX, y.data(),
        ldy, strideY, c.data(), ldc, strideC, batch);
 }

@@ -650,29 +650,43 @@ void allSlice(Context &ctx, const Shape &axes, const Shape &shape,
 // Compute kernels
 //===----------------------------------------------------------------------===//
 
+/// The cuBLAS type of a GEMM operand: f32, or bf16 under
+/// -stp-mixed-precision.
+template <typename T> struct BlasType;
+template <> struct BlasType<float> {
+  static constexpr cudaDataType_t value = CUDA_R_32F;
+};
+template <> struct BlasType<bf16> {
+  static constexpr cudaDataType_t value = CUDA_R_16BF;
+};
+
 /// Row-major strided batched C += X * Y through cuBLAS (column-major view
-/// prepared by the emitter: C is rows x cols with leading dim ldc).
-inline void gemm(Context &ctx, bool transX, bool transY, int64_t rows,
-                 int64_t cols, int64_t k, const float *x, int64_t ldx,
-                 int64_t strideX, const float *y, int64_t ldy, int64_t strideY,
-                 float *c, int64_t ldc, int64_t strideC, int64_t batch) {
+/// prepared by the emitter: C is rows x cols with leading dim ldc). X and Y
+/// are f32 or bf16; C is f32 and the sum is f32 (CUBLAS_COMPUTE_32F; with
+/// bf16 inputs cuBLAS uses the tensor cores).
+template <typename T>
+void gemm(Context &ctx, bool transX, bool transY, int64_t rows, int64_t cols,
+          int64_t k, const T *x, int64_t ldx, int64_t strideX, const T *y,
+          int64_t ldy, int64_t strideY, float *c, int64_t ldc, int64_t strideC,
+          int64_t batch) {
   const float one = 1.0f;
   STP_CUBLAS(cublasGemmStridedBatchedEx(
       ctx.blas, transX ? CUBLAS_OP_T : CUBLAS_OP_N,
       transY ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(rows),
-      static_cast<int>(cols), static_cast<int>(k), &one, x, CUDA_R_32F,
-      static_cast<int>(ldx), strideX, y, CUDA_R_32F, static_cast<int>(ldy),
-      strideY, &one, c, CUDA_R_32F, static_cast<int>(ldc), strideC,
-      static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      static_cast<int>(cols), static_cast<int>(k), &one, x, BlasType<T>::value,
+      static_cast<int>(ldx), strideX, y, BlasType<T>::value,
+      static_cast<int>(ldy), strideY, &one, c, CUDA_R_32F,
+      static_cast<int>(ldc), strideC, static_cast<int>(batch),
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /// The call -stp-lower-contractions makes: the same product into the
 /// result's buffer `c` (which holds the init), operands as buffers.
-inline void gemm(Context &ctx, bool transX, bool transY, int64_t rows,
-                 int64_t cols, int64_t k, const Tensor<float> &x, int64_t ldx,
-                 int64_t strideX, const Tensor<float> &y, int64_t ldy,
-                 int64_t strideY, int64_t ldc, int64_t strideC, int64_t batch,
-                 const Tensor<float> &c) {
+template <typename T>
+void gemm(Context &ctx, bool transX, bool transY, int64_t rows, int64_t cols,
+          int64_t k, const Tensor<T> &x, int64_t ldx, int64_t strideX,
+          const Tensor<T> &y, int64_t ldy, int64_t strideY, int64_t ldc,
+          int64_t strideC, int64_t batch, const Tensor<float> &c) {
   gemm(ctx, transX, transY, rows, cols, k, x.data(), ldx, strideX, y.data(),
        ldy, strideY, c.data(), ldc, strideC, batch);
 }

@@ -149,6 +149,13 @@ static cl::opt<std::string> compileRecompute(
     cl::desc("Activation recomputation: the backward pass recomputes each "
              "layer's activations from its saved inputs (default: as the "
              "plan says)"));
+static cl::opt<std::string> compilePrecision(
+    "precision", cl::sub(compileCmd), cl::init("fp32"),
+    cl::value_desc("fp32|mixed"),
+    cl::desc("fp32 (default): every op in f32; mixed: the operands of every "
+             "GEMM rounded to bf16 with fp32 accumulation and fp32 master "
+             "weights (-stp-mixed-precision; activations and collectives "
+             "stay f32)"));
 static cl::opt<std::string> compileOutput("o", cl::sub(compileCmd),
                                           cl::Required,
                                           cl::value_desc("OUTDIR"),
@@ -283,6 +290,10 @@ static int runCompile() {
   p.plan.pipeline = false;
   p.planFile = compilePlan;
   p.stopAfter = compileStopAfter == "plan" ? "plan" : "partition";
+  if (compilePrecision != "fp32" && compilePrecision != "mixed")
+    return fail("--precision must be fp32 or mixed, got '" + compilePrecision +
+                "'");
+  p.precision = compilePrecision;
   if (!compileLoss.empty()) {
     stpar::pipelines::TrainingOptions &t = p.training;
     t.enabled = true;

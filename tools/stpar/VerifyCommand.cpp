@@ -97,6 +97,12 @@ static cl::opt<int>
                cl::desc("Force the ZeRO stage (passed to stpar compile)"));
 static cl::opt<unsigned> verifySeed("seed", cl::sub(verifyCmd), cl::init(0),
                                     cl::desc("Seed of the random inputs"));
+// The default tolerances of --precision mixed (docs/verify.md, "Mixed
+// precision": what bf16 GEMM operands reach against the float64 reference).
+#define STPAR_MIXED_RTOL 2e-2
+#define STPAR_MIXED_ATOL 1e-2
+#define STPAR_MIXED_RTOL_TEXT "2e-2"
+#define STPAR_MIXED_ATOL_TEXT "1e-2"
 static cl::opt<double> verifyRtol(
     "rtol", cl::sub(verifyCmd), cl::init(1e-4),
     cl::desc("Relative tolerance of float outputs (default 1e-4)"));
@@ -104,6 +110,25 @@ static cl::opt<double> verifyAtol(
     "atol", cl::sub(verifyCmd), cl::init(1e-5),
     cl::desc("Absolute tolerance of float outputs near zero (default 1e-5): "
              "element error allowed = max(rtol * |expected|, atol)"));
+static cl::opt<std::string> verifyPrecision(
+    "precision", cl::sub(verifyCmd), cl::init("fp32"),
+    cl::value_desc("fp32|mixed"),
+    cl::desc("Precision of the compiled program (passed to stpar compile): "
+             "fp32 (default, the exact check) or mixed (bf16 GEMM operands, "
+             "fp32 accumulation; checked with --rtol " STPAR_MIXED_RTOL_TEXT
+             " and --atol " STPAR_MIXED_ATOL_TEXT " unless given)"));
+/// The tolerances in force: --rtol/--atol when given, else those of the
+/// precision.
+static double effectiveRtol() {
+  return verifyPrecision == "mixed" && !verifyRtol.getNumOccurrences()
+             ? STPAR_MIXED_RTOL
+             : double(verifyRtol);
+}
+static double effectiveAtol() {
+  return verifyPrecision == "mixed" && !verifyAtol.getNumOccurrences()
+             ? STPAR_MIXED_ATOL
+             : double(verifyAtol);
+}
 static cl::opt<std::string> verifyInputs(
     "inputs", cl::sub(verifyCmd), cl::value_desc("DIR"),
     cl::desc("Read the inputs from DIR/input_<i>.pb (ONNX TensorProto, the "
@@ -410,6 +435,7 @@ int Verifier::compileModel(const std::string &self, const std::string &model) {
     compile.args.insert(
         compile.args.end(),
         {"--micro-batches", std::to_string(verifyMicroBatches)});
+  compile.args.insert(compile.args.end(), {"--precision", verifyPrecision});
   compile.args.insert(compile.args.end(), {"--emit=plan,cpu", "-o", compiled});
   compile.outLog = path("compile.out.log");
   compile.errLog = path("compile.err.log");
@@ -428,6 +454,9 @@ int Verifier::run() {
     return fail("cannot open '" + model + "'");
   if (!(verifyRtol > 0) || !(verifyAtol >= 0))
     return fail("--rtol must be > 0 and --atol >= 0");
+  if (verifyPrecision != "fp32" && verifyPrecision != "mixed")
+    return fail("--precision must be fp32 or mixed, got '" + verifyPrecision +
+                "'");
   if (!verifyTrain &&
       (verifySteps.getNumOccurrences() || verifyLoss.getNumOccurrences() ||
        verifyProfile.getNumOccurrences() ||
@@ -634,8 +663,8 @@ int Verifier::run() {
   Step compare{node,
                {runner, "compare", "--io", ioFile, "--actual", outputs,
                 "--expected", reference, "--rtol",
-                formatNumber(verifyRtol), "--atol",
-                formatNumber(verifyAtol)},
+                formatNumber(effectiveRtol()), "--atol",
+                formatNumber(effectiveAtol())},
                "",
                path("compare.err.log")};
   rc = execute("compare", compare, error);
@@ -684,7 +713,7 @@ int Verifier::runTraining(const std::string &model, const std::string &ioFile,
             "--optimizer",    verifyOptimizer,
             "--lr",           formatNumber(verifyLr),
             "--weight-decay", formatNumber(verifyWeightDecay),
-            "--rtol",         formatNumber(verifyRtol),
+            "--rtol",         formatNumber(effectiveRtol()),
             "--seed",         std::to_string(verifySeed)},
            "",
            path("train.err.log")};

@@ -66,6 +66,10 @@ struct CompilePipelineOptions {
   std::string stopAfter = "partition";
   /// The training step between the plan and the partition.
   TrainingOptions training;
+  /// "fp32" (default: every op in f32) or "mixed" (-stp-mixed-precision
+  /// after the partition: GEMM operands rounded to bf16, fp32 accumulation
+  /// and master weights).
+  std::string precision = "fp32";
 };
 
 /// Adds the stages up to and including the plan: -stp-normalize, then
@@ -73,8 +77,9 @@ struct CompilePipelineOptions {
 void buildPlanningPipeline(mlir::OpPassManager &pm,
                            const CompilePipelineOptions &options);
 
-/// Adds the stages after the plan: -stp-partition, -stp-bucket-gradients,
-/// -stp-schedule-collectives, -stp-plan-memory.
+/// Adds the stages after the plan: -stp-partition, -stp-mixed-precision
+/// (precision "mixed"), -stp-bucket-gradients, -stp-schedule-collectives,
+/// -stp-plan-memory.
 /// -stp-training-step when `options.training.enabled` (else nothing).
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const CompilePipelineOptions &options);
@@ -88,7 +93,7 @@ void buildCompilePipeline(mlir::OpPassManager &pm,
 
 /// Registers the pipeline as `stp-compile-pipeline` (options: cluster,
 /// devices, strategy, memory-limit, mesh, batch-dim, exact, pipeline, plan,
-/// stop-after) and the -stp-plan pass.
+/// stop-after, the training step's, precision) and the -stp-plan pass.
 void registerPipelines();
 
 } // namespace stpar::pipelines

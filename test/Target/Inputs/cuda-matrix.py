@@ -34,7 +34,8 @@ CASES = [(m, s, r) for m in MODELS
 def run_case(args, model, strategy, ranks, micro_batches=None):
     path, dims = MODELS[model]
     out = os.path.join(args.work, f"{model}-{strategy}-{ranks}" +
-                       (f"-mb{micro_batches}" if micro_batches else ""))
+                       (f"-mb{micro_batches}" if micro_batches else "") +
+                       (f"-{args.precision}" if args.precision else ""))
     cmd = [args.stpar, "compile", os.path.join(args.shared, path), *dims,
            "--cluster", "dgx-a100-80g-1", "--emit=cuda", "-o", out]
     if strategy.startswith("zero"):
@@ -46,6 +47,8 @@ def run_case(args, model, strategy, ranks, micro_batches=None):
                 _matrix.OPTIMIZERS[strategy]]
         if micro_batches:
             cmd += ["--micro-batches", micro_batches]
+    if args.precision:
+        cmd += ["--precision", args.precision]
     if "x" in ranks:
         cmd += ["--mesh", ranks]
     else:
@@ -73,6 +76,8 @@ def main():
     p.add_argument("--train", action="store_true",
                    help="compile the training step (stpar compile --loss)")
     p.add_argument("--cases")
+    p.add_argument("--precision", default="",
+                   help="fp32|mixed: stpar compile --precision")
     args = p.parse_args()
     cases = ([tuple(c.split(":")) for c in args.cases.split(",")]
              if args.cases else CASES)

@@ -93,6 +93,8 @@ def run_case(args, model, strategy, ranks, micro_batches=None):
         cmd += ["--micro-batches", micro_batches]
     if args.recompute:
         cmd += ["--recompute", args.recompute]
+    if args.precision:
+        cmd += ["--precision", args.precision]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
     seconds = time.time() - start
@@ -149,6 +151,9 @@ def main():
     parser.add_argument("--recompute", default="",
                         help="on|off: force activation recomputation "
                              "(stpar verify --recompute; default: the plan's)")
+    parser.add_argument("--precision", default="",
+                        help="fp32|mixed: stpar verify --precision (default: "
+                             "stpar's)")
     args = parser.parse_args()
     if not args.strategies:
         args.strategies = ",".join(TRAIN_STRATEGIES if args.train

@@ -4,14 +4,17 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Implements -stp-lower-contractions: an f32 contraction whose operands are
-// (batched) matrices in memory becomes one strided-batched GEMM call,
+// Implements -stp-lower-contractions: a contraction into f32 whose operands
+// (both f32, or both bf16 under -stp-mixed-precision) are (batched)
+// matrices in memory becomes one strided-batched GEMM call,
 // stpar_rt::gemm (cuBLAS on cuda, a loop on cpu), with the transposes and
 // leading dims decided here (rules in Passes.td).
 //
 //===----------------------------------------------------------------------===//
 
 #include "stpar/Dialect/STP/Transforms/Passes.h"
+
+#include "GemmMatch.h"
 
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 
@@ -72,10 +75,19 @@ collapse(ArrayRef<unsigned> group, ArrayRef<int64_t> loopSizes,
   return std::make_pair(size, strides[sorted.back()]);
 }
 
-/// The arguments of stpar_rt::gemm for `op` (after ctx; operand references
-/// as index attributes), or nullopt when it is not one strided-batched GEMM.
-std::optional<SmallVector<Attribute>> matchGemm(linalg::LinalgOp op,
-                                                Builder &b) {
+} // namespace
+
+bool stpar::stp::hasGemmElementTypes(linalg::LinalgOp op) {
+  if (op.getNumDpsInputs() != 2 || op->getNumResults() != 1)
+    return false;
+  Type a = getElementTypeOrSelf(op.getDpsInputOperand(0)->get().getType());
+  Type b = getElementTypeOrSelf(op.getDpsInputOperand(1)->get().getType());
+  Type c = getElementTypeOrSelf(op->getResult(0).getType());
+  return c.isF32() && a == b && (a.isF32() || a.isBF16());
+}
+
+std::optional<GemmCall>
+stpar::stp::matchStridedBatchedGemm(linalg::LinalgOp op) {
   if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
       op->getNumResults() != 1 || !op.hasPureTensorSemantics() ||
       !linalg::isaContractionOpInterface(op))
@@ -84,9 +96,7 @@ std::optional<SmallVector<Attribute>> matchGemm(linalg::LinalgOp op,
   auto bType = dyn_cast<RankedTensorType>(op.getDpsInputOperand(1)->get().getType());
   auto outType = dyn_cast<RankedTensorType>(op->getResult(0).getType());
   if (!aType || !bType || !outType || !aType.hasStaticShape() ||
-      !bType.hasStaticShape() || !outType.hasStaticShape() ||
-      !outType.getElementType().isF32() || !aType.getElementType().isF32() ||
-      !bType.getElementType().isF32())
+      !bType.hasStaticShape() || !outType.hasStaticShape())
     return std::nullopt;
   FailureOr<linalg::ContractionDimensions> dims =
       linalg::inferContractionDims(op);
@@ -155,18 +165,23 @@ std::optional<SmallVector<Attribute>> matchGemm(linalg::LinalgOp op,
   int64_t ldx, ldy;
   if (!lead(x, rows, K, tx, ldx) || !lead(y, K, cols, ty, ldy) || ldc < rows)
     return std::nullopt;
-  auto flag = [&](bool v) {
-    return emitc::OpaqueAttr::get(b.getContext(), v ? "true" : "false");
-  };
-  return SmallVector<Attribute>{
-      flag(tx),           flag(ty),
-      b.getI64IntegerAttr(rows), b.getI64IntegerAttr(cols),
-      b.getI64IntegerAttr(K),    b.getIndexAttr(x.index),
-      b.getI64IntegerAttr(ldx),  b.getI64IntegerAttr(x.batchStride),
-      b.getIndexAttr(y.index),   b.getI64IntegerAttr(ldy),
-      b.getI64IntegerAttr(y.batchStride), b.getI64IntegerAttr(ldc),
-      b.getI64IntegerAttr(cb->second),    b.getI64IntegerAttr(batch)};
+  return GemmCall{tx,
+                  ty,
+                  rows,
+                  cols,
+                  K,
+                  unsigned(x.index),
+                  ldx,
+                  x.batchStride,
+                  unsigned(y.index),
+                  ldy,
+                  y.batchStride,
+                  ldc,
+                  cb->second,
+                  batch};
 }
+
+namespace {
 
 struct LowerContractionsPass
     : public stpar::stp::impl::LowerContractionsPassBase<
@@ -176,12 +191,30 @@ struct LowerContractionsPass
     getOperation().walk([&](linalg::LinalgOp op) { ops.push_back(op); });
     OpBuilder builder(&getContext());
     for (linalg::LinalgOp op : ops) {
-      std::optional<SmallVector<Attribute>> gemm = matchGemm(op, builder);
+      if (!hasGemmElementTypes(op))
+        continue;
+      std::optional<GemmCall> gemm = matchStridedBatchedGemm(op);
       if (!gemm)
         continue;
-      SmallVector<Attribute> args{
-          emitc::OpaqueAttr::get(&getContext(), "ctx")};
-      args.append(*gemm);
+      auto flag = [&](bool v) {
+        return emitc::OpaqueAttr::get(&getContext(), v ? "true" : "false");
+      };
+      Builder &b = builder;
+      SmallVector<Attribute> args{emitc::OpaqueAttr::get(&getContext(), "ctx"),
+                                  flag(gemm->transX),
+                                  flag(gemm->transY),
+                                  b.getI64IntegerAttr(gemm->rows),
+                                  b.getI64IntegerAttr(gemm->cols),
+                                  b.getI64IntegerAttr(gemm->k),
+                                  b.getIndexAttr(gemm->x),
+                                  b.getI64IntegerAttr(gemm->ldx),
+                                  b.getI64IntegerAttr(gemm->strideX),
+                                  b.getIndexAttr(gemm->y),
+                                  b.getI64IntegerAttr(gemm->ldy),
+                                  b.getI64IntegerAttr(gemm->strideY),
+                                  b.getI64IntegerAttr(gemm->ldc),
+                                  b.getI64IntegerAttr(gemm->strideC),
+                                  b.getI64IntegerAttr(gemm->batch)};
       builder.setInsertionPoint(op);
       SmallVector<Value> operands{op.getDpsInputOperand(0)->get(),
                                   op.getDpsInputOperand(1)->get(),

@@ -355,11 +355,12 @@ def LowerCollectivesPass
 
 def LowerContractionsPass
     : Pass<"stp-lower-contractions", "::mlir::ModuleOp"> {
-  let summary = "Lower f32 matrix contractions to strided-batched GEMM calls";
+  let summary = "Lower f32 and bf16 matrix contractions to strided-batched GEMM calls";
   let description = [{
     A linalg op on tensors that is a contraction
     (`linalg::isaContractionOpInterface`: a multiply-add of two inputs into
-    one output) of f32 tensors whose m, n, k and batch loop groups are each
+    one output) into an f32 tensor, of two f32 or two bf16 tensors
+    (`-stp-mixed-precision`), whose m, n, k and batch loop groups are each
     one contiguous run in memory becomes one call of
     `stpar_rt::gemm(ctx, transX, transY, rows, cols, k, X, ldx, strideX, Y,
     ldy, strideY, ldc, strideC, batch, C)`: C (the result's buffer, which
@@ -369,7 +370,7 @@ def LowerContractionsPass
     row-major in n, C = A B when column-major in m), the transposes and the
     leading dims. runtime/cuda calls `cublasGemmStridedBatchedEx`,
     runtime/cpu a loop with the same semantics. Other contractions
-    (broadcast matrix dims, non-unit inner strides, non-f32) stay linalg ops
+    (broadcast matrix dims, non-unit inner strides, other types) stay linalg ops
     and are printed as loops or kernels.
 
     ```mlir
@@ -387,6 +388,65 @@ def LowerContractionsPass
     ```
   }];
   let dependentDialects = ["::mlir::emitc::EmitCDialect"];
+}
+
+def MixedPrecisionPass : Pass<"stp-mixed-precision", "::mlir::ModuleOp"> {
+  let summary = "Round the operands of GEMM contractions to bf16 (fp32 accumulation, fp32 master weights)";
+  let description = [{
+    Mixed-precision training as the cost model assumes it (bf16 tensor-core
+    GEMMs; Micikevicius et al., ICLR'18, "Mixed Precision Training", Sec. 3,
+    with bf16 instead of fp16 so no loss scaling is needed): on the
+    partitioned program, both f32 operands of every contraction that
+    `-stp-lower-contractions` turns into a GEMM (the forward, input-gradient
+    and weight-gradient products of linear layers, attention projections,
+    the head) are rounded to bf16 (round to nearest even) by an elementwise
+    `linalg.generic` of `arith.truncf` placed before the contraction, with
+    its location and `stp.phase`. The contraction reads the bf16 operands,
+    widens each element (`arith.extf`) and accumulates in its f32 result:
+    on `cuda` one `cublasGemmStridedBatchedEx` with `CUDA_R_16BF` inputs, an
+    `CUDA_R_32F` output and `CUBLAS_COMPUTE_32F`; on `cpu` the same
+    rounding and an f32 loop, so both targets compute the same numbers up
+    to the order of the f32 sums. A value is rounded once per block (a
+    weight read by the forward GEMM and by its input-gradient GEMM shares
+    one bf16 copy). Everything else stays f32: parameters (fp32 master
+    weights), optimizer states, norms, softmax, the loss, gradient sums and
+    the gradient synchronization.
+
+    Not done: activations, collectives and ZeRO-3 parameter gathers in
+    bf16 (the cost model counts 2 bytes per element for them; the program
+    moves and stores 4), fp16 with loss scaling.
+
+    ```mlir
+    %c = linalg.matmul ins(%a, %w : tensor<8x16xf32>, tensor<16x32xf32>)
+        outs(%init : tensor<8x32xf32>) -> tensor<8x32xf32>
+    ```
+
+    becomes
+
+    ```mlir
+    %ab = linalg.generic {...} ins(%a : tensor<8x16xf32>) outs(... : tensor<8x16xbf16>) {
+      ^bb0(%x: f32, %o: bf16): %r = arith.truncf %x : f32 to bf16 ...
+    %wb = linalg.generic {...} ins(%w ...) -> tensor<16x32xbf16>
+    %c = linalg.generic {...} ins(%ab, %wb : tensor<8x16xbf16>, tensor<16x32xbf16>)
+        outs(%init : tensor<8x32xf32>) {
+      ^bb0(%x: bf16, %y: bf16, %acc: f32):
+        %xf = arith.extf %x : bf16 to f32
+        %yf = arith.extf %y : bf16 to f32 ...
+    ```
+
+    Errors: a `compute-type` other than `bf16`.
+  }];
+  let options = [
+    Option<"computeType", "compute-type", "std::string", /*default=*/"\"bf16\"",
+           "The GEMM operands' type (only bf16)">
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+  let statistics = [
+    Statistic<"numGemms", "num-gemms", "GEMMs given bf16 operands">,
+    Statistic<"numRounded", "num-rounded", "Values rounded to bf16">
+  ];
 }
 
 def PlanMemoryPass : Pass<"stp-plan-memory", "::mlir::ModuleOp"> {
