@@ -55,8 +55,9 @@ void stpar::pipelines::buildPartitioningPipeline(
   if (options.precision != "fp32") {
     // Any other word reaches the pass, which rejects all but bf16.
     stpar::stp::MixedPrecisionPassOptions mixed;
-    mixed.computeType =
-        options.precision == "mixed" ? "bf16" : options.precision;
+    mixed.computeType = options.precision == "mixed"  ? "bf16"
+                        : options.precision == "auto" ? "auto"
+                                                      : options.precision;
     pm.addPass(stpar::stp::createMixedPrecisionPass(mixed));
   }
   pm.addPass(stpar::stp::createBucketGradientsPass());
@@ -147,9 +148,11 @@ struct CompilePipelineTextOptions
       llvm::cl::init("plan")};
   Option<std::string> precision{
       *this, "precision",
-      llvm::cl::desc("fp32 (default) or mixed (-stp-mixed-precision: bf16 "
-                     "GEMM operands, fp32 accumulation and master weights)"),
-      llvm::cl::init("fp32")};
+      llvm::cl::desc("auto (default: mixed where the plan's devices have "
+                     "bf16 tensor cores, else fp32), mixed "
+                     "(-stp-mixed-precision: bf16 GEMM operands, fp32 "
+                     "accumulation and master weights) or fp32"),
+      llvm::cl::init("auto")};
 };
 } // namespace
 

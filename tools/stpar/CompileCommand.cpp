@@ -150,12 +150,13 @@ static cl::opt<std::string> compileRecompute(
              "layer's activations from its saved inputs (default: as the "
              "plan says)"));
 static cl::opt<std::string> compilePrecision(
-    "precision", cl::sub(compileCmd), cl::init("fp32"),
-    cl::value_desc("fp32|mixed"),
-    cl::desc("fp32 (default): every op in f32; mixed: the operands of every "
-             "GEMM rounded to bf16 with fp32 accumulation and fp32 master "
-             "weights (-stp-mixed-precision; activations and collectives "
-             "stay f32)"));
+    "precision", cl::sub(compileCmd), cl::init("auto"),
+    cl::value_desc("auto|mixed|fp32"),
+    cl::desc("mixed: the operands of every GEMM rounded to bf16 with fp32 "
+             "accumulation and fp32 master weights (-stp-mixed-precision; "
+             "activations and collectives stay f32); fp32: every op in f32; "
+             "auto (default): mixed where the cluster's devices have bf16 "
+             "tensor cores, else fp32"));
 static cl::opt<std::string> compileOutput("o", cl::sub(compileCmd),
                                           cl::Required,
                                           cl::value_desc("OUTDIR"),
@@ -290,9 +291,10 @@ static int runCompile() {
   p.plan.pipeline = false;
   p.planFile = compilePlan;
   p.stopAfter = compileStopAfter == "plan" ? "plan" : "partition";
-  if (compilePrecision != "fp32" && compilePrecision != "mixed")
-    return fail("--precision must be fp32 or mixed, got '" + compilePrecision +
-                "'");
+  if (compilePrecision != "fp32" && compilePrecision != "mixed" &&
+      compilePrecision != "auto")
+    return fail("--precision must be auto, mixed or fp32, got '" +
+                compilePrecision + "'");
   p.precision = compilePrecision;
   if (!compileLoss.empty()) {
     stpar::pipelines::TrainingOptions &t = p.training;

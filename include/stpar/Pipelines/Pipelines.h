@@ -66,10 +66,11 @@ struct CompilePipelineOptions {
   std::string stopAfter = "partition";
   /// The training step between the plan and the partition.
   TrainingOptions training;
-  /// "fp32" (default: every op in f32) or "mixed" (-stp-mixed-precision
-  /// after the partition: GEMM operands rounded to bf16, fp32 accumulation
-  /// and master weights).
-  std::string precision = "fp32";
+  /// "mixed" (-stp-mixed-precision after the partition: GEMM operands
+  /// rounded to bf16, fp32 accumulation and master weights), "fp32" (every
+  /// op in f32) or "auto" (default: mixed where the plan's devices have
+  /// bf16 tensor cores, fp32 otherwise).
+  std::string precision = "auto";
 };
 
 /// Adds the stages up to and including the plan: -stp-normalize, then

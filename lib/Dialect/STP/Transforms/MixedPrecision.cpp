@@ -17,6 +17,7 @@
 
 #include "GemmMatch.h"
 
+#include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -67,11 +68,30 @@ struct MixedPrecisionPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (computeType != "bf16") {
+    if (computeType != "bf16" && computeType != "auto") {
       module.emitError() << "-stp-mixed-precision: compute type '"
                          << computeType
-                         << "' is not supported (only 'bf16'; fp16 needs "
-                            "loss scaling, which is not implemented)";
+                         << "' is not supported (only 'bf16' or 'auto'; fp16 "
+                            "needs loss scaling, which is not implemented)";
+      return signalPassFailure();
+    }
+    // The plan's device (stp.mesh) must multiply bf16 on its tensor cores
+    // (cuBLAS takes CUDA_R_16BF from sm_80 on; a V100 does not).
+    if (auto mesh = module->getAttrOfType<MeshAttr>(STPDialect::kMeshAttrName);
+        mesh && !mesh.getCluster().getDevice().getBf16()) {
+      if (computeType == "auto") {
+        module.emitRemark()
+            << "-stp-mixed-precision: the devices of cluster '"
+            << mesh.getCluster().getName()
+            << "' have no bf16 tensor cores: the program stays fp32 (fp16 "
+               "with loss scaling is not implemented)";
+        return;
+      }
+      module.emitError() << "-stp-mixed-precision: the devices of cluster '"
+                         << mesh.getCluster().getName()
+                         << "' have no bf16 tensor cores (no 'bf16' peak): "
+                            "use fp32 precision (fp16 with loss scaling is "
+                            "not implemented)";
       return signalPassFailure();
     }
     SmallVector<linalg::LinalgOp> gemms;

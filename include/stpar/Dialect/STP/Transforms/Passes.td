@@ -434,11 +434,18 @@ def MixedPrecisionPass : Pass<"stp-mixed-precision", "::mlir::ModuleOp"> {
         %yf = arith.extf %y : bf16 to f32 ...
     ```
 
-    Errors: a `compute-type` other than `bf16`.
+    The plan's devices (the module's `stp.mesh`) must have bf16 tensor
+    cores (a `bf16` peak; cuBLAS takes bf16 operands from sm_80 on): with
+    `compute-type=bf16` a cluster without them (V100) is an error, with
+    `compute-type=auto` the program stays f32 and a remark says so.
+
+    Errors: a `compute-type` other than `bf16` or `auto`; `bf16` on devices
+    without bf16.
   }];
   let options = [
     Option<"computeType", "compute-type", "std::string", /*default=*/"\"bf16\"",
-           "The GEMM operands' type (only bf16)">
+           "The GEMM operands' type: bf16, or auto (bf16 where the plan's "
+           "devices have bf16 tensor cores, else no change)">
   ];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",
