@@ -25,6 +25,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallBitVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
@@ -210,6 +211,34 @@ static std::vector<int> getDimLoops(AffineMap map, bool &inexact) {
   return loops;
 }
 
+/// Whether `index` (a value in `body`) depends on tensor data: a block
+/// argument of the body (an input element) or an element read by
+/// tensor.extract, possibly through arithmetic; linalg.index, constants and
+/// values captured from outside do not.
+static bool dependsOnData(Value index, Block *body) {
+  SmallVector<Value> work{index};
+  llvm::SmallPtrSet<Value, 8> seen;
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (!seen.insert(v).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      if (arg.getOwner() == body)
+        return true;
+      continue;
+    }
+    Operation *def = v.getDefiningOp();
+    if (!def || !body->getParentOp()->isAncestor(def) ||
+        isa<linalg::IndexOp>(def))
+      continue;
+    if (isa<tensor::ExtractOp>(def))
+      return true;
+    for (Value operand : def->getOperands())
+      work.push_back(operand);
+  }
+  return false;
+}
+
 static std::vector<unsigned> toDims(ArrayRef<int> loops) {
   std::vector<unsigned> dims;
   for (int l : loops)
@@ -269,16 +298,26 @@ LogicalResult Converter::convertGeneric(linalg::GenericOp op) {
         continue;
       auto type = cast<RankedTensorType>(source.getType());
       std::vector<int> loops;
+      bool rowsLoop = false;
       for (auto [d, index] : llvm::enumerate(extract.getIndices())) {
         if (auto idx = index.getDefiningOp<linalg::IndexOp>()) {
           loops.push_back(int(idx.getDim()));
           continue;
         }
         // A data-dependent index: the gathered rows become a reduction loop
-        // (as the vocabulary of GPTModel.h's embedding).
-        o.loops.push_back(makeLoop(unsigned(o.loops.size()), type.getDimSize(d),
-                                   /*reduction=*/true));
-        loops.push_back(int(o.loops.size() - 1));
+        // (as the vocabulary of GPTModel.h's embedding); one per op, the
+        // extra loop -stp-partition knows. Any other index (computed from
+        // the loops, as a reversed or strided Slice does, or a second data
+        // index) reads the whole dim on every device, as -stp-partition
+        // keeps such a source replicated.
+        if (!rowsLoop && dependsOnData(index, op.getBody())) {
+          rowsLoop = true;
+          o.loops.push_back(makeLoop(unsigned(o.loops.size()),
+                                     type.getDimSize(d), /*reduction=*/true));
+          loops.push_back(int(o.loops.size() - 1));
+          continue;
+        }
+        loops.push_back(-1);
       }
       unsigned t = getTensor(source);
       gathersParameter |= graph.tensors[t].kind == TensorKind::Parameter;
