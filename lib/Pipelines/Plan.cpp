@@ -425,11 +425,18 @@ SearchOptions stpar::pipelines::makeSearchOptions(unsigned maxMeshAxes,
     opts.solver.maxStates = 256;
     opts.solver.maxFront = 3;
   }
+  // On a terminal one line counts up and ends with a newline; otherwise
+  // (a log file) the phase is said once.
   if (progress && sys::Process::StandardErrIsDisplayed())
     opts.progress = [](size_t done, size_t total) {
       errs() << "\rsearching: " << done << "/" << total << " configurations";
       if (done == total)
         errs() << "\n";
+    };
+  else if (progress)
+    opts.progress = [](size_t done, size_t total) {
+      if (done == 0)
+        errs() << "searching: " << total << " configurations\n";
     };
   return opts;
 }

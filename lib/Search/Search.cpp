@@ -163,6 +163,9 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
   const double inf = std::numeric_limits<double>::infinity();
   // Tables of recently solved groups (a few; they are large).
   std::vector<std::pair<size_t, std::unique_ptr<Instance>>> recent;
+  if (options.progress)
+    options.progress(0, order.size());
+  size_t reported = 0;
   for (size_t n = 0; n < order.size(); ++n) {
     auto [lowerBound, i] = order[n];
     double bound = result.best && options.branchAndBound
@@ -199,9 +202,11 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
       keepBest(result, std::move(*plan));
     else
       consumeError(plan.takeError());
-    if (options.progress)
-      options.progress(n + 1, order.size());
+    if (options.progress && n + 1 < order.size())
+      options.progress(reported = n + 1, order.size());
   }
+  if (options.progress && reported < order.size())
+    options.progress(order.size(), order.size());
   return result;
 }
 

@@ -76,7 +76,8 @@ struct PlanOptions {
   /// Where the conversion's and the bridge's approximation notes go, as
   /// `MODEL: note: ...`; null: as remarks on the module.
   llvm::raw_ostream *notes = nullptr;
-  /// A progress line on stderr while searching (when stderr is a terminal).
+  /// A progress line on stderr while searching (counting up on a terminal,
+  /// one line per search otherwise).
   bool progress = false;
 };
 
@@ -111,8 +112,9 @@ llvm::Error planModule(mlir::ModuleOp module, const PlanOptions &options);
 
 /// The search options both plan routes start from: at most `maxMeshAxes`
 /// mesh axes, the DP's caps unless `exact` (24 candidates per operator, 256
-/// states, 3 points per front; docs/search.md), and a progress line on
-/// stderr when `progress` and stderr is a terminal.
+/// states, 3 points per front; docs/search.md), and with `progress` a
+/// progress line on stderr (on a terminal it counts up and ends with a
+/// newline; otherwise `searching: N configurations` once).
 search::SearchOptions makeSearchOptions(unsigned maxMeshAxes, bool exact,
                                         bool progress);
 

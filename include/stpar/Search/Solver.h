@@ -180,8 +180,10 @@ struct SearchOptions {
   /// every configuration that can fit is solved without a bound (for
   /// testing the bound).
   bool branchAndBound = true;
-  /// Called after each solved configuration (done, to solve at most) for
-  /// progress output.
+  /// Progress output: called with (0, total) before the first
+  /// configuration, (n, total) after the n-th solved one, and (total, total)
+  /// once at the end, also when the bound stops the search early (the
+  /// configurations it skips are done: none of them can win).
   std::function<void(size_t, size_t)> progress;
 };
 
