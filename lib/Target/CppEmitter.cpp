@@ -1587,8 +1587,14 @@ FailureOr<EmittedProgram> Printer::run() {
     os << ", " << numEvents;
   os << ");\n  run(ctx);\n  return 0;\n}\n";
   p.cmakeLists = cmakeFor(cuda);
-  p.ioJson = "{\"inputs\": [\n    " + ioInputs + "],\n \"outputs\": [\n    " +
-             ioOutputs + "],\n \"parameters\": [\n    " + ioParams + "]}\n";
+  // "mixed": GEMM operands rounded to bf16 (-stp-mixed-precision).
+  auto precision =
+      module->getAttrOfType<StringAttr>(stp::STPDialect::kPrecisionAttrName);
+  p.ioJson = "{\"precision\": \"" +
+             std::string(precision ? precision.getValue() : "fp32") +
+             "\",\n \"inputs\": [\n    " + ioInputs +
+             "],\n \"outputs\": [\n    " + ioOutputs +
+             "],\n \"parameters\": [\n    " + ioParams + "]}\n";
   p.runtimeFiles = {"common/stpar_io.h", "common/stpar_scalar.h",
                     "common/stpar_grid.h"};
   p.runtimeFiles.push_back(cuda ? "cuda/stpar_cuda_runtime.cuh"

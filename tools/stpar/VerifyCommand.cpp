@@ -117,15 +117,19 @@ static cl::opt<std::string> verifyPrecision(
              "fp32 (default, the exact check) or mixed (bf16 GEMM operands, "
              "fp32 accumulation; checked with --rtol " STPAR_MIXED_RTOL_TEXT
              " and --atol " STPAR_MIXED_ATOL_TEXT " unless given)"));
+/// The program's precision: --precision, or with --compiled and no
+/// --precision the one its io.json states.
+static std::string programPrecision = "fp32";
+
 /// The tolerances in force: --rtol/--atol when given, else those of the
-/// precision.
+/// program's precision.
 static double effectiveRtol() {
-  return verifyPrecision == "mixed" && !verifyRtol.getNumOccurrences()
+  return programPrecision == "mixed" && !verifyRtol.getNumOccurrences()
              ? STPAR_MIXED_RTOL
              : double(verifyRtol);
 }
 static double effectiveAtol() {
-  return verifyPrecision == "mixed" && !verifyAtol.getNumOccurrences()
+  return programPrecision == "mixed" && !verifyAtol.getNumOccurrences()
              ? STPAR_MIXED_ATOL
              : double(verifyAtol);
 }
@@ -457,6 +461,7 @@ int Verifier::run() {
   if (verifyPrecision != "fp32" && verifyPrecision != "mixed")
     return fail("--precision must be fp32 or mixed, got '" + verifyPrecision +
                 "'");
+  programPrecision = verifyPrecision;
   if (!verifyTrain &&
       (verifySteps.getNumOccurrences() || verifyLoss.getNumOccurrences() ||
        verifyProfile.getNumOccurrences() ||
@@ -536,10 +541,24 @@ int Verifier::run() {
     Expected<json::Value> io = json::parse((*buffer)->getBuffer());
     if (!io)
       return fail(ioFile + ": " + toString(io.takeError()));
-    if (const json::Object *object = io->getAsObject())
+    if (const json::Object *object = io->getAsObject()) {
       if (std::optional<StringRef> w = object->getString("weights"))
         weights = sys::path::is_absolute(*w) ? w->str()
                                              : cpuDir + "/" + w->str();
+      // A program compiled elsewhere (--compiled) is checked at the
+      // tolerance of its own precision unless --precision says otherwise.
+      std::string stated =
+          object->getString("precision").value_or("fp32").str();
+      if (!verifyPrecision.getNumOccurrences())
+        programPrecision = stated;
+      else if (stated != verifyPrecision)
+        return fail("--precision " + verifyPrecision + ": the program in " +
+                    cpuDir + " is " + stated);
+      if (programPrecision == "mixed")
+        errs() << "verify: precision mixed (bf16 GEMM operands): rtol "
+               << formatNumber(effectiveRtol()) << ", atol "
+               << formatNumber(effectiveAtol()) << "\n";
+    }
   }
   std::optional<int64_t> ranks = rankCount(planFile);
   if (!ranks || *ranks <= 0)

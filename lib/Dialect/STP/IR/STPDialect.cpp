@@ -100,6 +100,14 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
              << "' must be a non-negative integer, got " << attr.getValue();
     return success();
   }
+  if (name == kPrecisionAttrName) {
+    auto value = dyn_cast<StringAttr>(attr.getValue());
+    if (!value || value.getValue() != "mixed")
+      return op->emitOpError()
+             << "attribute '" << name << "' must be \"mixed\", got "
+             << attr.getValue();
+    return success();
+  }
   if (name == kPartitionedAttrName || name == kDoubleBufferAttrName) {
     if (!isa<UnitAttr>(attr.getValue()))
       return op->emitOpError() << "attribute '" << name

@@ -103,6 +103,8 @@ struct MixedPrecisionPass
           matchStridedBatchedGemm(op))
         gemms.push_back(op);
     });
+    module->setAttr(STPDialect::kPrecisionAttrName,
+                    StringAttr::get(&getContext(), "mixed"));
     IRRewriter rewriter(&getContext());
     Type bf16 = rewriter.getBF16Type(), f32 = rewriter.getF32Type();
     // One rounded copy per value and block: a weight read by the forward

@@ -76,6 +76,11 @@ def STP_Dialect : Dialect {
         "stp.composite";
     /// Op attribute: which instance of a multi-op composite an op belongs to.
     static constexpr ::llvm::StringLiteral kGroupAttrName = "stp.group";
+    /// Module attribute (string, "mixed"): set by -stp-mixed-precision when
+    /// it rounded the program's GEMM operands to bf16 (absent: fp32); the
+    /// emitters write it to io.json's "precision".
+    static constexpr ::llvm::StringLiteral kPrecisionAttrName =
+        "stp.precision";
     /// Module attribute (unit): the module is a partitioned SPMD program.
     static constexpr ::llvm::StringLiteral kPartitionedAttrName =
         "stp.partitioned";
