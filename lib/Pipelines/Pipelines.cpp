@@ -53,7 +53,7 @@ void stpar::pipelines::buildPartitioningPipeline(
     OpPassManager &pm, const CompilePipelineOptions &options) {
   pm.addPass(stpar::stp::createPartitionPass());
   if (options.precision != "fp32") {
-    // Any other word reaches the pass, which rejects all but bf16.
+    // Any other word reaches the pass, which rejects all but bf16 and auto.
     stpar::stp::MixedPrecisionPassOptions mixed;
     mixed.computeType = options.precision == "mixed"  ? "bf16"
                         : options.precision == "auto" ? "auto"
@@ -162,7 +162,7 @@ void stpar::pipelines::registerPipelines() {
       "stp-compile-pipeline",
       "The stpar pipeline: -stp-normalize, -stp-plan (or -stp-apply-plan "
       "with plan=), -stp-training-step (with loss=), -stp-partition, "
-      "-stp-mixed-precision (with precision=mixed), -stp-bucket-gradients, "
+      "-stp-mixed-precision (unless precision=fp32), -stp-bucket-gradients, "
       "-stp-schedule-collectives, "
       "-stp-plan-memory (docs/pipeline.md)",
       [](OpPassManager &pm, const CompilePipelineTextOptions &text) {

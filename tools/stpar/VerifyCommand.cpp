@@ -101,8 +101,8 @@ static cl::opt<unsigned> verifySeed("seed", cl::sub(verifyCmd), cl::init(0),
 // precision": what bf16 GEMM operands reach against the float64 reference).
 #define STPAR_MIXED_RTOL 2e-2
 #define STPAR_MIXED_ATOL 1e-2
-#define STPAR_MIXED_RTOL_TEXT "2e-2"
-#define STPAR_MIXED_ATOL_TEXT "1e-2"
+#define STPAR_TEXT_(x) #x
+#define STPAR_TEXT(x) STPAR_TEXT_(x)
 static cl::opt<double> verifyRtol(
     "rtol", cl::sub(verifyCmd), cl::init(1e-4),
     cl::desc("Relative tolerance of float outputs (default 1e-4)"));
@@ -113,10 +113,15 @@ static cl::opt<double> verifyAtol(
 static cl::opt<std::string> verifyPrecision(
     "precision", cl::sub(verifyCmd), cl::init("fp32"),
     cl::value_desc("fp32|mixed"),
-    cl::desc("Precision of the compiled program (passed to stpar compile): "
-             "fp32 (default, the exact check) or mixed (bf16 GEMM operands, "
-             "fp32 accumulation; checked with --rtol " STPAR_MIXED_RTOL_TEXT
-             " and --atol " STPAR_MIXED_ATOL_TEXT " unless given)"));
+    cl::desc(
+        "Precision of the compiled program (passed to stpar compile): "
+        "fp32 (default, the exact check) or mixed (bf16 GEMM operands, "
+        "fp32 accumulation; checked with --rtol " STPAR_TEXT(
+            STPAR_MIXED_RTOL) " and --atol " STPAR_TEXT(STPAR_MIXED_ATOL) " unl"
+                                                                          "ess "
+                                                                          "give"
+                                                                          "n"
+                                                                          ")"));
 /// The program's precision: --precision, or with --compiled and no
 /// --precision the one its io.json states.
 static std::string programPrecision = "fp32";

@@ -79,7 +79,7 @@ void buildPlanningPipeline(mlir::OpPassManager &pm,
                            const CompilePipelineOptions &options);
 
 /// Adds the stages after the plan: -stp-partition, -stp-mixed-precision
-/// (precision "mixed"), -stp-bucket-gradients, -stp-schedule-collectives,
+/// (unless precision "fp32"), -stp-bucket-gradients, -stp-schedule-collectives,
 /// -stp-plan-memory.
 /// -stp-training-step when `options.training.enabled` (else nothing).
 void buildTrainingPipeline(mlir::OpPassManager &pm,

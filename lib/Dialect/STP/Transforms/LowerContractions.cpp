@@ -199,22 +199,21 @@ struct LowerContractionsPass
       auto flag = [&](bool v) {
         return emitc::OpaqueAttr::get(&getContext(), v ? "true" : "false");
       };
-      Builder &b = builder;
       SmallVector<Attribute> args{emitc::OpaqueAttr::get(&getContext(), "ctx"),
                                   flag(gemm->transX),
                                   flag(gemm->transY),
-                                  b.getI64IntegerAttr(gemm->rows),
-                                  b.getI64IntegerAttr(gemm->cols),
-                                  b.getI64IntegerAttr(gemm->k),
-                                  b.getIndexAttr(gemm->x),
-                                  b.getI64IntegerAttr(gemm->ldx),
-                                  b.getI64IntegerAttr(gemm->strideX),
-                                  b.getIndexAttr(gemm->y),
-                                  b.getI64IntegerAttr(gemm->ldy),
-                                  b.getI64IntegerAttr(gemm->strideY),
-                                  b.getI64IntegerAttr(gemm->ldc),
-                                  b.getI64IntegerAttr(gemm->strideC),
-                                  b.getI64IntegerAttr(gemm->batch)};
+                                  builder.getI64IntegerAttr(gemm->rows),
+                                  builder.getI64IntegerAttr(gemm->cols),
+                                  builder.getI64IntegerAttr(gemm->k),
+                                  builder.getIndexAttr(gemm->x),
+                                  builder.getI64IntegerAttr(gemm->ldx),
+                                  builder.getI64IntegerAttr(gemm->strideX),
+                                  builder.getIndexAttr(gemm->y),
+                                  builder.getI64IntegerAttr(gemm->ldy),
+                                  builder.getI64IntegerAttr(gemm->strideY),
+                                  builder.getI64IntegerAttr(gemm->ldc),
+                                  builder.getI64IntegerAttr(gemm->strideC),
+                                  builder.getI64IntegerAttr(gemm->batch)};
       builder.setInsertionPoint(op);
       SmallVector<Value> operands{op.getDpsInputOperand(0)->get(),
                                   op.getDpsInputOperand(1)->get(),
