@@ -103,6 +103,9 @@ static cl::opt<unsigned> verifySeed("seed", cl::sub(verifyCmd), cl::init(0),
 #define STPAR_MIXED_ATOL 1e-2
 #define STPAR_TEXT_(x) #x
 #define STPAR_TEXT(x) STPAR_TEXT_(x)
+#define STPAR_MIXED_TOLERANCES                                                 \
+  "--rtol " STPAR_TEXT(STPAR_MIXED_RTOL) " and --atol " STPAR_TEXT(            \
+      STPAR_MIXED_ATOL)
 static cl::opt<double> verifyRtol(
     "rtol", cl::sub(verifyCmd), cl::init(1e-4),
     cl::desc("Relative tolerance of float outputs (default 1e-4)"));
@@ -113,15 +116,10 @@ static cl::opt<double> verifyAtol(
 static cl::opt<std::string> verifyPrecision(
     "precision", cl::sub(verifyCmd), cl::init("fp32"),
     cl::value_desc("fp32|mixed"),
-    cl::desc(
-        "Precision of the compiled program (passed to stpar compile): "
-        "fp32 (default, the exact check) or mixed (bf16 GEMM operands, "
-        "fp32 accumulation; checked with --rtol " STPAR_TEXT(
-            STPAR_MIXED_RTOL) " and --atol " STPAR_TEXT(STPAR_MIXED_ATOL) " unl"
-                                                                          "ess "
-                                                                          "give"
-                                                                          "n"
-                                                                          ")"));
+    cl::desc("Precision of the compiled program (passed to stpar compile): "
+             "fp32 (default, the exact check) or mixed (bf16 GEMM operands, "
+             "fp32 accumulation; checked with " STPAR_MIXED_TOLERANCES
+             " unless given)"));
 /// The program's precision: --precision, or with --compiled and no
 /// --precision the one its io.json states.
 static std::string programPrecision = "fp32";
