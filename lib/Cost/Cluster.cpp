@@ -15,7 +15,9 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 using namespace llvm;
 
@@ -118,62 +120,95 @@ std::vector<std::string> getPresetNames() {
   return {"v100-sxm2-32g-4x8", "dgx-a100-80g-N", "dgx-h100-N", "hgx-h200-N"};
 }
 
+/// A link level described as hardware: `units` links per device (intra-node)
+/// or NICs per node (inter-node) of `unitBandwidth` bytes/s per direction.
+static LinkSpec hardwareLink(int64_t units, double unitBandwidth,
+                             double latency) {
+  LinkSpec l;
+  l.units = units;
+  l.unitBandwidth = unitBandwidth;
+  l.latency = latency;
+  return l;
+}
+
+/// Sets each level's per-device `bandwidth` from its hardware description
+/// (LinkSpec) where one is given.
+static void deriveBandwidths(Cluster &c) {
+  if (c.intraNode.units > 0)
+    c.intraNode.bandwidth =
+        double(c.intraNode.units) * c.intraNode.unitBandwidth;
+  if (c.interNode.units > 0 && c.devicesPerNode > 0)
+    c.interNode.bandwidth = double(c.interNode.units) *
+                            c.interNode.unitBandwidth /
+                            double(c.devicesPerNode);
+}
+
+// One NVLink 2/3/4 link moves 25 GB/s per direction (V100, A100 and H100
+// datasheets: 300 GB/s over 6 links, 600 GB/s over 12, 900 GB/s over 18,
+// each figure summed over both directions).
+static constexpr double kNVLinkPerDirection = 25e9;
+// InfiniBand EDR / HDR / NDR: 100 / 200 / 400 Gb/s per port and direction.
+static constexpr double kEDR = 100e9 / 8, kHDR = 200e9 / 8, kNDR = 400e9 / 8;
+// Start-up times: typical NCCL small-message figures, not datasheet numbers.
+static constexpr double kNVLinkLatency = 5e-6, kIBLatency = 10e-6;
+
 Expected<Cluster> getPreset(StringRef name) {
   Cluster c;
   c.name = name.str();
   if (name == "v100-sxm2-32g-4x8") {
-    // PrimePar (ASPLOS'24) Sec. 6.1: 8 nodes x 4 V100-SXM2 32GB, 300 GB/s
-    // NVLink inside a node, 100 GB/s InfiniBand between nodes (figures as
-    // the paper states them).
+    // PrimePar (ASPLOS'24) Sec. 6.1: 8 nodes x 4 V100-SXM2 32GB, "300 GB/s
+    // NVLink" inside a node and "100 GB/s InfiniBand" between nodes. Read
+    // as the hardware has it: V100's 300 GB/s is 6 NVLink 2 links summed
+    // over both directions (150 GB/s one way), and the network is one EDR
+    // InfiniBand port per node (100 Gb/s = 12.5 GB/s), shared by its 4 GPUs.
     c.nodes = 8;
     c.devicesPerNode = 4;
     c.device = v100();
-    c.intraNode = {300e9, 5e-6};
-    c.interNode = {100e9, 10e-6};
-    c.source = "PrimePar ASPLOS'24 Sec. 6.1 testbed; V100-SXM2 datasheet";
-    return c;
-  }
-  if (int64_t n = parseNodeSuffix(name, "dgx-a100-80g")) {
-    // DGX A100: 8 A100-SXM4-80GB, NVSwitch 600 GB/s per GPU (both
-    // directions: 300 GB/s one way), 8 x 200 Gb/s HDR per node (25 GB/s per
-    // GPU one way).
+    c.intraNode = hardwareLink(6, kNVLinkPerDirection, kNVLinkLatency);
+    c.interNode = hardwareLink(1, kEDR, kIBLatency);
+    c.source = "PrimePar ASPLOS'24 Sec. 6.1 testbed (300 GB/s NVLink read as "
+               "6 NVLink 2 links both directions; 100 GB/s InfiniBand read as "
+               "one EDR 100 Gb/s port per node); V100-SXM2 datasheet";
+  } else if (int64_t n = parseNodeSuffix(name, "dgx-a100-80g")) {
+    // DGX A100: 8 A100-SXM4-80GB, 12 NVLink 3 links per GPU through
+    // NVSwitch (600 GB/s both directions), 8 ConnectX-6 HDR 200 Gb/s compute
+    // ports per node (DGX A100 user guide; the 2 storage ports not counted).
     c.nodes = n;
     c.devicesPerNode = 8;
     c.device = a100();
-    c.intraNode = {300e9, 5e-6};
-    c.interNode = {25e9, 10e-6};
-    c.source = "DGX A100 and A100 datasheets: NVSwitch 600 GB/s/GPU "
-               "bidirectional, 8x HDR 200 Gb/s per node";
-    return c;
-  }
-  if (int64_t n = parseNodeSuffix(name, "dgx-h100")) {
-    // DGX H100: 8 H100-SXM5, NVLink 4 900 GB/s per GPU (450 GB/s one way),
-    // 8 x 400 Gb/s NDR per node (50 GB/s per GPU one way).
+    c.intraNode = hardwareLink(12, kNVLinkPerDirection, kNVLinkLatency);
+    c.interNode = hardwareLink(8, kHDR, kIBLatency);
+    c.source = "DGX A100 user guide and A100 datasheet: 12 NVLink 3 links/GPU "
+               "(600 GB/s bidirectional), 8x HDR 200 Gb/s per node";
+  } else if (int64_t n = parseNodeSuffix(name, "dgx-h100")) {
+    // DGX H100: 8 H100-SXM5, 18 NVLink 4 links per GPU (900 GB/s both
+    // directions), 8 ConnectX-7 NDR 400 Gb/s compute ports per node.
     c.nodes = n;
     c.devicesPerNode = 8;
     c.device = h100();
-    c.intraNode = {450e9, 5e-6};
-    c.interNode = {50e9, 10e-6};
-    c.source = "DGX H100 and H100 datasheets: NVLink 900 GB/s/GPU "
-               "bidirectional, 8x NDR 400 Gb/s per node";
-    return c;
-  }
-  if (int64_t n = parseNodeSuffix(name, "hgx-h200")) {
-    // HGX H200: 8 H200-SXM, NVLink 4 900 GB/s per GPU, 8 x 400 Gb/s NDR
-    // per node.
+    c.intraNode = hardwareLink(18, kNVLinkPerDirection, kNVLinkLatency);
+    c.interNode = hardwareLink(8, kNDR, kIBLatency);
+    c.source = "DGX H100 user guide and H100 datasheet: 18 NVLink 4 links/GPU "
+               "(900 GB/s bidirectional), 8x NDR 400 Gb/s per node";
+  } else if (int64_t n = parseNodeSuffix(name, "hgx-h200")) {
+    // HGX H200 8-GPU: 18 NVLink 4 links per GPU (900 GB/s both
+    // directions); the board has no NICs, so the DGX-style 8 NDR 400 Gb/s
+    // ports per node are assumed.
     c.nodes = n;
     c.devicesPerNode = 8;
     c.device = h200();
-    c.intraNode = {450e9, 5e-6};
-    c.interNode = {50e9, 10e-6};
-    c.source = "HGX H200 and H200 datasheets: NVLink 900 GB/s/GPU "
-               "bidirectional, 8x NDR 400 Gb/s per node";
-    return c;
+    c.intraNode = hardwareLink(18, kNVLinkPerDirection, kNVLinkLatency);
+    c.interNode = hardwareLink(8, kNDR, kIBLatency);
+    c.source = "HGX H200 and H200 datasheets: 18 NVLink 4 links/GPU "
+               "(900 GB/s bidirectional); 8x NDR 400 Gb/s per node assumed";
+  } else {
+    return createStringError(inconvertibleErrorCode(),
+                             "unknown cluster preset '" + name +
+                                 "' (known: " + join(getPresetNames(), ", ") +
+                                 ", with N the number of nodes)");
   }
-  return createStringError(inconvertibleErrorCode(),
-                           "unknown cluster preset '" + name +
-                               "' (known: " + join(getPresetNames(), ", ") +
-                               ", with N the number of nodes)");
+  deriveBandwidths(c);
+  return c;
 }
 
 //===----------------------------------------------------------------------===//
@@ -184,6 +219,15 @@ static Error fieldError(StringRef context, StringRef field,
                         const Twine &message) {
   return createStringError(inconvertibleErrorCode(),
                            context + ": field '" + field + "': " + message);
+}
+
+/// The file's names of a level's hardware fields: the unit count and the
+/// bandwidth of one unit (links per device for "intra_node", NICs per node
+/// for "inter_node").
+static std::pair<StringRef, StringRef> getLinkHardwareFields(StringRef level) {
+  if (level == "intra_node")
+    return {"links_per_device", "link_bandwidth"};
+  return {"nics_per_node", "nic_bandwidth"};
 }
 
 Error verifyCluster(const Cluster &c, StringRef context) {
@@ -215,14 +259,23 @@ Error verifyCluster(const Cluster &c, StringRef context) {
                       "must be a positive integer (bytes)");
   if (Error e = positive(c.device.hbmBandwidth, "device.hbm_bandwidth"))
     return e;
-  if (Error e = positive(c.intraNode.bandwidth, "intra_node.bandwidth"))
-    return e;
-  if (Error e = nonNegative(c.intraNode.latency, "intra_node.latency"))
-    return e;
-  if (Error e = positive(c.interNode.bandwidth, "inter_node.bandwidth"))
-    return e;
-  if (Error e = nonNegative(c.interNode.latency, "inter_node.latency"))
-    return e;
+  for (auto [link, level] :
+       {std::pair<const LinkSpec *, StringRef>{&c.intraNode, "intra_node"},
+        {&c.interNode, "inter_node"}}) {
+    auto [unitsKey, unitKey] = getLinkHardwareFields(level);
+    if (link->units < 0)
+      return fieldError(context, (level + "." + unitsKey).str(),
+                        "must be a positive integer");
+    if (link->units > 0) {
+      if (Error e =
+              positive(link->unitBandwidth, (level + "." + unitKey).str()))
+        return e;
+    }
+    if (Error e = positive(link->bandwidth, (level + ".bandwidth").str()))
+      return e;
+    if (Error e = nonNegative(link->latency, (level + ".latency").str()))
+      return e;
+  }
   return Error::success();
 }
 
@@ -306,16 +359,34 @@ private:
 };
 } // namespace
 
+/// Reads one link level: `latency` and either `bandwidth` (per device, one
+/// direction) or the hardware pair of getLinkHardwareFields.
 static Error readLink(const FieldReader &parent, StringRef key,
                       StringRef context, LinkSpec &link) {
   Expected<const json::Object *> object = parent.getObject(key);
   if (!object)
     return object.takeError();
   FieldReader r(**object, context, key);
-  if (Error e = r.checkKnown({"bandwidth", "latency"}))
+  auto [unitsKey, unitKey] = getLinkHardwareFields(key);
+  if (Error e = r.checkKnown({"bandwidth", unitsKey, unitKey, "latency"}))
     return e;
-  if (Error e = r.getNumber("bandwidth", link.bandwidth, true))
+  bool hasBandwidth = (*object)->get("bandwidth");
+  bool hasUnits = (*object)->get(unitsKey), hasUnit = (*object)->get(unitKey);
+  if (hasBandwidth && (hasUnits || hasUnit))
+    return fieldError(context, r.path("bandwidth"),
+                      "give either 'bandwidth' or '" + unitsKey + "' and '" +
+                          unitKey + "', not both");
+  if (hasUnits || hasUnit) {
+    if (Error e = r.getInteger(unitsKey, link.units))
+      return e;
+    if (link.units < 1)
+      return fieldError(context, r.path(unitsKey),
+                        "must be a positive integer");
+    if (Error e = r.getNumber(unitKey, link.unitBandwidth, true))
+      return e;
+  } else if (Error e = r.getNumber("bandwidth", link.bandwidth, true)) {
     return e;
+  }
   return r.getNumber("latency", link.latency, true);
 }
 
@@ -370,6 +441,7 @@ Expected<Cluster> parseClusterJSON(StringRef text, StringRef fileName) {
     return std::move(e);
   if (Error e = readLink(r, "inter_node", fileName, c.interNode))
     return std::move(e);
+  deriveBandwidths(c);
   if (Error e = verifyCluster(c, fileName))
     return std::move(e);
   return c;
@@ -397,18 +469,39 @@ json::Value toJSON(const Cluster &c) {
     device["fp16"] = c.device.fp16;
   if (c.device.bf16 > 0)
     device["bf16"] = c.device.bf16;
-  auto link = [](const LinkSpec &l) {
-    return json::Object{{"bandwidth", l.bandwidth}, {"latency", l.latency}};
+  auto link = [](const LinkSpec &l, StringRef level) {
+    json::Object o{{"latency", l.latency}};
+    if (l.units > 0) {
+      auto [unitsKey, unitKey] = getLinkHardwareFields(level);
+      o[unitsKey] = l.units;
+      o[unitKey] = l.unitBandwidth;
+    } else {
+      o["bandwidth"] = l.bandwidth;
+    }
+    return o;
   };
   json::Object root{{"name", c.name},
                     {"nodes", c.nodes},
                     {"devices_per_node", c.devicesPerNode},
                     {"device", std::move(device)},
-                    {"intra_node", link(c.intraNode)},
-                    {"inter_node", link(c.interNode)}};
+                    {"intra_node", link(c.intraNode, "intra_node")},
+                    {"inter_node", link(c.interNode, "inter_node")}};
   if (!c.source.empty())
     root["source"] = c.source;
   return json::Value(std::move(root));
+}
+
+/// "150.0 GB/s", "3.125 GB/s": one decimal, or as many as needed up to 3.
+static std::string formatGBps(double bytesPerSecond) {
+  double gb = bytesPerSecond / 1e9;
+  std::string text;
+  for (int digits = 1; digits <= 3; ++digits) {
+    text.clear();
+    raw_string_ostream(text) << format("%.*f", digits, gb);
+    if (std::fabs(std::stod(text) - gb) < 1e-9 * std::max(1.0, gb))
+      break;
+  }
+  return text + " GB/s";
 }
 
 void printCluster(raw_ostream &os, const Cluster &c) {
@@ -431,12 +524,20 @@ void printCluster(raw_ostream &os, const Cluster &c) {
                double(c.device.hbmCapacity) / double(kGiB),
                (long long)c.device.hbmCapacity);
   os << format("    HBM bandwidth:   %.1f GB/s\n", c.device.hbmBandwidth / 1e9);
-  os << format("  intra-node link:   %.1f GB/s per device one way, "
-               "latency %.2f us\n",
-               c.intraNode.bandwidth / 1e9, c.intraNode.latency * 1e6);
-  os << format("  inter-node link:   %.1f GB/s per device one way, "
-               "latency %.2f us\n",
-               c.interNode.bandwidth / 1e9, c.interNode.latency * 1e6);
+  os << "  intra-node link:   " << formatGBps(c.intraNode.bandwidth)
+     << " per device one way";
+  if (c.intraNode.units > 0)
+    os << " (" << c.intraNode.units << " links x "
+       << formatGBps(c.intraNode.unitBandwidth) << ")";
+  os << format(", latency %.2f us\n", c.intraNode.latency * 1e6);
+  os << "  inter-node link:   " << formatGBps(c.interNode.bandwidth)
+     << " per device one way";
+  if (c.interNode.units > 0)
+    os << " (" << c.interNode.units
+       << (c.interNode.units == 1 ? " NIC" : " NICs") << " x "
+       << formatGBps(c.interNode.unitBandwidth) << " per node, shared by "
+       << c.devicesPerNode << " devices)";
+  os << format(", latency %.2f us\n", c.interNode.latency * 1e6);
 }
 
 } // namespace stpar::cost

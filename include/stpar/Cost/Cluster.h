@@ -50,11 +50,25 @@ struct DeviceSpec {
 
 /// One interconnect level in the alpha-beta model: moving S bytes between
 /// two devices costs `latency + S / bandwidth` seconds.
+///
+/// `bandwidth` is what one device gets on this level when every device
+/// communicates at once (the SPMD case). A cluster can state it directly or
+/// describe the hardware, from which it is derived (docs/cluster-format.md):
+///  - intra-node: `units` NVLink links per device of `unitBandwidth` bytes/s
+///    each per direction; bandwidth = units * unitBandwidth.
+///  - inter-node: `units` NICs per node of `unitBandwidth` bytes/s each per
+///    direction, shared by the node's devices; bandwidth = units *
+///    unitBandwidth / devices per node.
 struct LinkSpec {
   /// Per-device bandwidth on this level, one direction, bytes/s.
   double bandwidth = 0;
   /// Start-up time of one transfer, seconds.
   double latency = 0;
+  /// Hardware description (0 = not given, `bandwidth` stated directly):
+  /// links per device (intra-node) or NICs per node (inter-node).
+  int64_t units = 0;
+  /// Bandwidth of one link / NIC, one direction, bytes/s.
+  double unitBandwidth = 0;
 };
 
 /// A homogeneous cluster. Devices are numbered

@@ -4,7 +4,7 @@
 // Every stp attribute, parsed, printed and parsed again.
 
 // CHECK-DAG: #[[DEV:.*]] = #stp.device<fp32 = 1.570000e+13, fp16 = 1.250000e+14, hbm_capacity = 34359738368, hbm_bandwidth = 9.000000e+11>
-// CHECK-DAG: #[[CL:.*]] = #stp.cluster<name = "v100-sxm2-32g-4x8", nodes = 8, devices_per_node = 4, device = #[[DEV]], intra_node = <bandwidth = 3.000000e+11, latency = 5.000000e-06>, inter_node = <bandwidth = 1.000000e+11, latency = 1.000000e-05>>
+// CHECK-DAG: #[[CL:.*]] = #stp.cluster<name = "v100-sxm2-32g-4x8", nodes = 8, devices_per_node = 4, device = #[[DEV]], intra_node = <bandwidth = 1.500000e+11, latency = 5.000000e-06>, inter_node = <bandwidth = 3.125000e+09, latency = 1.000000e-05>>
 // CHECK-DAG: #[[A100:.*]] = #stp.device<fp32 = 1.950000e+13, tf32 = 1.560000e+14, fp16 = 3.120000e+14, bf16 = 3.120000e+14, hbm_capacity = 85899345920, hbm_bandwidth = 2.039000e+12>
 // CHECK-DAG: #[[MESH:.*]] = #stp.mesh<#[[CL]], ["dp" = 2, "x" = 4, "y" = 4]>
 
@@ -12,8 +12,8 @@
                     hbm_bandwidth = 9.0e11>
 #v100x32 = #stp.cluster<name = "v100-sxm2-32g-4x8", nodes = 8,
     devices_per_node = 4, device = #v100,
-    intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
-    inter_node = <bandwidth = 1.0e11, latency = 1.0e-5>>
+    intra_node = <bandwidth = 1.5e11, latency = 5.0e-6>,
+    inter_node = <bandwidth = 3.125e9, latency = 1.0e-5>>
 #mesh = #stp.mesh<#v100x32, ["dp" = 2, "x" = 4, "y" = 4]>
 
 // CHECK: module attributes {stp.mesh = #[[MESH]]}
@@ -96,8 +96,8 @@ func.func @inline() attributes {
         devices_per_node = 4,
         device = <fp32 = 1.57e13, fp16 = 1.25e14, hbm_capacity = 34359738368,
                   hbm_bandwidth = 9.0e11>,
-        intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
-        inter_node = <bandwidth = 1.0e11, latency = 1.0e-5>>,
+        intra_node = <bandwidth = 1.5e11, latency = 5.0e-6>,
+        inter_node = <bandwidth = 3.125e9, latency = 1.0e-5>>,
       ["dp" = 2, "x" = 4, "y" = 4]>, loops = ["b" = 2 {"dp"}]>} {
   return
 }

@@ -119,10 +119,11 @@ def STP_LinkAttr : STP_Attr<"Link", "link"> {
     | `bandwidth` | bytes/s | per-device bandwidth on this level, one direction (positive) |
     | `latency` | s | start-up time of one transfer (non-negative) |
 
-    Example (NVLink 2 on a V100-SXM2 node, 300 GB/s per GPU):
+    Example (NVLink 2 on a V100-SXM2 node: 6 links of 25 GB/s per direction,
+    150 GB/s one way per GPU):
 
     ```mlir
-    #nvlink = #stp.link<bandwidth = 3.0e11, latency = 5.0e-6>
+    #nvlink = #stp.link<bandwidth = 1.5e11, latency = 5.0e-6>
     ```
   }];
   let parameters = (ins
@@ -157,9 +158,13 @@ def STP_ClusterAttr : STP_Attr<"Cluster", "cluster"> {
         devices_per_node = 4,
         device = <fp32 = 1.57e13, fp16 = 1.25e14, hbm_capacity = 34359738368,
                   hbm_bandwidth = 9.0e11>,
-        intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
-        inter_node = <bandwidth = 1.0e11, latency = 1.0e-5>>
+        intra_node = <bandwidth = 1.5e11, latency = 5.0e-6>,
+        inter_node = <bandwidth = 3.125e9, latency = 1.0e-5>>
     ```
+
+    The per-device figures are those `stp::cost::Cluster` derives from the
+    hardware (docs/cluster-format.md): here 6 NVLink 2 links of 25 GB/s
+    inside a node, and one 100 Gb/s EDR port per node shared by 4 GPUs.
   }];
   let parameters = (ins
     StringRefParameter<"preset or file name", "\"\"">:$name,
