@@ -94,8 +94,12 @@ Expected<MegatronStrategy> parseMegatronSpec(StringRef spec) {
           s.zeroStage = int(v);
           return Error::success();
         }
-        if (k == "recompute") {
-          s.recompute = v != 0;
+        if (k == "recompute" || k == "sp") {
+          if (v > 1)
+            return createStringError(inconvertibleErrorCode(),
+                                     "megatron key '" + k +
+                                         "': must be 0 or 1");
+          (k == "sp" ? s.sequenceParallel : s.recompute) = v != 0;
           return Error::success();
         }
         int64_t *field = StringSwitch<int64_t *>(k)
@@ -104,6 +108,7 @@ Expected<MegatronStrategy> parseMegatronSpec(StringRef spec) {
                              .Case("dp", &s.dp)
                              .Case("mb", &s.mb)
                              .Case("interleave", &s.interleave)
+                             .Case("vp", &s.interleave)
                              .Default(nullptr);
         if (!field)
           return unknownKey("megatron", k);
@@ -174,12 +179,12 @@ public:
     int64_t h = m.hidden, a = m.heads, d = m.hidden / m.heads, f = m.ffn,
             sq = m.seq;
     auto norm = [&](StringRef name, StringRef kind) {
-      Operator o =
-          op(p + name.str(), OpKind::Norm, kind, stage,
-             {batch(), loop("s", sq), loop("h", h, false, LoopKind::Reduction)},
-             {in("x", {0, 1, 2}), param(p + name.str() + ".w", {2}),
-              out("y", {0, 1, 2})},
-             8, true);
+      Operator o = op(p + name.str(), OpKind::Norm, kind, stage,
+                      {batch(), loop("s", sq, s.sequenceParallel),
+                       loop("h", h, false, LoopKind::Reduction)},
+                      {in("x", {0, 1, 2}), param(p + name.str() + ".w", {2}),
+                       out("y", {0, 1, 2})},
+                      8, true);
       return o;
     };
     auto linear = [&](StringRef name, StringRef kind, int64_t n, int64_t k,
@@ -197,9 +202,10 @@ public:
       for (int i = 0; i < inputs; ++i)
         operands.push_back(in("x" + std::to_string(i), {0, 1, 2}));
       operands.push_back(out("y", {0, 1, 2}));
-      return op(p + name.str(), OpKind::Elementwise, kind, stage,
-                {batch(), loop("s", sq), loop("h", n, tp)}, operands, flops,
-                true);
+      return op(
+          p + name.str(), OpKind::Elementwise, kind, stage,
+          {batch(), loop("s", sq, !tp && s.sequenceParallel), loop("h", n, tp)},
+          operands, flops, true);
     };
     Operator ln1 = norm("ln1", "attention");
     ln1.checkpoint = true;
@@ -248,7 +254,7 @@ public:
   void addHead(std::vector<Operator> &ops, unsigned stage) const {
     ops.push_back(
         op("ln_f", OpKind::Norm, "head", stage,
-           {batch(), loop("s", m.seq),
+           {batch(), loop("s", m.seq, s.sequenceParallel),
             loop("h", m.hidden, false, LoopKind::Reduction)},
            {in("x", {0, 1, 2}), param("ln_f.w", {2}), out("y", {0, 1, 2})}, 8,
            false));
@@ -283,6 +289,9 @@ Expected<CostProblem> buildMegatronGPT(const GPTConfig &m,
   if (m.heads % s.tp || m.hidden % s.tp || m.ffn % s.tp || m.vocab % s.tp)
     return fail("megatron: tp=" + Twine(s.tp) +
                 " must divide heads, hidden, ffn and vocab");
+  if (s.sequenceParallel && m.seq % s.tp)
+    return fail("megatron: sp=1 needs tp=" + Twine(s.tp) +
+                " to divide seq=" + Twine(m.seq));
   if (m.layers % s.pp)
     return fail("megatron: pp=" + Twine(s.pp) +
                 " must divide layers=" + Twine(m.layers));

@@ -90,11 +90,17 @@ void stpar::pipelines::printComparison(raw_ostream &outs,
   spatialOpts.progress = nullptr;
   Expected<SearchResult> spatial = stpar::search::search(problem, cluster, eff, spatialOpts);
   row("spatial-only search", spatial);
+  // The Megatron grid as the benchmark searches it: every micro-batch
+  // count, recomputation off and on, whatever the plan's own options.
+  SearchOptions megatronOpts = spatialOpts;
+  megatronOpts.microBatchChoices = 0;
+  megatronOpts.recompute = SearchOptions().recompute;
+  megatronOpts.megatron = SearchOptions::MegatronGrid();
   Expected<SearchResult> mega =
-      searchMegatron(problem, cluster, eff, false, spatialOpts);
+      searchMegatron(problem, cluster, eff, false, megatronOpts);
   row("megatron (best grid)", mega);
   Expected<SearchResult> megaSP =
-      searchMegatron(problem, cluster, eff, true, spatialOpts);
+      searchMegatron(problem, cluster, eff, true, megatronOpts);
   row("megatron + seq. parallel", megaSP);
   for (int z = 1; z <= 3; ++z) {
     Expected<SearchResult> zr = searchZeRO(problem, cluster, eff, z);
@@ -398,7 +404,9 @@ const char *const stpar::pipelines::kStrategyHelp =
     "How the plan is chosen: search (default), spatial (no temporal "
     "primitive), temporal (temporal primitive wherever it applies), "
     "megatron, megatron-sp (with sequence parallelism), dp (data "
-    "parallelism)";
+    "parallelism), or one Megatron-LM configuration "
+    "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,sp=0|1][,recompute=0|1]"
+    "[,zero=Z] (docs/search.md)";
 
 Expected<std::vector<int64_t>> stpar::pipelines::parseMeshShape(StringRef text) {
   std::vector<int64_t> shape;
@@ -445,9 +453,25 @@ Expected<int64_t> stpar::pipelines::checkPlanOptions(const PlanOptions &o,
                                                      Cluster &cluster) {
   static const char *const known[] = {"search",   "spatial",     "temporal",
                                       "megatron", "megatron-sp", "dp"};
-  if (!is_contained(known, o.strategy))
+  std::optional<stpar::analysis::IRStrategy> grid;
+  if (StringRef(o.strategy).starts_with("megatron:")) {
+    Expected<stpar::analysis::IRStrategy> parsed =
+        stpar::analysis::parseIRStrategy(o.strategy);
+    if (!parsed)
+      return parsed.takeError();
+    grid = *parsed;
+    if (!o.mesh.empty())
+      return makeError("--strategy " + o.strategy +
+                       " gives the grid (dp, tp, pp); drop --mesh");
+    if (grid->megatron.interleave > 1)
+      return makeError("megatron: vp=" + Twine(grid->megatron.interleave) +
+                       ": the search's pipeline model is 1F1B without "
+                       "virtual stages; `stpar cost` costs interleaved "
+                       "schedules");
+  } else if (!is_contained(known, o.strategy)) {
     return makeError("unknown --strategy '" + o.strategy + "' (" +
                      kStrategyHelp + ")");
+  }
   if (o.cluster.empty())
     return makeError("no cluster given (--cluster, or cluster= of -stp-plan)");
   Expected<Cluster> loaded = loadCluster(o.cluster);
@@ -460,10 +484,17 @@ Expected<int64_t> stpar::pipelines::checkPlanOptions(const PlanOptions &o,
       return makeError("mesh sizes must be >= 1");
     meshDevices *= s;
   }
-  // Devices: --devices, else the --mesh product, else the whole cluster.
-  int64_t devices = o.devices > 0     ? o.devices
-                    : !o.mesh.empty() ? meshDevices
-                                      : cluster.getNumDevices();
+  // Devices: --devices, else the --mesh product (or the megatron: grid's),
+  // else the whole cluster.
+  if (grid)
+    meshDevices = grid->megatron.tp * grid->megatron.pp * grid->megatron.dp;
+  int64_t devices = o.devices > 0             ? o.devices
+                    : !o.mesh.empty() || grid ? meshDevices
+                                              : cluster.getNumDevices();
+  if (grid && meshDevices != devices)
+    return makeError(
+        "--strategy " + o.strategy + " has tp*pp*dp = " + Twine(meshDevices) +
+        " devices but the plan is for " + Twine(devices) + " (--devices)");
   if (devices > cluster.getNumDevices())
     return makeError("the cluster '" + cluster.name + "' has " +
                      Twine(cluster.getNumDevices()) +
@@ -612,12 +643,46 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
   if (o.zeroStage < -1 || o.zeroStage > 3)
     return makeError("ZeRO stage " + Twine(o.zeroStage) +
                      " does not exist (0, 1, 2 or 3)");
-  if (o.zeroStage >= 0 &&
-      (o.strategy == "megatron" || o.strategy == "megatron-sp"))
-    return makeError("the '" + o.strategy +
-                     "' baseline has no ZeRO stage to force (it is ZeRO 0); "
-                     "use dp, search, spatial or temporal");
+  bool megatronGrid = StringRef(o.strategy).starts_with("megatron:");
+  bool megatron =
+      megatronGrid || o.strategy == "megatron" || o.strategy == "megatron-sp";
+  if (o.zeroStage >= 0 && megatron)
+    return makeError(megatronGrid
+                         ? "--strategy " + o.strategy +
+                               ": give the ZeRO stage as zero= in it"
+                         : "the '" + o.strategy +
+                               "' baseline has no ZeRO stage to force (it is "
+                               "ZeRO 0); use dp, search, spatial or temporal, "
+                               "or megatron:...,zero=Z");
   SearchOptions opts = makeSearchOptions(o.maxMeshAxes, o.exact, o.progress);
+  bool sequenceParallel = o.strategy == "megatron-sp";
+  if (megatronGrid) {
+    // One Megatron-LM configuration. The bound batch dim is the global
+    // batch of one step; mb (sequences per micro-batch and data-parallel
+    // rank) sets the micro-batches, m = batch / (mb * dp), default 1.
+    Expected<stpar::analysis::IRStrategy> parsed =
+        stpar::analysis::parseIRStrategy(o.strategy);
+    if (!parsed)
+      return parsed.takeError();
+    const MegatronStrategy &m = parsed->megatron;
+    if (parsed->globalBatch && *parsed->globalBatch != batch)
+      return makeError("megatron: gb=" + Twine(*parsed->globalBatch) +
+                       " but the bound batch dim (the global batch of one "
+                       "step) is " +
+                       Twine(batch));
+    int64_t mb = parsed->microBatchGiven ? m.mb : batch / m.dp;
+    if (mb < 1 || batch % (mb * m.dp))
+      return makeError("megatron: the batch " + Twine(batch) +
+                       " is not a multiple of mb*dp = " +
+                       Twine(std::max<int64_t>(mb, 1) * m.dp));
+    opts.megatron.tp = m.tp;
+    opts.megatron.pp = m.pp;
+    opts.megatron.dp = m.dp;
+    opts.megatron.microBatches = batch / (mb * m.dp);
+    opts.megatron.zeroStage = m.zeroStage;
+    opts.recompute = {m.recompute};
+    sequenceParallel = m.sequenceParallel;
+  }
   if (o.zeroStage >= 0)
     opts.zeroStages = {o.zeroStage};
   opts.solver.space.temporal = o.strategy != "spatial";
@@ -626,10 +691,40 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     opts.meshShapes = {o.mesh};
   if (!o.pipeline)
     opts.pipeline = false;
+  // The Megatron baseline follows its splits through the graph's views
+  // (the bridged problem keeps no edge through a reshape or transpose).
+  const stpar::analysis::OperatorGraph &graphRef = *graph;
+  const std::vector<unsigned> &graphOpOf = bridged->graphOpOfFlat;
+  // Why a Megatron grid point did not apply (for the error when none does).
+  std::string megatronWhy;
+  opts.megatronPartitions =
+      [&graphRef, &graphOpOf, &problem, &megatronWhy, flat = flatten(problem)](
+          const Mesh &mesh,
+          bool sp) -> Expected<std::optional<std::vector<Partition>>> {
+    const unsigned kDP = 1, kTP = 2;
+    Expected<stpar::analysis::MegatronLoops> loops =
+        stpar::analysis::chooseMegatronLoops(graphRef, mesh.axes[kTP].size, sp);
+    if (!loops) {
+      megatronWhy = toString(loops.takeError());
+      return std::nullopt;
+    }
+    std::vector<Partition> parts;
+    for (auto [i, op] : llvm::enumerate(flat.ops)) {
+      Partition part;
+      part.loopAxes.assign(op.loops.size(), {});
+      int tp = loops->tpLoop[graphOpOf[i]];
+      for (auto [d, loop] : llvm::enumerate(op.loops))
+        if (loop.name == problem.batchLoop && int(d) != tp &&
+            loop.extent % mesh.axes[kDP].size == 0)
+          part.loopAxes[d].push_back(kDP);
+      if (tp >= 0)
+        part.loopAxes[tp].push_back(kTP);
+      parts.push_back(std::move(part));
+    }
+    return std::optional<std::vector<Partition>>(std::move(parts));
+  };
   Expected<SearchResult> result =
-      o.strategy == "megatron" || o.strategy == "megatron-sp"
-          ? searchMegatron(problem, cluster, eff, o.strategy == "megatron-sp",
-                           opts)
+      megatron ? searchMegatron(problem, cluster, eff, sequenceParallel, opts)
       : o.strategy == "dp"
           ? searchZeRO(problem, cluster, eff, std::max(o.zeroStage, 0), o.mesh)
           : stpar::search::search(problem, cluster, eff, opts);
@@ -637,11 +732,13 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     return result.takeError();
   if (!result->best) {
     if (result->configurations == 0 || !std::isfinite(result->smallestMemory))
-      return makeError("no '" + o.strategy + "' plan applies to " +
-                       Twine(devices) + " devices" +
-                       (o.mesh.empty() ? "" : " on the given --mesh") +
-                       " (e.g. the batch " + Twine(batch) +
-                       " or another loop does not divide over the devices)");
+      return makeError(
+          "no '" + o.strategy + "' plan applies to " + Twine(devices) +
+          " devices" + (o.mesh.empty() ? "" : " on the given --mesh") +
+          (megatronWhy.empty() ? " (e.g. the batch " + Twine(batch) +
+                                     " or another loop does not divide over "
+                                     "the devices)"
+                               : " (" + Twine(megatronWhy) + ")"));
     return makeError(describeNoPlan(*result));
   }
   const Plan &plan = *result->best;

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "stpar/Cost/MegatronRule.h"
 #include "stpar/Search/Solver.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -214,103 +215,63 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
 // Baselines
 //===----------------------------------------------------------------------===//
 
-static bool indexes(const Operand &o, unsigned d) {
-  return is_contained(o.dims, d);
-}
-
-/// Megatron's partition of flat op `i` given the partitions chosen before it.
-static Partition megatronPartition(const Problem &problem, const FlatGraph &g,
-                                   const std::vector<Partition> &chosen,
-                                   unsigned i, const Mesh &mesh, bool sp) {
+/// Megatron's partition of every operator of `g` on the mesh [pp, dp, tp]
+/// (cost/MegatronRule.h), with the tensor-parallel splits followed along
+/// the problem's edges.
+static std::vector<Partition> megatronPartitions(const Problem &problem,
+                                                 const FlatGraph &g,
+                                                 const Mesh &mesh, bool sp) {
   const unsigned kDP = 1, kTP = 2;
-  const Operator &op = g.ops[i];
-  Partition part;
-  part.loopAxes.assign(op.loops.size(), {});
-  auto divisible = [&](unsigned d, unsigned axis) {
-    int64_t split = mesh.axes[axis].size;
-    for (unsigned a : part.loopAxes[d])
-      split *= mesh.axes[a].size;
-    return op.loops[d].extent % split == 0;
-  };
-  for (unsigned d = 0; d < op.loops.size(); ++d)
-    if (op.loops[d].name == problem.batchLoop && divisible(d, kDP))
-      part.loopAxes[d].push_back(kDP);
-  if (mesh.axes[kTP].size == 1)
-    return part;
-  // The loop the first input arrives split on along tp.
-  std::optional<unsigned> inLoop;
-  const Operand *x = nullptr;
-  for (const Edge &e : g.edges) {
-    if (e.consumer != i)
-      continue;
-    const Operator &prod = g.ops[e.producer];
-    LayoutCode code = getOperandLayout(prod, e.producerOperand,
-                                       chosen[e.producer],
-                                       unsigned(mesh.axes.size()));
-    if (code[kTP] >= 0) {
-      inLoop = op.operands[e.consumerOperand].dims[code[kTP]];
-      x = &op.operands[e.consumerOperand];
+  unsigned numAxes = unsigned(mesh.axes.size());
+  // The vocabulary table: the embedding parameter with most rows.
+  int64_t vocabRows = 0;
+  for (const Operator &op : g.ops)
+    if (op.kind == OpKind::Embedding)
+      for (const Operand &o : op.operands)
+        if (o.role == OperandRole::Parameter && !o.dims.empty())
+          vocabRows = std::max(vocabRows, op.loops[o.dims[0]].extent);
+  std::vector<Partition> parts;
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    const Operator &op = g.ops[i];
+    Partition part;
+    part.loopAxes.assign(op.loops.size(), {});
+    int batch = -1, seq = -1;
+    for (unsigned d = 0; d < op.loops.size(); ++d) {
+      if (op.loops[d].name == problem.batchLoop)
+        batch = int(d);
+      else if (!problem.sequenceLoop.empty() &&
+               op.loops[d].name == problem.sequenceLoop)
+        seq = int(d);
     }
-    if (!x)
-      x = &op.operands[e.consumerOperand];
-    break;
-  }
-  if (!x)
-    for (const Operand &o : op.operands)
-      if (o.role == OperandRole::Input) {
-        x = &o;
-        break;
-      }
-  const Operand *w = nullptr;
-  for (const Operand &o : op.operands)
-    if (o.role == OperandRole::Parameter)
-      w = &o;
-  std::optional<unsigned> tp;
-  auto firstLoop = [&](auto pred) -> std::optional<unsigned> {
-    for (unsigned d = 0; d < op.loops.size(); ++d)
-      if (op.loops[d].name != problem.batchLoop && pred(d) && divisible(d, kTP))
-        return d;
-    return std::nullopt;
-  };
-  auto allIndex = [&](unsigned d) {
-    return all_of(op.operands, [&](const Operand &o) { return indexes(o, d); });
-  };
-  switch (op.kind) {
-  case OpKind::MatMul:
-    if (w) {
-      if (inLoop && op.loops[*inLoop].kind == LoopKind::Reduction)
-        tp = inLoop; // row-parallel
-      else
-        tp = firstLoop([&](unsigned d) { // column-parallel
-          return op.loops[d].kind == LoopKind::Parallel && indexes(*w, d) &&
-                 (!x || !indexes(*x, d));
-        });
-    } else {
-      if (inLoop && op.loops[*inLoop].kind == LoopKind::Parallel &&
-          allIndex(*inLoop))
-        tp = inLoop;
-      else
-        tp = firstLoop([&](unsigned d) {
-          return op.loops[d].kind == LoopKind::Parallel && allIndex(d);
-        });
+    std::vector<int> inputLoops;
+    for (const Edge &e : g.edges) {
+      if (e.consumer != i || e.producer >= i)
+        continue;
+      LayoutCode code = getOperandLayout(g.ops[e.producer], e.producerOperand,
+                                         parts[e.producer], numAxes);
+      if (code[kTP] < 0)
+        continue;
+      int l = int(op.operands[e.consumerOperand].dims[code[kTP]]);
+      if (!is_contained(inputLoops, l))
+        inputLoops.push_back(l);
     }
-    break;
-  case OpKind::Embedding:
-    tp = firstLoop([&](unsigned d) {
-      return op.loops[d].kind == LoopKind::Reduction && w && indexes(*w, d);
-    });
-    break;
-  default:
-    if (inLoop)
-      tp = inLoop;
-    else if (sp && !problem.sequenceLoop.empty())
-      tp = firstLoop(
-          [&](unsigned d) { return op.loops[d].name == problem.sequenceLoop; });
-    break;
+    MegatronInputs in;
+    in.inputLoops = inputLoops;
+    in.sequenceLoop = sp ? seq : -1;
+    if (op.kind == OpKind::Embedding)
+      for (const Operand &o : op.operands)
+        if (o.role == OperandRole::Parameter && !o.dims.empty() &&
+            op.loops[o.dims[0]].extent == vocabRows)
+          in.vocabLoop = int(o.dims[0]);
+    int tp = chooseMegatronLoop(op, in, mesh.axes[kTP].size).loop;
+    if (batch >= 0 && batch != tp &&
+        op.loops[batch].extent % mesh.axes[kDP].size == 0)
+      part.loopAxes[batch].push_back(kDP);
+    if (tp >= 0)
+      part.loopAxes[tp].push_back(kTP);
+    parts.push_back(std::move(part));
   }
-  if (tp && divisible(*tp, kTP))
-    part.loopAxes[*tp].push_back(kTP);
-  return part;
+  return parts;
 }
 
 Expected<SearchResult> searchMegatron(const Problem &problem,
@@ -323,14 +284,24 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
   int64_t n = problem.devices;
   SolverOptions solver;
   solver.space.temporal = false;
-  for (auto [pp, m] :
-       getPipelineChoices(problem, n, options.pipeline,
-                          options.microBatchChoices)) {
+  const SearchOptions::MegatronGrid &grid = options.megatron;
+  std::vector<std::pair<int64_t, int64_t>> choices;
+  if (grid.pp > 0 && grid.microBatches > 0)
+    choices.push_back({grid.pp, grid.microBatches});
+  else
+    for (auto [pp, m] : getPipelineChoices(problem, n, options.pipeline,
+                                           options.microBatchChoices))
+      if ((!grid.pp || pp == grid.pp) &&
+          (!grid.microBatches || m == grid.microBatches))
+        choices.push_back({pp, m});
+  for (auto [pp, m] : choices) {
     for (int64_t tp = 1; tp <= n / pp; ++tp)
     for (bool rc : options.recompute) {
-      if ((n / pp) % tp)
+      if ((n / pp) % tp || (grid.tp && tp != grid.tp))
         continue;
       int64_t dp = n / pp / tp;
+      if (grid.dp && dp != grid.dp)
+        continue;
       if (!options.meshShapes.empty() &&
           !any_of(options.meshShapes, [&](ArrayRef<int64_t> shape) {
             return pp == 1 && (shape.size() == 1
@@ -342,7 +313,7 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
       Config c;
       c.mesh.axes = {{"pp", pp}, {"dp", dp}, {"tp", tp}};
       c.microBatches = m;
-      c.zeroStage = 0;
+      c.zeroStage = grid.zeroStage;
       c.recompute = rc;
       // Enumerating candidates is not needed: the rule fixes the plan.
       Problem tiny = problem;
@@ -352,9 +323,21 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
         return inst.takeError();
       const FlatGraph &g = (*inst)->getFlatGraph();
       std::vector<Partition> parts;
-      for (unsigned i = 0; i < g.ops.size(); ++i)
-        parts.push_back(megatronPartition(problem, g, parts, i, c.mesh,
-                                          sequenceParallel));
+      if (options.megatronPartitions) {
+        Expected<std::optional<std::vector<Partition>>> given =
+            options.megatronPartitions(c.mesh, sequenceParallel);
+        if (!given)
+          return given.takeError();
+        if (!*given)
+          continue; // the grid does not apply (e.g. tp and the heads)
+        parts = std::move(**given);
+        if (parts.size() != g.ops.size())
+          return err("internal: the Megatron layout has " +
+                     Twine(parts.size()) + " operators, the problem " +
+                     Twine(g.ops.size()));
+      } else {
+        parts = megatronPartitions(problem, g, c.mesh, sequenceParallel);
+      }
       // dp must split the batch everywhere.
       bool ok = dp == 1 || all_of(parts, [](const Partition &p) {
                   return any_of(p.loopAxes, [](const auto &axes) {
@@ -378,6 +361,8 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
       plan.cost = std::move(*pc);
       plan.label = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
                    " dp=" + std::to_string(dp) + " m=" + std::to_string(m) +
+                   (c.zeroStage ? " zero-" + std::to_string(c.zeroStage)
+                                : std::string()) +
                    (rc ? " recompute" : "") + (sequenceParallel ? " sp" : "");
       keepBest(result, std::move(plan));
     }

@@ -167,8 +167,9 @@ struct IRStrategy {
   std::optional<int64_t> globalBatch;
 };
 
-/// Parses "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,interleave=V][,zero=Z]
-/// [,recompute=0|1]" (the keys of parseMegatronSpec plus `gb`).
+/// Parses "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,interleave=V|vp=V]
+/// [,zero=Z][,recompute=0|1][,sp=0|1]" (the keys of parseMegatronSpec plus
+/// `gb`).
 llvm::Expected<IRStrategy> parseIRStrategy(llvm::StringRef spec);
 
 /// What evaluateTrainingStep needs, and what the assignment could not
@@ -177,6 +178,22 @@ struct MegatronPlan {
   cost::CostProblem problem;
   std::vector<std::string> warnings;
 };
+
+/// Megatron's loops per graph operator (indices into its Operator::loops,
+/// -1 for none), from cost/MegatronRule.h with the splits followed through
+/// views: the batch from the graph inputs' batch dim, tensor-parallel
+/// splits from operator to operator, the sequence (for sequence
+/// parallelism) from the dim after a graph input's batch dim 0.
+struct MegatronLoops {
+  std::vector<int> batchLoop, tpLoop;
+  /// Operators replicated across tp, grouped by the reason.
+  std::vector<std::string> warnings;
+};
+
+/// Fails when tp does not divide the heads of a layer.
+llvm::Expected<MegatronLoops> chooseMegatronLoops(const OperatorGraph &graph,
+                                                  int64_t tp,
+                                                  bool sequenceParallel);
 
 /// Partitions `graph` with Megatron's rules on the mesh ["pp", "dp", "tp"]
 /// (tp fastest, as GPTModel.h):

@@ -35,14 +35,21 @@ struct MegatronStrategy {
   int64_t tp = 1, pp = 1, dp = 1, mb = 1, interleave = 1;
   int zeroStage = 0;
   bool recompute = true;
+  /// Megatron's sequence parallelism (Korthikanti et al., MLSys 2023,
+  /// Sec. 4.2.2): norms, dropout and residual adds between the
+  /// tensor-parallel regions split the sequence over tp. Same communication
+  /// volume as tp alone (an all-reduce becomes a reduce-scatter and an
+  /// all-gather), less activation memory.
+  bool sequenceParallel = false;
 };
 
 /// Parses "gpt:layers=L,hidden=H,heads=A,seq=S,vocab=V,batch=B[,ffn=F]"
 /// (ffn defaults to 4H). Errors name the bad key.
 llvm::Expected<GPTConfig> parseGPTSpec(llvm::StringRef spec);
 
-/// Parses "megatron:tp=T,pp=P,dp=D,mb=M[,interleave=V][,zero=Z]
-/// [,recompute=0|1]".
+/// Parses "megatron:tp=T,pp=P,dp=D,mb=M[,interleave=V|vp=V][,zero=Z]
+/// [,recompute=0|1][,sp=0|1]" (vp is Megatron-LM's name for the virtual
+/// pipeline stages per rank, i.e. interleave).
 llvm::Expected<MegatronStrategy> parseMegatronSpec(llvm::StringRef spec);
 
 /// What evaluateTrainingStep needs.

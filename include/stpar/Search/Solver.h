@@ -29,6 +29,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -185,6 +186,23 @@ struct SearchOptions {
   /// once at the end, also when the bound stops the search early (the
   /// configurations it skips are done: none of them can win).
   std::function<void(size_t, size_t)> progress;
+  /// The Megatron baseline (searchMegatron) on problems whose edges do not
+  /// carry every split (an imported model: the bridge keeps no edge through
+  /// a reshape or transpose): Megatron's partition of every flattened
+  /// operator on the mesh [pp, dp, tp], or nullopt when that grid does not
+  /// apply (tp does not divide the heads). Empty: the splits are followed
+  /// along the problem's edges. Both apply cost/MegatronRule.h.
+  std::function<llvm::Expected<std::optional<std::vector<Partition>>>(
+      const cost::Mesh &mesh, bool sequenceParallel)>
+      megatronPartitions;
+  /// The Megatron baseline at one configuration (`--strategy
+  /// megatron:tp=..,pp=..,dp=..`): each field > 0 fixes that value of the
+  /// grid (micro-batches: per step); 0 leaves it searched. The ZeRO stage of
+  /// the dp axis (Megatron's distributed optimizer is stage 1).
+  struct MegatronGrid {
+    int64_t tp = 0, pp = 0, dp = 0, microBatches = 0;
+    int zeroStage = 0;
+  } megatron;
 };
 
 struct SearchResult {
@@ -211,12 +229,14 @@ llvm::Expected<SearchResult> search(const Problem &problem,
                                     const SearchOptions &options);
 
 /// Baselines in the same objective. Megatron: mesh [pp, dp, tp], batch on
-/// dp, tensor parallelism by Megatron's rules read off the iteration spaces
-/// (column-parallel linear unless the input arrives split on its reduction
-/// loop, then row-parallel; attention by the loop all operands share; vocab
-/// for embeddings; other operators follow their input or, with sequence
-/// parallelism, split the sequence loop). Best over the tp x pp x dp grid
-/// and micro-batch counts; ZeRO 0.
+/// dp, tensor parallelism by Megatron-LM's rule (cost/MegatronRule.h:
+/// column-parallel linear unless its input arrives split on the reduction
+/// loop, then row-parallel; attention follows the heads; vocab-parallel
+/// embedding; norms never split on the normalized loop; with sequence
+/// parallelism the operators between the tensor-parallel regions split the
+/// sequence), followed along the problem's edges or given by
+/// SearchOptions::megatronPartitions. Best over the tp x pp x dp grid and
+/// micro-batch counts; ZeRO 0.
 llvm::Expected<SearchResult> searchMegatron(const Problem &problem,
                                             const cost::Cluster &cluster,
                                             const cost::EfficiencyModel &eff,

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "stpar/Analysis/OperatorGraph.h"
+#include "stpar/Cost/MegatronRule.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -131,6 +132,112 @@ static std::vector<unsigned> cutStages(ArrayRef<double> layerFlops,
   return starts;
 }
 
+Expected<MegatronLoops> chooseMegatronLoops(const OperatorGraph &graph,
+                                            int64_t tp, bool sequenceParallel) {
+  MegatronLoops out;
+  out.batchLoop.assign(graph.ops.size(), -1);
+  out.tpLoop.assign(graph.ops.size(), -1);
+  for (auto [l, layer] : enumerate(graph.layers))
+    if (layer.heads > 0 && layer.heads % tp)
+      return fail("megatron: tp=" + Twine(tp) + " does not divide the " +
+                  Twine(layer.heads) + " attention heads of layer " + Twine(l));
+
+  // The vocabulary-parallel table: the embedding table with most rows.
+  std::string vocabTable;
+  int64_t vocabRows = 0;
+  for (const GraphOperator &gop : graph.ops) {
+    if (gop.op.kind != OpKind::Embedding)
+      continue;
+    for (auto [j, operand] : enumerate(gop.op.operands))
+      if (operand.role == OperandRole::Parameter) {
+        const GraphTensor &t = graph.tensors[gop.tensors[j]];
+        if (!t.shape.empty() && t.shape[0] > vocabRows) {
+          vocabRows = t.shape[0];
+          vocabTable = operand.name;
+        }
+      }
+  }
+
+  // The batch (dp) and the sequence (the dim after the batch of a graph
+  // input whose batch is dim 0) are followed from the graph inputs.
+  SplitState split(graph), batch(graph), seq(graph);
+  for (auto [i, t] : enumerate(graph.tensors))
+    if (t.kind == TensorKind::GraphInput) {
+      batch.set(unsigned(i), t.batchDim ? int(*t.batchDim) : -1);
+      seq.set(unsigned(i),
+              t.batchDim && *t.batchDim == 0 && t.shape.size() >= 2 ? 1 : -1);
+    }
+  std::map<std::string, std::vector<std::string>> replicated;
+  auto followed = [&](SplitState &state, const GraphOperator &gop) {
+    int loop = -1;
+    for (auto [j, operand] : enumerate(gop.op.operands)) {
+      if (operand.role != OperandRole::Input)
+        continue;
+      int l = state.getLoop(gop, unsigned(j));
+      if (l >= 0 && gop.op.loops[l].kind == LoopKind::Parallel) {
+        loop = l;
+        break;
+      }
+    }
+    state.setOutputs(gop, loop);
+    return loop;
+  };
+
+  for (auto [i, gop] : enumerate(graph.ops)) {
+    const Operator &op = gop.op;
+    int batchLoop = followed(batch, gop);
+    int seqLoop = followed(seq, gop);
+    std::vector<int> inputLoops;
+    bool lost = false;
+    for (auto [j, operand] : enumerate(op.operands)) {
+      if (operand.role != OperandRole::Input)
+        continue;
+      int d = split.get(gop.tensors[j]);
+      int l = split.getLoop(gop, unsigned(j));
+      if (d >= 0 && l < 0)
+        lost = true;
+      if (l >= 0 && !is_contained(inputLoops, l))
+        inputLoops.push_back(l);
+    }
+    MegatronInputs in;
+    in.inputLoops = inputLoops;
+    in.lost = lost;
+    in.sequenceLoop = sequenceParallel && seqLoop != batchLoop ? seqLoop : -1;
+    if (op.kind == OpKind::Embedding)
+      for (auto [j, operand] : enumerate(op.operands))
+        if (operand.role == OperandRole::Parameter &&
+            operand.name == vocabTable && !gop.tensorDimLoops[j].empty())
+          in.vocabLoop = gop.tensorDimLoops[j][0];
+    MegatronChoice choice = chooseMegatronLoop(op, in, tp);
+    if (!choice.replicated.empty())
+      replicated[choice.replicated].push_back(op.name);
+    // A replicated op whose input was split reads it gathered: its split
+    // ends here (the all-gather is costed by the search's edges; the cost
+    // route warns).
+    int tpLoop = choice.loop;
+    split.setOutputs(
+        gop, tpLoop >= 0 && op.loops[tpLoop].kind == LoopKind::Parallel ? tpLoop
+                                                                        : -1);
+    out.tpLoop[i] = tpLoop;
+    out.batchLoop[i] = batchLoop;
+  }
+
+  for (auto &[why, names] : replicated) {
+    std::string list;
+    for (unsigned k = 0; k < names.size() && k < 3; ++k)
+      list += (k ? ", '" : "'") + names[k] + "'";
+    if (names.size() > 3)
+      list += ", ...";
+    out.warnings.push_back(Twine(names.size())
+                               .concat(" operator(s) replicated across tp (")
+                               .concat(why)
+                               .concat("): ")
+                               .concat(list)
+                               .str());
+  }
+  return out;
+}
+
 Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
                                       const IRStrategy &strategy,
                                       int64_t microBatch) {
@@ -146,10 +253,6 @@ Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
   if (globalBatch % perStep)
     return fail("megatron: gb=" + Twine(globalBatch) +
                 " must be a multiple of mb*dp=" + Twine(perStep));
-  for (auto [l, layer] : enumerate(graph.layers))
-    if (layer.heads > 0 && layer.heads % s.tp)
-      return fail("megatron: tp=" + Twine(s.tp) + " does not divide the " +
-                  Twine(layer.heads) + " attention heads of layer " + Twine(l));
   if (s.pp > 1 && s.pp * s.interleave > int64_t(numLayers))
     return fail(
         "megatron: pp=" + Twine(s.pp) +
@@ -168,127 +271,14 @@ Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
   c.zeroStage = s.zeroStage;
   c.recompute = s.recompute;
 
-  // The vocabulary-parallel table: the embedding table with most rows.
-  std::string vocabTable;
-  int64_t vocabRows = 0;
-  for (const GraphOperator &gop : graph.ops) {
-    if (gop.op.kind != OpKind::Embedding)
-      continue;
-    for (auto [j, operand] : enumerate(gop.op.operands))
-      if (operand.role == OperandRole::Parameter) {
-        const GraphTensor &t = graph.tensors[gop.tensors[j]];
-        if (!t.shape.empty() && t.shape[0] > vocabRows) {
-          vocabRows = t.shape[0];
-          vocabTable = operand.name;
-        }
-      }
-  }
-
-  SplitState tp(graph), batch(graph);
-  for (auto [i, t] : enumerate(graph.tensors))
-    if (t.kind == TensorKind::GraphInput)
-      batch.set(unsigned(i), t.batchDim ? int(*t.batchDim) : -1);
-  std::map<std::string, std::vector<std::string>> replicated;
-  auto replicate = [&](const Operator &op, StringRef why) {
-    replicated[why.str()].push_back(op.name);
-    return -1;
-  };
-
-  for (const GraphOperator &gop : graph.ops) {
+  Expected<MegatronLoops> loops =
+      chooseMegatronLoops(graph, s.tp, s.sequenceParallel);
+  if (!loops)
+    return loops.takeError();
+  plan.warnings = std::move(loops->warnings);
+  for (auto [i, gop] : enumerate(graph.ops)) {
     Operator op = gop.op;
-    // dp: the loop the inputs' batch dim lies on.
-    int batchLoop = -1;
-    for (auto [j, operand] : enumerate(op.operands)) {
-      if (operand.role != OperandRole::Input)
-        continue;
-      int l = batch.getLoop(gop, unsigned(j));
-      if (l >= 0 && op.loops[l].kind == LoopKind::Parallel) {
-        batchLoop = l;
-        break;
-      }
-    }
-    batch.setOutputs(gop, batchLoop);
-
-    // tp.
-    int tpLoop = -1;
-    std::vector<int> inputLoops;
-    unsigned params = 0;
-    bool lost = false;
-    for (auto [j, operand] : enumerate(op.operands)) {
-      if (operand.role == OperandRole::Parameter)
-        ++params;
-      if (operand.role != OperandRole::Input)
-        continue;
-      int d = tp.get(gop.tensors[j]);
-      int l = tp.getLoop(gop, unsigned(j));
-      if (d >= 0 && l < 0)
-        lost = true;
-      if (l >= 0 && !is_contained(inputLoops, l))
-        inputLoops.push_back(l);
-    }
-    auto fits = [&](int l) { return op.loops[l].extent % s.tp == 0; };
-    if (s.tp > 1) {
-      if (lost) {
-        tpLoop = replicate(op, "an input is split on a dim this operator "
-                               "does not index as a loop");
-      } else if (op.kind == OpKind::Embedding) {
-        for (auto [j, operand] : enumerate(op.operands))
-          if (operand.role == OperandRole::Parameter &&
-              operand.name == vocabTable && !gop.tensorDimLoops[j].empty()) {
-            int rows = gop.tensorDimLoops[j][0];
-            tpLoop = rows >= 0 && fits(rows)
-                         ? rows
-                         : replicate(op, "vocabulary not divisible by tp");
-          }
-      } else if (op.kind == OpKind::MatMul && params == 1) {
-        // A linear: row-parallel after a split, else column-parallel.
-        if (inputLoops.size() == 1 &&
-            op.loops[inputLoops[0]].kind == LoopKind::Reduction) {
-          tpLoop = fits(inputLoops[0])
-                       ? inputLoops[0]
-                       : replicate(op, "reduction dim not divisible by tp");
-        } else if (inputLoops.empty()) {
-          int column = -1;
-          for (unsigned l = 0; l < op.loops.size(); ++l) {
-            if (op.loops[l].kind != LoopKind::Parallel)
-              continue;
-            bool inParam = false, inInput = false;
-            for (const Operand &operand : op.operands) {
-              if (operand.role == OperandRole::Parameter)
-                inParam |= is_contained(operand.dims, l);
-              if (operand.role == OperandRole::Input)
-                inInput |= is_contained(operand.dims, l);
-            }
-            if (inParam && !inInput)
-              column = int(l);
-          }
-          if (column < 0)
-            tpLoop = replicate(op, "linear without an output dim of its "
-                                   "weight");
-          else
-            tpLoop = fits(column)
-                         ? column
-                         : replicate(op, "output dim not divisible by tp");
-        } else {
-          tpLoop = replicate(op, "linear whose input is split on a "
-                                 "non-reduction dim");
-        }
-      } else if (inputLoops.size() == 1) {
-        int l = inputLoops[0];
-        if (op.loops[l].kind == LoopKind::Reduction &&
-            op.kind != OpKind::MatMul)
-          tpLoop = replicate(op, "input split on the dim it reduces");
-        else
-          tpLoop = fits(l) ? l : replicate(op, "split dim not divisible by tp");
-      } else if (inputLoops.size() > 1) {
-        tpLoop = replicate(op, "inputs split on different dims");
-      }
-    }
-    // A replicated op whose input was split reads it gathered: its split
-    // ends here (the all-gather is not costed; see the warning).
-    tp.setOutputs(
-        gop, tpLoop >= 0 && op.loops[tpLoop].kind == LoopKind::Parallel ? tpLoop
-                                                                        : -1);
+    int tpLoop = loops->tpLoop[i], batchLoop = loops->batchLoop[i];
     if (tpLoop >= 0)
       op.loops[tpLoop].axes.push_back(kTP);
     if (batchLoop >= 0 && batchLoop != tpLoop) {
@@ -320,19 +310,6 @@ Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
     }
   }
 
-  for (auto &[why, names] : replicated) {
-    std::string list;
-    for (unsigned k = 0; k < names.size() && k < 3; ++k)
-      list += (k ? ", '" : "'") + names[k] + "'";
-    if (names.size() > 3)
-      list += ", ...";
-    plan.warnings.push_back(Twine(names.size())
-                                .concat(" operator(s) replicated across tp (")
-                                .concat(why)
-                                .concat("): ")
-                                .concat(list)
-                                .str());
-  }
   return plan;
 }
 

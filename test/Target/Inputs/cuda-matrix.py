@@ -26,7 +26,8 @@ from importlib import import_module  # noqa: E402
 
 _matrix = import_module("verify-matrix")
 MODELS = _matrix.MODELS
-CASES = [(m, s, r) for m in MODELS
+CASES = [(m, s, r if (m, s, r) not in _matrix.EXPECTED_REJECTIONS else "4x2")
+         for m in MODELS
          for s, r in (("dp", "2x2"), ("megatron", "2x4"),
                       ("temporal", "2x2"), ("search", "8"))]
 
