@@ -88,8 +88,11 @@ MegatronChoice chooseMegatronLoop(const Operator &op, const MegatronInputs &in,
     if (op.loops[l].kind == LoopKind::Reduction && op.kind != OpKind::MatMul &&
         op.kind != OpKind::Softmax)
       return replicate("input split on the dim it normalizes or reduces");
-    if (!fits(l))
-      return replicate("split dim not divisible by tp");
+    if (!fits(l)) {
+      replicate("split dim not divisible by tp");
+      c.indivisible = true;
+      return c;
+    }
     c.loop = l;
     return c;
   }

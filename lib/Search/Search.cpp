@@ -218,9 +218,9 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
 /// Megatron's partition of every operator of `g` on the mesh [pp, dp, tp]
 /// (cost/MegatronRule.h), with the tensor-parallel splits followed along
 /// the problem's edges.
-static std::vector<Partition> megatronPartitions(const Problem &problem,
-                                                 const FlatGraph &g,
-                                                 const Mesh &mesh, bool sp) {
+static std::optional<std::vector<Partition>>
+megatronPartitions(const Problem &problem, const FlatGraph &g, const Mesh &mesh,
+                   bool sp) {
   const unsigned kDP = 1, kTP = 2;
   unsigned numAxes = unsigned(mesh.axes.size());
   // The vocabulary table: the embedding parameter with most rows.
@@ -263,7 +263,10 @@ static std::vector<Partition> megatronPartitions(const Problem &problem,
         if (o.role == OperandRole::Parameter && !o.dims.empty() &&
             op.loops[o.dims[0]].extent == vocabRows)
           in.vocabLoop = int(o.dims[0]);
-    int tp = chooseMegatronLoop(op, in, mesh.axes[kTP].size).loop;
+    MegatronChoice choice = chooseMegatronLoop(op, in, mesh.axes[kTP].size);
+    if (choice.indivisible)
+      return std::nullopt; // not a Megatron configuration
+    int tp = choice.loop;
     if (batch >= 0 && batch != tp &&
         op.loops[batch].extent % mesh.axes[kDP].size == 0)
       part.loopAxes[batch].push_back(kDP);
@@ -336,7 +339,11 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
                      Twine(parts.size()) + " operators, the problem " +
                      Twine(g.ops.size()));
       } else {
-        parts = megatronPartitions(problem, g, c.mesh, sequenceParallel);
+        std::optional<std::vector<Partition>> rule =
+            megatronPartitions(problem, g, c.mesh, sequenceParallel);
+        if (!rule)
+          continue;
+        parts = std::move(*rule);
       }
       // dp must split the batch everywhere.
       bool ok = dp == 1 || all_of(parts, [](const Partition &p) {

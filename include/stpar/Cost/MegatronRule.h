@@ -73,6 +73,9 @@ struct MegatronChoice {
   /// Not empty when the operator is replicated across tp although a split
   /// reached it or it is a linear: why (for the warnings users see).
   std::string replicated;
+  /// The split that reached the operator lies on a loop tp does not divide
+  /// (also `replicated`): the configuration is not Megatron's.
+  bool indivisible = false;
 };
 
 /// Megatron-LM's tensor-parallel loop of `op` for a tensor-parallel degree

@@ -209,6 +209,15 @@ Expected<MegatronLoops> chooseMegatronLoops(const OperatorGraph &graph,
             operand.name == vocabTable && !gop.tensorDimLoops[j].empty())
           in.vocabLoop = gop.tensorDimLoops[j][0];
     MegatronChoice choice = chooseMegatronLoop(op, in, tp);
+    // A split reaching a dim tp does not divide (grouped-query attention's
+    // key/value heads below tp) is no Megatron configuration: Megatron-LM
+    // requires tp to divide the heads and the query groups.
+    if (choice.indivisible)
+      return fail("megatron: tp=" + Twine(tp) + " does not divide the extent " +
+                  Twine(op.loops[inputLoops[0]].extent) +
+                  " of the dim its split reaches at '" + op.name +
+                  "' (e.g. the key/value heads of grouped-query attention; "
+                  "Megatron-LM requires tp to divide them)");
     if (!choice.replicated.empty())
       replicated[choice.replicated].push_back(op.name);
     // A replicated op whose input was split reads it gathered: its split
