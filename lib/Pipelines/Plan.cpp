@@ -742,6 +742,19 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     return makeError(describeNoPlan(*result));
   }
   const Plan &plan = *result->best;
+  // The Megatron plan's operators that stay replicated across tp, and why
+  // (as `stpar cost` warns).
+  if (megatron && plan.config.mesh.axes.size() == 3 &&
+      plan.config.mesh.axes[2].size > 1) {
+    Expected<stpar::analysis::MegatronLoops> loops =
+        stpar::analysis::chooseMegatronLoops(
+            *graph, plan.config.mesh.axes[2].size, sequenceParallel);
+    if (loops)
+      for (const std::string &text : loops->warnings)
+        note(text);
+    else
+      consumeError(loops.takeError());
+  }
   FlatGraph g = flatten(problem);
   if (g.ops.size() != bridged->graphOpOfFlat.size())
     return makeError("internal: flattened operators and graph operators "

@@ -57,11 +57,15 @@ OPTIMIZERS = {"dp": "sgd", "megatron": "adamw", "temporal": "sgd",
               "zero3": "adamw"}
 RANKS = ["1", "2", "4", "8", "2x2", "2x4"]
 # Cases stpar must reject, with the reason it must give: Megatron-LM splits
-# attention by heads, and ORT's GPT-2 Megatron model has 2 (tp = 4 is no
-# Megatron configuration; 4x2 is its dp x tp case instead).
+# attention by heads and key/value heads by query groups; ORT's GPT-2
+# Megatron model has 2 heads and the Llama block 2 key/value heads, so
+# tp = 4 is no Megatron configuration of either (4x2 is their dp x tp case
+# in the subsets instead).
 EXPECTED_REJECTIONS = {
     ("megatron", "megatron", "2x4"):
         "tp=4 does not divide the 2 attention heads",
+    ("llama", "megatron", "2x4"):
+        "tp=4 does not divide the extent 2 of the dim its split reaches",
 }
 
 
