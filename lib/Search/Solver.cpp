@@ -107,6 +107,9 @@ struct Tables {
     return *flat;
   }
   std::vector<bool> outputHasEdges;
+  /// Per operator and operand: an edge feeds it (its input gradient is
+  /// then re-laid out by the edge, not reduced by the operator).
+  std::vector<std::vector<bool>> inputHasEdges;
   /// Layer operators reading the carry (first one only): the checkpoint.
   std::vector<bool> isCheckpoint;
   std::map<LayoutCode, int> layoutIds;
@@ -135,6 +138,7 @@ struct Instance::Impl {
   double constantTime = 0;
   std::vector<std::vector<Cand>> cands;
   std::vector<bool> &outputHasEdges;
+  std::vector<std::vector<bool>> &inputHasEdges;
   std::vector<bool> &isCheckpoint;
   std::map<LayoutCode, int> &layoutIds;
   std::vector<LayoutCode> &layouts;
@@ -143,6 +147,7 @@ struct Instance::Impl {
   explicit Impl(std::shared_ptr<Tables> t)
       : tables(std::move(t)), problem(tables->problem),
         outputHasEdges(tables->outputHasEdges),
+        inputHasEdges(tables->inputHasEdges),
         isCheckpoint(tables->isCheckpoint), layoutIds(tables->layoutIds),
         layouts(tables->layouts), edgeCache(tables->edgeCache) {}
   std::vector<Node> nodes;
@@ -260,6 +265,11 @@ Error Instance::Impl::init(bool fresh) {
         lastPre = i;
     if (lastPre && getCarryOp(problem))
       outputHasEdges[*lastPre] = true;
+    inputHasEdges.resize(problem.ops.size());
+    for (unsigned i = 0; i < problem.ops.size(); ++i)
+      inputHasEdges[i].assign(problem.ops[i].operands.size(), false);
+    for (const Edge &e : problem.edges)
+      inputHasEdges[e.consumer][e.consumerOperand] = true;
     isCheckpoint.assign(problem.ops.size(), false);
     std::optional<unsigned> first;
     for (const Edge &e : problem.edges)
@@ -405,6 +415,30 @@ Expected<Raw> Instance::Impl::costRaw(unsigned i, Operator &op,
   if ((op.kind == OpKind::MatMul || op.kind == OpKind::Embedding) &&
       outputHasEdges[i])
     raw.fwdComm = 0; // the consuming edge reduces the partial sums
+  // Likewise in B: the partial input gradient of a contraction split on a
+  // loop its input does not index (column-parallel dX) is reduced by the
+  // feeding edge into the producer's layout: an all-reduce when that is
+  // replicated, a reduce-scatter when it is split over the axis (Megatron's
+  // sequence parallelism, Korthikanti et al. 2023, Sec. 4.2.2).
+  if (op.kind == OpKind::MatMul && !op.temporal)
+    for (auto [j, o] : llvm::enumerate(op.operands)) {
+      if (o.role != OperandRole::Input || !o.needsGrad || !inputHasEdges[i][j])
+        continue;
+      std::vector<unsigned> axes;
+      for (unsigned d = 0; d < op.loops.size(); ++d)
+        if (!llvm::is_contained(o.dims, d))
+          for (unsigned axis : op.loops[d].axes)
+            if (!llvm::is_contained(axes, axis))
+              axes.push_back(axis);
+      if (axes.empty())
+        continue;
+      llvm::sort(axes);
+      raw.cost.backwardComm -= getMultiAxisCollectiveTime(
+          Collective::AllReduce,
+          getLocalElements(op, o, config.mesh) * double(o.elementBytes), axes,
+          config.mesh, cluster);
+      raw.cost.backwardComm = std::max(0.0, raw.cost.backwardComm);
+    }
   if (op.temporal) {
     // Skew of the input into the primitive's home layout: one shift.
     for (const Operand &o : op.operands)
@@ -488,9 +522,12 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   return cand;
 }
 
+/// `gradient`: the layout of an input's gradient (kPartialGradient axes
+/// hold partial sums); otherwise those axes are replicated.
 static TensorLayout makeLayout(const LayoutCode &code,
                                const std::vector<int64_t> &shape,
-                               int64_t elementBytes, bool dropPartial) {
+                               int64_t elementBytes, bool dropPartial,
+                               bool gradient = false) {
   TensorLayout l;
   l.shape = shape;
   l.dimAxes.assign(shape.size(), {});
@@ -498,7 +535,8 @@ static TensorLayout makeLayout(const LayoutCode &code,
   for (unsigned a = 0; a < code.size(); ++a) {
     if (code[a] >= 0 && unsigned(code[a]) < shape.size())
       l.dimAxes[code[a]].push_back(a);
-    else if (code[a] == kPartial && !dropPartial)
+    else if ((code[a] == kPartial && !dropPartial) ||
+             (code[a] == kPartialGradient && gradient))
       l.partialAxes.push_back(a);
   }
   return l;
@@ -530,8 +568,10 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
   // own collectives) back to the producer's output layout.
   if (o.needsGrad) {
     TensorLayout back = makeLayout(layouts[from], shape, o.elementBytes, true);
+    TensorLayout grad =
+        makeLayout(layouts[to], shape, o.elementBytes, true, true);
     if (Expected<RelayoutCost> b =
-            getRelayoutCost(dst, back, config.mesh, cluster))
+            getRelayoutCost(grad, back, config.mesh, cluster))
       seconds += b->seconds;
     else
       consumeError(b.takeError());

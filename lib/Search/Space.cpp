@@ -205,6 +205,8 @@ LayoutCode getOperandLayout(const Operator &op, unsigned operandIndex,
   bool leavesPartials =
       o.role == OperandRole::Output &&
       (op.kind == OpKind::MatMul || op.kind == OpKind::Embedding);
+  bool partialGradient = o.role == OperandRole::Input && o.needsGrad &&
+                         op.kind == OpKind::MatMul && !part.temporal;
   for (unsigned d = 0; d < part.loopAxes.size(); ++d)
     for (unsigned axis : part.loopAxes[d]) {
       int pos = position(d);
@@ -212,6 +214,8 @@ LayoutCode getOperandLayout(const Operator &op, unsigned operandIndex,
         code[axis] = int8_t(pos);
       else if (leavesPartials && op.loops[d].kind == LoopKind::Reduction)
         code[axis] = kPartial;
+      else if (partialGradient)
+        code[axis] = kPartialGradient;
     }
   if (part.temporal) {
     const TemporalPrimitive &t = *part.temporal;

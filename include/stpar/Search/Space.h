@@ -75,11 +75,17 @@ std::vector<Partition> enumeratePartitions(const cost::Operator &op,
                                            const cost::Mesh &mesh,
                                            const SpaceOptions &options);
 
-/// A tensor layout over the mesh, one entry per mesh axis: kReplicated, kPartial
-/// (pending partial sums) or the tensor dimension the axis splits.
+/// A tensor layout over the mesh, one entry per mesh axis: kReplicated,
+/// kPartial (pending partial sums), kPartialGradient or the tensor dimension
+/// the axis splits.
 using LayoutCode = std::vector<int8_t>;
 constexpr int8_t kReplicated = -1;
 constexpr int8_t kPartial = -2;
+/// An input replicated over the axis whose gradient comes back as partial
+/// sums over it: a contraction's input over an axis that splits a loop the
+/// input does not index (Megatron's column-parallel dX). Reduced by the
+/// edge that feeds the input, into the producer's layout.
+constexpr int8_t kPartialGradient = -3;
 
 /// Layout of operand `operand` of `op` under `part` (the operand as the op
 /// produces or consumes it). Outputs of MatMul/Embedding split on a

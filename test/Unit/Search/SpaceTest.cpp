@@ -88,6 +88,17 @@ TEST(PartitionSpace, LayoutsFollowIndexingMaps) {
   t.temporal = TemporalPrimitive{1, 2, 0, 2, 1};
   EXPECT_EQ(getOperandLayout(op, 0, t, 3), (LayoutCode{kReplicated, 0, 1}));
   EXPECT_EQ(getOperandLayout(op, 2, t, 3), (LayoutCode{kReplicated, 0, 1}));
+  // Column-parallel (k on x1): x is replicated over x1 and its gradient
+  // comes back partial over it; the output is split, not partial.
+  Partition c;
+  c.loopAxes = {{1}, {2}, {}};
+  EXPECT_EQ(getOperandLayout(op, 0, c, 3),
+            (LayoutCode{kReplicated, 0, kPartialGradient}));
+  EXPECT_EQ(getOperandLayout(op, 2, c, 3), (LayoutCode{kReplicated, 0, 1}));
+  // An input that needs no gradient is plainly replicated.
+  op.operands[0].needsGrad = false;
+  EXPECT_EQ(getOperandLayout(op, 0, c, 3),
+            (LayoutCode{kReplicated, 0, kReplicated}));
 }
 
 } // namespace
