@@ -11,7 +11,8 @@
 // plus GPT-3 175B on 1024 and 1T on 3072 A100s, and prints one table:
 // search time, predicted step time of the chosen plan, of the best Megatron
 // grid (with and without sequence parallelism) and of spatial-only search,
-// the speedups and peak-memory ratios. All numbers come from the search
+// the speedups, peak-memory ratios and predicted MFU (stpar's plan and the
+// Megatron grid's). All numbers come from the search
 // objective (docs/search.md). Not a test.
 //
 //===----------------------------------------------------------------------===//
@@ -113,10 +114,11 @@ int main(int argc, char **argv) {
          << opts.solver.maxFront << " (0 = exact), mesh axes <= "
          << opts.maxMeshAxes << "\n";
   outs() << format("%-12s %5s %7s %7s %10s %10s %10s %6s %6s %6s %6s "
-                   "%11s  %s\n",
+                   "%5s %5s %11s  %s\n",
                    "model", "devs", "wall s", "cpu s", "plan ms", "megatron",
-                   "spatial", "x mega", "x spat", "mem/mg", "mem/sp",
-                   "configs", "plan (pp x mesh, micro-batches, ZeRO, "
+                   "spatial", "x mega", "x spat", "mem/mg", "mem/sp", "mfu",
+                   "mfu_m", "configs",
+                   "plan (pp x mesh, micro-batches, ZeRO, "
                    "recompute, temporal ops)");
   std::vector<double> speedups32;
   for (const Run &r : runs) {
@@ -179,6 +181,24 @@ int main(int argc, char **argv) {
                ? &*mega->best
                : &*megaSP->best);
     double speedup = megaBest / ms(*best);
+    // Model FLOPs per step, Megatron's convention (Narayanan et al., SC'21,
+    // Sec. 5.1: F, dX and dW of every contraction, no recomputation):
+    // 3 x the forward FLOPs of the problem's matmuls, batch per step. MFU =
+    // model FLOPs / (step time * devices * peak FLOP/s of the dtype).
+    double modelFlops = 0;
+    FlatGraph flat = flatten(p);
+    for (const Operator &op : flat.ops) {
+      if (op.kind != OpKind::MatMul)
+        continue;
+      double points = 1;
+      for (const LoopDim &l : op.loops)
+        points *= double(l.extent);
+      modelFlops += 3 * op.flopsPerPoint * points;
+    }
+    double peak = cluster->device.getPeak(eff.dtype);
+    auto mfu = [&](double stepMs) {
+      return modelFlops / (stepMs * 1e-3 * double(r.devices) * peak);
+    };
     double memRatio = best->best && megaPlan
                           ? best->best->cost.getMemory() /
                                 megaPlan->cost.getMemory()
@@ -216,11 +236,12 @@ int main(int argc, char **argv) {
     std::string configs = std::to_string(best->solvedConfigurations) + "/" +
                           std::to_string(best->configurations);
     outs() << format("%-12s %5lld %7.3f %7.3f %10.1f %10.1f %10.1f %6.3f "
-                     "%6.3f %6.3f %6.3f %11s  %s\n",
-                     r.model->name, (long long)r.devices, searchTime,
-                     searchCPU, ms(*best), megaBest, ms(*spatial), speedup,
+                     "%6.3f %6.3f %6.3f %5.3f %5.3f %11s  %s\n",
+                     r.model->name, (long long)r.devices, searchTime, searchCPU,
+                     ms(*best), megaBest, ms(*spatial), speedup,
                      ms(*spatial) / ms(*best), memRatio, memSpatial,
-                     configs.c_str(), desc.c_str());
+                     mfu(ms(*best)), mfu(megaBest), configs.c_str(),
+                     desc.c_str());
     if (plans && best->best) {
       printPlan(outs(), p, *best->best);
       outs() << "\n";

@@ -406,7 +406,7 @@ const char *const stpar::pipelines::kStrategyHelp =
     "megatron, megatron-sp (with sequence parallelism), dp (data "
     "parallelism), or one Megatron-LM configuration "
     "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,sp=0|1][,recompute=0|1]"
-    "[,zero=Z] (docs/search.md)";
+    "[,zero=Z] (docs/plan-format.md)";
 
 Expected<std::vector<int64_t>> stpar::pipelines::parseMeshShape(StringRef text) {
   std::vector<int64_t> shape;
@@ -665,6 +665,11 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     if (!parsed)
       return parsed.takeError();
     const MegatronStrategy &m = parsed->megatron;
+    if (m.pp > 1 && !o.pipeline)
+      return makeError("megatron: pp=" + Twine(m.pp) +
+                       ": this plan is made without pipeline stages (the "
+                       "emitted program has none yet); `stpar plan` costs "
+                       "pipelined configurations");
     if (parsed->globalBatch && *parsed->globalBatch != batch)
       return makeError("megatron: gb=" + Twine(*parsed->globalBatch) +
                        " but the bound batch dim (the global batch of one "
