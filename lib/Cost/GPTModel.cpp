@@ -26,9 +26,16 @@ static Error parseKeyValues(StringRef spec, StringRef prefix,
                              "expected '" + prefix + ":key=value,...'");
   SmallVector<StringRef> parts;
   spec.split(parts, ',', -1, false);
+  SmallVector<StringRef> seen;
   for (StringRef part : parts) {
     auto [key, value] = part.split('=');
     key = key.trim();
+    // `interleave` and `vp` name the same field.
+    StringRef field = key == "vp" ? StringRef("interleave") : key;
+    if (is_contained(seen, field))
+      return createStringError(inconvertibleErrorCode(),
+                               prefix + " key '" + key + "' given twice");
+    seen.push_back(field);
     int64_t n = 0;
     if (value.trim().getAsInteger(10, n) || n < 0)
       return createStringError(inconvertibleErrorCode(),

@@ -48,12 +48,10 @@ std::string stpar::pipelines::describeNoPlan(const SearchResult &r) {
 }
 
 /// The baselines beside `bestPlan` (--compare).
-void stpar::pipelines::printComparison(raw_ostream &outs,
-                                       const Problem &problem,
-                                       const Cluster &cluster,
-                                       const EfficiencyModel &eff,
-                                       const SearchOptions &opts,
-                                       const Plan &bestPlan) {
+void stpar::pipelines::printComparison(
+    raw_ostream &outs, const Problem &problem, const Cluster &cluster,
+    const EfficiencyModel &eff, const SearchOptions &opts, const Plan &bestPlan,
+    StringRef planName) {
   const double gib = kGiB;
   double best = bestPlan.cost.stepTime;
   outs << "comparison (same cost model):\n";
@@ -83,11 +81,16 @@ void stpar::pipelines::printComparison(raw_ostream &outs,
                      p.cost.stepTime * 1e3, p.cost.stepTime / best,
                      p.cost.getMemory() / gib, p.label.c_str());
   };
-  outs << format("  %-28s %12.3f %10.3f %10.3f\n", "stpar search",
-                   best * 1e3, 1.0, bestPlan.cost.getMemory() / gib);
+  outs << format("  %-28s %12.3f %10.3f %10.3f  %s\n", planName.str().c_str(),
+                 best * 1e3, 1.0, bestPlan.cost.getMemory() / gib,
+                 bestPlan.label.c_str());
+  // The baselines do not inherit a forced Megatron configuration's
+  // recomputation setting or grid point.
   SearchOptions spatialOpts = opts;
   spatialOpts.solver.space.temporal = false;
   spatialOpts.progress = nullptr;
+  spatialOpts.recompute = SearchOptions().recompute;
+  spatialOpts.megatron = SearchOptions::MegatronGrid();
   Expected<SearchResult> spatial = stpar::search::search(problem, cluster, eff, spatialOpts);
   row("spatial-only search", spatial);
   // The Megatron grid as the benchmark searches it: every micro-batch
@@ -665,6 +668,14 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     if (!parsed)
       return parsed.takeError();
     const MegatronStrategy &m = parsed->megatron;
+    int64_t layers = int64_t(graph->layers.size());
+    if (m.pp > 1 && (problem.layers < 2 || problem.layers % m.pp))
+      return makeError(
+          "megatron: pp=" + Twine(m.pp) + " must divide the " + Twine(layers) +
+          " transformer layers found in the model (the search's pipeline "
+          "stages hold equal blocks of repeated layers" +
+          (problem.layers < 2 ? "; the layers were not folded into one" : "") +
+          ")");
     if (m.pp > 1 && !o.pipeline)
       return makeError("megatron: pp=" + Twine(m.pp) +
                        ": this plan is made without pipeline stages (the "
@@ -799,7 +810,9 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
                                           stpar::stp::ApplyPlanOptions()))
     return error;
   if (o.compare && o.table)
-    printComparison(*o.table, problem, cluster, eff, opts, plan);
+    printComparison(*o.table, problem, cluster, eff, opts, plan,
+                    o.strategy == "search" ? "stpar search"
+                                           : "--strategy " + o.strategy);
   return Error::success();
 }
 

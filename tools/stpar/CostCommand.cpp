@@ -53,10 +53,11 @@ static cl::opt<std::string> costCluster("cluster", cl::sub(costCmd),
 static cl::opt<std::string>
     costStrategy("strategy", cl::sub(costCmd), cl::Required,
                  cl::desc("megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,vp=V]"
-                          "[,zero=Z][,recompute=0|1][,sp=0|1] (mb: 1 by "
-                          "default; gb: ONNX models only; vp: virtual stages "
-                          "per rank, also 'interleave'; sp: sequence "
-                          "parallelism)"));
+                          "[,zero=Z][,recompute=0|1][,sp=0|1] (missing keys "
+                          "are 1, zero and sp 0; mb: ONNX models: the bound "
+                          "batch dim, gpt: 1 by default; gb: ONNX models "
+                          "only; vp: virtual stages per rank, also "
+                          "'interleave'; sp: sequence parallelism)"));
 static cl::list<std::string>
     costDims("dim", cl::sub(costCmd), cl::value_desc("NAME=VALUE"),
              cl::desc("ONNX models: bind a symbolic dim; the batch dim's "

@@ -124,12 +124,14 @@ std::string describeNoPlan(const search::SearchResult &result);
 
 /// The baselines beside `bestPlan` (spatial-only search, Megatron with and
 /// without sequence parallelism, ZeRO-1/2/3), one row each, with the step
-/// time relative to `bestPlan`'s.
+/// time relative to `bestPlan`'s, which is named `planName` (the searched
+/// plan, or the strategy that forced it).
 void printComparison(llvm::raw_ostream &os, const search::Problem &problem,
                      const cost::Cluster &cluster,
                      const cost::EfficiencyModel &eff,
                      const search::SearchOptions &opts,
-                     const search::Plan &bestPlan);
+                     const search::Plan &bestPlan,
+                     llvm::StringRef planName = "stpar search");
 
 /// A plan file (docs/plan-format.md) as a table: its mesh, step time and
 /// memory, then one row per operator with its partition in words and the
