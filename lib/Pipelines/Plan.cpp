@@ -94,11 +94,9 @@ void stpar::pipelines::printComparison(
   Expected<SearchResult> spatial = stpar::search::search(problem, cluster, eff, spatialOpts);
   row("spatial-only search", spatial);
   // The Megatron grid as the benchmark searches it: every micro-batch
-  // count, recomputation off and on, whatever the plan's own options.
+  // count (recomputation off and on, as spatialOpts).
   SearchOptions megatronOpts = spatialOpts;
   megatronOpts.microBatchChoices = 0;
-  megatronOpts.recompute = SearchOptions().recompute;
-  megatronOpts.megatron = SearchOptions::MegatronGrid();
   Expected<SearchResult> mega =
       searchMegatron(problem, cluster, eff, false, megatronOpts);
   row("megatron (best grid)", mega);
@@ -714,10 +712,13 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
   // Why a Megatron grid point did not apply (for the error when none does).
   std::string megatronWhy;
   opts.megatronPartitions =
-      [&graphRef, &graphOpOf, &problem, &megatronWhy, flat = flatten(problem)](
-          const Mesh &mesh,
+      [&graphRef, &graphOpOf, &problem, &megatronWhy](
+          const FlatGraph &flat, const Mesh &mesh,
           bool sp) -> Expected<std::optional<std::vector<Partition>>> {
-    const unsigned kDP = 1, kTP = 2;
+    const unsigned kTP = 2;
+    if (flat.ops.size() != graphOpOf.size())
+      return makeError("internal: flattened operators and graph operators "
+                       "differ");
     Expected<stpar::analysis::MegatronLoops> loops =
         stpar::analysis::chooseMegatronLoops(graphRef, mesh.axes[kTP].size, sp);
     if (!loops) {
@@ -725,18 +726,9 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
       return std::nullopt;
     }
     std::vector<Partition> parts;
-    for (auto [i, op] : llvm::enumerate(flat.ops)) {
-      Partition part;
-      part.loopAxes.assign(op.loops.size(), {});
-      int tp = loops->tpLoop[graphOpOf[i]];
-      for (auto [d, loop] : llvm::enumerate(op.loops))
-        if (loop.name == problem.batchLoop && int(d) != tp &&
-            loop.extent % mesh.axes[kDP].size == 0)
-          part.loopAxes[d].push_back(kDP);
-      if (tp >= 0)
-        part.loopAxes[tp].push_back(kTP);
-      parts.push_back(std::move(part));
-    }
+    for (auto [i, op] : llvm::enumerate(flat.ops))
+      parts.push_back(makeMegatronPartition(op, problem.batchLoop,
+                                            loops->tpLoop[graphOpOf[i]], mesh));
     return std::optional<std::vector<Partition>>(std::move(parts));
   };
   Expected<SearchResult> result =

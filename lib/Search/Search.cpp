@@ -215,13 +215,27 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
 // Baselines
 //===----------------------------------------------------------------------===//
 
+Partition makeMegatronPartition(const Operator &op, StringRef batchLoop,
+                                int tpLoop, const Mesh &mesh) {
+  const unsigned kDP = 1, kTP = 2;
+  Partition part;
+  part.loopAxes.assign(op.loops.size(), {});
+  for (auto [d, loop] : enumerate(op.loops))
+    if (loop.name == batchLoop && int(d) != tpLoop &&
+        loop.extent % mesh.axes[kDP].size == 0)
+      part.loopAxes[d].push_back(kDP);
+  if (tpLoop >= 0)
+    part.loopAxes[tpLoop].push_back(kTP);
+  return part;
+}
+
 /// Megatron's partition of every operator of `g` on the mesh [pp, dp, tp]
 /// (cost/MegatronRule.h), with the tensor-parallel splits followed along
 /// the problem's edges.
 static std::optional<std::vector<Partition>>
 megatronPartitions(const Problem &problem, const FlatGraph &g, const Mesh &mesh,
                    bool sp) {
-  const unsigned kDP = 1, kTP = 2;
+  const unsigned kTP = 2;
   unsigned numAxes = unsigned(mesh.axes.size());
   // The vocabulary table: the embedding parameter with most rows.
   int64_t vocabRows = 0;
@@ -233,16 +247,12 @@ megatronPartitions(const Problem &problem, const FlatGraph &g, const Mesh &mesh,
   std::vector<Partition> parts;
   for (unsigned i = 0; i < g.ops.size(); ++i) {
     const Operator &op = g.ops[i];
-    Partition part;
-    part.loopAxes.assign(op.loops.size(), {});
-    int batch = -1, seq = -1;
-    for (unsigned d = 0; d < op.loops.size(); ++d) {
-      if (op.loops[d].name == problem.batchLoop)
-        batch = int(d);
-      else if (!problem.sequenceLoop.empty() &&
-               op.loops[d].name == problem.sequenceLoop)
+    int seq = -1;
+    for (unsigned d = 0; d < op.loops.size(); ++d)
+      if (!problem.sequenceLoop.empty() &&
+          op.loops[d].name == problem.sequenceLoop &&
+          op.loops[d].name != problem.batchLoop)
         seq = int(d);
-    }
     std::vector<int> inputLoops;
     for (const Edge &e : g.edges) {
       if (e.consumer != i || e.producer >= i)
@@ -266,13 +276,8 @@ megatronPartitions(const Problem &problem, const FlatGraph &g, const Mesh &mesh,
     MegatronChoice choice = chooseMegatronLoop(op, in, mesh.axes[kTP].size);
     if (choice.indivisible)
       return std::nullopt; // not a Megatron configuration
-    int tp = choice.loop;
-    if (batch >= 0 && batch != tp &&
-        op.loops[batch].extent % mesh.axes[kDP].size == 0)
-      part.loopAxes[batch].push_back(kDP);
-    if (tp >= 0)
-      part.loopAxes[tp].push_back(kTP);
-    parts.push_back(std::move(part));
+    parts.push_back(
+        makeMegatronPartition(op, problem.batchLoop, choice.loop, mesh));
   }
   return parts;
 }
@@ -328,7 +333,7 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
       std::vector<Partition> parts;
       if (options.megatronPartitions) {
         Expected<std::optional<std::vector<Partition>>> given =
-            options.megatronPartitions(c.mesh, sequenceParallel);
+            options.megatronPartitions(g, c.mesh, sequenceParallel);
         if (!given)
           return given.takeError();
         if (!*given)

@@ -189,11 +189,12 @@ struct SearchOptions {
   /// The Megatron baseline (searchMegatron) on problems whose edges do not
   /// carry every split (an imported model: the bridge keeps no edge through
   /// a reshape or transpose): Megatron's partition of every flattened
-  /// operator on the mesh [pp, dp, tp], or nullopt when that grid does not
-  /// apply (tp does not divide the heads). Empty: the splits are followed
-  /// along the problem's edges. Both apply cost/MegatronRule.h.
+  /// operator of `flat` (the configuration's flattened problem) on the mesh
+  /// [pp, dp, tp], or nullopt when that grid does not apply (tp does not
+  /// divide the heads). Empty: the splits are followed along the problem's
+  /// edges. Both apply cost/MegatronRule.h and makeMegatronPartition.
   std::function<llvm::Expected<std::optional<std::vector<Partition>>>(
-      const cost::Mesh &mesh, bool sequenceParallel)>
+      const FlatGraph &flat, const cost::Mesh &mesh, bool sequenceParallel)>
       megatronPartitions;
   /// The Megatron baseline at one configuration (`--strategy
   /// megatron:tp=..,pp=..,dp=..`): each field > 0 fixes that value of the
@@ -237,6 +238,13 @@ llvm::Expected<SearchResult> search(const Problem &problem,
 /// sequence), followed along the problem's edges or given by
 /// SearchOptions::megatronPartitions. Best over the tp x pp x dp grid and
 /// micro-batch counts; ZeRO 0.
+/// Megatron's partition of `op` on the mesh [pp, dp, tp] once its
+/// tensor-parallel loop is chosen (`tpLoop`, -1 for none): that loop on
+/// "tp", the loop named `batchLoop` on "dp" when dp divides it.
+Partition makeMegatronPartition(const cost::Operator &op,
+                                llvm::StringRef batchLoop, int tpLoop,
+                                const cost::Mesh &mesh);
+
 llvm::Expected<SearchResult> searchMegatron(const Problem &problem,
                                             const cost::Cluster &cluster,
                                             const cost::EfficiencyModel &eff,
