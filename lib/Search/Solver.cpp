@@ -420,25 +420,25 @@ Expected<Raw> Instance::Impl::costRaw(unsigned i, Operator &op,
   // feeding edge into the producer's layout: an all-reduce when that is
   // replicated, a reduce-scatter when it is split over the axis (Megatron's
   // sequence parallelism, Korthikanti et al. 2023, Sec. 4.2.2).
-  if (op.kind == OpKind::MatMul && !op.temporal)
-    for (auto [j, o] : llvm::enumerate(op.operands)) {
-      if (o.role != OperandRole::Input || !o.needsGrad || !inputHasEdges[i][j])
-        continue;
-      std::vector<unsigned> axes;
-      for (unsigned d = 0; d < op.loops.size(); ++d)
-        if (!llvm::is_contained(o.dims, d))
-          for (unsigned axis : op.loops[d].axes)
-            if (!llvm::is_contained(axes, axis))
-              axes.push_back(axis);
-      if (axes.empty())
-        continue;
-      llvm::sort(axes);
+  // The axes are the operand's kPartialGradient axes, the layout the edge
+  // reduces from (edgeSeconds).
+  for (auto [j, o] : llvm::enumerate(op.operands)) {
+    if (!inputHasEdges[i][j])
+      continue;
+    LayoutCode code = getOperandLayout(op, unsigned(j), part,
+                                       unsigned(config.mesh.axes.size()));
+    std::vector<unsigned> axes;
+    for (unsigned axis = 0; axis < code.size(); ++axis)
+      if (code[axis] == kPartialGradient)
+        axes.push_back(axis);
+    if (!axes.empty()) {
       raw.cost.backwardComm -= getMultiAxisCollectiveTime(
           Collective::AllReduce,
           getLocalElements(op, o, config.mesh) * double(o.elementBytes), axes,
           config.mesh, cluster);
       raw.cost.backwardComm = std::max(0.0, raw.cost.backwardComm);
     }
+  }
   if (op.temporal) {
     // Skew of the input into the primitive's home layout: one shift.
     for (const Operand &o : op.operands)
