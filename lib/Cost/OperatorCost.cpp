@@ -164,12 +164,13 @@ static const Operand *findOperand(const Operator &op, OperandRole role,
   return nullptr;
 }
 
-/// Seconds of the temporal primitive for one phase: q steps of
-/// max(step compute, step transfer) + start-up.
+/// Seconds of the temporal primitive for F, B and G: q steps of
+/// max(step compute, step transfer) + start-up, plus the alignments;
+/// `overhead` receives each phase's time beyond its compute.
 static Expected<std::array<double, 3>>
 costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
              const EfficiencyModel &eff, double stepFlops, double stepBytes,
-             double &doubleBuffers) {
+             double &doubleBuffers, std::array<RingOverhead, 3> &overhead) {
   const TemporalPrimitive &t = *op.temporal;
   const Operand *in = findOperand(op, OperandRole::Input, {t.mDim, t.nDim});
   const Operand *w = findOperand(op, OperandRole::Parameter, {t.nDim, t.kDim});
@@ -219,10 +220,17 @@ costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
   double inputGradAlign = shift(inBytes, col);
   double weightGradAlign = shift(wBytes, row);
   double qd = double(q);
-  return std::array<double, 3>{qd * f.getStepTime() + forwardAlign,
-                               qd * b.getStepTime() + inputGradAlign,
-                               qd * g.getStepTime() + diagonal(wBytes) +
-                                   weightGradAlign};
+  const TemporalStepCost *steps[3] = {&f, &b, &g};
+  double align[3] = {forwardAlign, inputGradAlign,
+                     diagonal(wBytes) + weightGradAlign};
+  std::array<double, 3> seconds;
+  for (unsigned phase = 0; phase < 3; ++phase) {
+    const TemporalStepCost &step = *steps[phase];
+    overhead[phase] = {qd * std::max(0.0, step.transfer - step.compute),
+                       qd * step.startup, align[phase]};
+    seconds[phase] = qd * step.getStepTime() + align[phase];
+  }
+  return seconds;
 }
 
 Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
@@ -263,13 +271,18 @@ Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
   int64_t q = getTemporalQ(op, mesh);
   if (op.temporal) {
     double doubleBuffers = 0;
-    Expected<std::array<double, 3>> t =
-        costTemporal(op, mesh, cluster, eff, flops, bytes, doubleBuffers);
+    std::array<RingOverhead, 3> overhead;
+    Expected<std::array<double, 3>> t = costTemporal(
+        op, mesh, cluster, eff, flops, bytes, doubleBuffers, overhead);
     if (!t)
       return t.takeError();
     cost.forward = (*t)[0];
     cost.backwardInput = gradInputs ? (*t)[1] * gradInputs : 0;
     cost.backwardWeight = params ? (*t)[2] * params : 0;
+    cost.forwardRing = overhead[0];
+    cost.ring = overhead[0];
+    cost.ring += overhead[1].scaled(gradInputs);
+    cost.ring += overhead[2].scaled(params);
     cost.forwardFlops = flops * double(q);
     cost.backwardInputFlops = cost.forwardFlops * gradInputs;
     cost.backwardWeightFlops = cost.forwardFlops * params;

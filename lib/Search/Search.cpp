@@ -67,6 +67,16 @@ getPipelineChoices(const Problem &p, int64_t devices, bool pipeline,
   return out;
 }
 
+/// Whether two axes of `shape` have the same size >= 2 (a q x q square for
+/// the temporal primitive).
+static bool hasSquare(ArrayRef<int64_t> shape) {
+  for (size_t a = 0; a < shape.size(); ++a)
+    for (size_t b = a + 1; b < shape.size(); ++b)
+      if (shape[a] == shape[b] && shape[a] >= 2)
+        return true;
+  return false;
+}
+
 static void keepBest(SearchResult &r, Plan plan) {
   if (!r.best || plan.cost.stepTime < r.best->cost.stepTime)
     r.best = std::move(plan);
@@ -75,12 +85,34 @@ static void keepBest(SearchResult &r, Plan plan) {
 Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
                               const EfficiencyModel &eff,
                               const SearchOptions &options) {
+  return search(problem, cluster, eff, options, nullptr);
+}
+
+Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
+                              const EfficiencyModel &eff,
+                              const SearchOptions &options,
+                              const Plan *incumbent) {
   if (problem.devices > cluster.getNumDevices())
     return err("the cluster '" + cluster.name + "' has " +
                Twine(cluster.getNumDevices()) + " devices; it cannot host " +
                Twine(problem.devices));
   SearchResult result;
   result.smallestMemory = std::numeric_limits<double>::infinity();
+  const SolverOptions &so = options.solver;
+  bool capped = so.maxCandidates || so.maxStates || so.maxFront;
+  if (incumbent)
+    result.best = *incumbent;
+  if (options.seedBound && options.branchAndBound && !capped) {
+    SearchOptions capped = options;
+    capped.solver.maxCandidates = 24;
+    capped.solver.maxStates = 256;
+    capped.solver.maxFront = 3;
+    capped.progress = nullptr;
+    Expected<SearchResult> seed = search(problem, cluster, eff, capped);
+    if (!seed)
+      return seed.takeError();
+    result.best = std::move(seed->best);
+  }
   std::vector<Config> configs;
   for (auto [stages, m] : getPipelineChoices(problem, problem.devices,
                                               options.pipeline,
@@ -94,6 +126,8 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
       for (bool rc : options.recompute)
         for (int z : options.zeroStages) {
           if (rc && !hasLayers(problem))
+            continue;
+          if (options.squareMeshesOnly && !hasSquare(shape))
             continue;
           Config c;
           c.mesh = makeSearchMesh(stages, shape);
@@ -208,6 +242,21 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
   }
   if (options.progress && reported < order.size())
     options.progress(order.size(), order.size());
+  if (options.temporalPass && capped && options.solver.space.temporal &&
+      !options.solver.space.onlyTemporal) {
+    SearchOptions second = options;
+    second.solver.space.onlyTemporal = true;
+    second.squareMeshesOnly = true;
+    second.temporalPass = false;
+    second.progress = nullptr;
+    Expected<SearchResult> t = search(problem, cluster, eff, second,
+                                      result.best ? &*result.best : nullptr);
+    if (!t)
+      return t.takeError();
+    if (t->best)
+      keepBest(result, std::move(*t->best));
+    result.solvedConfigurations += t->solvedConfigurations;
+  }
   return result;
 }
 
@@ -502,6 +551,16 @@ void printPlanTotals(raw_ostream &os, const PlanCost &c) {
   os << format("  pipeline           %12.3f ms (bubble %.3f ms, re-layout "
                "%.3f ms)\n",
                c.pipeline * 1e3, c.bubble * 1e3, c.relayout * 1e3);
+  os << format("    compute %.3f ms, collectives %.3f ms (partial-sum "
+               "reductions %.3f ms), redistribution %.3f ms\n",
+               c.compute * 1e3, (c.collectives + c.relayoutReductions) * 1e3,
+               c.relayoutReductions * 1e3,
+               (c.relayout - c.relayoutReductions) * 1e3);
+  if (c.ring.getTotal() > 0)
+    os << format("    temporal ring %.3f ms (not hidden %.3f, start-ups "
+                 "%.3f, alignment %.3f)\n",
+                 c.ring.getTotal() * 1e3, c.ring.exposed * 1e3,
+                 c.ring.startup * 1e3, c.ring.alignment * 1e3);
   os << format("  exposed grad sync  %12.3f ms\n", c.exposedSync * 1e3);
   os << format("  optimizer          %12.3f ms\n", c.optimizer * 1e3);
   os << format("memory per device    %12.3f GiB (states %.3f, activations "

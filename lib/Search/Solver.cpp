@@ -79,6 +79,9 @@ struct Cand {
   double stateBytes = 0, actBytes = 0, peak = 0;
   /// Unweighted, for printing.
   double seconds = 0, bytes = 0;
+  /// Unweighted shares of `seconds` (PlanCost's breakdown).
+  RingOverhead ring;
+  double collectives = 0;
 };
 
 struct Point {
@@ -184,6 +187,9 @@ struct Instance::Impl {
   Expected<Raw> costRaw(unsigned i, Operator &work, const Partition &part);
   Cand derive(unsigned op, const Raw &raw) const;
   double edgeSeconds(unsigned consumer, unsigned operand, int from, int to);
+  /// Uncached: (seconds, the share of them reducing partial sums).
+  std::pair<double, double> edgeParts(unsigned consumer, unsigned operand,
+                                      int from, int to) const;
   double edgeCost(unsigned consumer, unsigned operand, int from, int to) {
     return weight(consumer) * slots * edgeSeconds(consumer, operand, from, to);
   }
@@ -491,8 +497,14 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
              c.backwardComm + raw.skew;
   bool recompute =
       config.recompute && problem.sections[i] == Section::Layer;
-  if (recompute)
+  cand.ring = c.ring;
+  cand.ring.alignment += raw.skew;
+  cand.collectives = raw.fwdComm + c.backwardComm;
+  if (recompute) {
     t += c.forward + raw.fwdComm;
+    cand.ring += c.forwardRing;
+    cand.collectives += raw.fwdComm;
+  }
   double sync = 0, opt = 0, states = 0;
   for (const Raw::Sync &s : raw.syncs) {
     states += getModelStateBytes(s.psi, s.ranks, config.zeroStage).getTotal();
@@ -551,6 +563,16 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
   auto it = edgeCache.find(key);
   if (it != edgeCache.end())
     return it->second;
+  double seconds = edgeParts(consumer, operand, from, to).first;
+  edgeCache[key] = seconds;
+  return seconds;
+}
+
+std::pair<double, double> Instance::Impl::edgeParts(unsigned consumer,
+                                                    unsigned operand, int from,
+                                                    int to) const {
+  if (from == kExternal)
+    return {0, 0};
   const Operator &op = problem.ops[consumer];
   const Operand &o = op.operands[operand];
   std::vector<int64_t> shape;
@@ -558,10 +580,17 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
     shape.push_back(op.loops[d].extent);
   TensorLayout src = makeLayout(layouts[from], shape, o.elementBytes, false);
   TensorLayout dst = makeLayout(layouts[to], shape, o.elementBytes, true);
-  double seconds = 0;
+  double seconds = 0, reductions = 0;
+  auto add = [&](const RelayoutCost &c) {
+    seconds += c.seconds;
+    for (const RelayoutStep &step : c.steps)
+      if (step.kind == Collective::AllReduce ||
+          step.kind == Collective::ReduceScatter)
+        reductions += step.seconds;
+  };
   if (Expected<RelayoutCost> f =
           getRelayoutCost(src, dst, config.mesh, cluster))
-    seconds += f->seconds;
+    add(*f);
   else
     consumeError(f.takeError());
   // Backward: the input gradient (consumer layout, reduced by the consumer's
@@ -572,12 +601,11 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
         makeLayout(layouts[to], shape, o.elementBytes, true, true);
     if (Expected<RelayoutCost> b =
             getRelayoutCost(grad, back, config.mesh, cluster))
-      seconds += b->seconds;
+      add(*b);
     else
       consumeError(b.takeError());
   }
-  edgeCache[key] = seconds;
-  return seconds;
+  return {seconds, reductions};
 }
 
 Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
@@ -615,6 +643,10 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
     pc.transientBytes = std::max(pc.transientBytes, c.peak);
     pc.opSeconds[i] = c.seconds;
     pc.opBytes[i] = c.bytes;
+    double share = c.seconds > 0 ? c.pipe / c.seconds : 0;
+    pc.ring += c.ring.scaled(share);
+    pc.collectives += share * c.collectives;
+    pc.compute += c.pipe - share * (c.ring.getTotal() + c.collectives);
     chosen.push_back(c);
   }
   for (const Edge &e : g.edges) {
@@ -625,6 +657,9 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
     pc.pipeline += t;
     pc.relayout += t;
     pc.opSeconds[e.consumer] += I.edgeSeconds(cons, e.consumerOperand, from, to);
+    auto [seconds, reductions] = I.edgeParts(cons, e.consumerOperand, from, to);
+    if (seconds > 0)
+      pc.relayoutReductions += t * reductions / seconds;
   }
   pc.pipeline += I.constantTime;
   int64_t p = I.config.getStages(), m = I.config.microBatches;

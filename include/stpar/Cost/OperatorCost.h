@@ -66,6 +66,25 @@ double getLocalElements(const Operator &op, const Operand &operand,
 double getRooflineTime(OpKind kind, double flops, double bytes,
                        const Cluster &cluster, const EfficiencyModel &eff);
 
+/// The temporal primitive's time beyond its compute, seconds: ring
+/// transfers not hidden behind the step's compute (q x max(0, step transfer
+/// - step compute)), the per-step start-ups (q x start-up), and the
+/// alignments around the paper's steps (input skew into step 0, dI and dW
+/// back to the blocked layout, G's diagonal dW re-layout; not overlapped).
+struct RingOverhead {
+  double exposed = 0, startup = 0, alignment = 0;
+  double getTotal() const { return exposed + startup + alignment; }
+  RingOverhead &operator+=(const RingOverhead &o) {
+    exposed += o.exposed;
+    startup += o.startup;
+    alignment += o.alignment;
+    return *this;
+  }
+  RingOverhead scaled(double k) const {
+    return {exposed * k, startup * k, alignment * k};
+  }
+};
+
 /// Costs of one operator for one micro-batch on one device (seconds, bytes,
 /// FLOPs).
 struct OperatorCost {
@@ -74,6 +93,11 @@ struct OperatorCost {
   /// Compute seconds of F, B, G (temporal ops: including the overlapped ring
   /// transfers, q * (max(step compute, step transfer) + start-up)).
   double forward = 0, backwardInput = 0, backwardWeight = 0;
+  /// Temporal ops: the part of forward + backwardInput + backwardWeight that
+  /// is not compute (RingOverhead), all phases and F's share (charged again
+  /// when recomputing); zero for other ops. For the breakdown of a plan's
+  /// time (search::PlanCost), not a separate charge.
+  RingOverhead ring, forwardRing;
   /// Seconds of the collectives the partition implies (not overlapped):
   /// forward partial-sum all-reduces, backward input-gradient all-reduces,
   /// statistics all-reduces of split softmax/norm.

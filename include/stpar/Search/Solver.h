@@ -60,6 +60,18 @@ struct PlanCost {
   double bubble = 0;
   /// Re-layout share of `pipeline`.
   double relayout = 0;
+  /// Breakdown of `pipeline` (seconds, weighted like it; PrimePar Fig. 9's
+  /// categories): `compute` the operators' F, B, G (and recomputed F)
+  /// kernels; `collectives` the collectives the partitions imply inside
+  /// operators (statistics all-reduces, column-parallel dX all-reduces not
+  /// taken over by an edge); `relayoutReductions` the share of `relayout`
+  /// that reduces partial sums (the all-reduce / reduce-scatter of a
+  /// row-parallel output or a column-parallel dX); `ring` the temporal
+  /// primitive's time beyond its compute (cost::RingOverhead; its input
+  /// skew counts as alignment). pipeline = compute + collectives +
+  /// ring.getTotal() + relayout + stage sends (the rest).
+  double compute = 0, collectives = 0, relayoutReductions = 0;
+  cost::RingOverhead ring;
   double exposedSync = 0, optimizer = 0;
   /// Model states + in-flight stashes (additive part) and the largest
   /// transient buffer; memory = their sum.
@@ -181,6 +193,25 @@ struct SearchOptions {
   /// every configuration that can fit is solved without a bound (for
   /// testing the bound).
   bool branchAndBound = true;
+  /// Exact search (no caps) with branch and bound: first run the capped
+  /// search (the benchmark's caps: 24 candidates, 256 states, 3 front
+  /// points) and start the bound at its plan's time. Still exact: a
+  /// configuration or DP state is pruned only when it cannot beat a plan
+  /// already found; the capped plan is kept where nothing beats it.
+  bool seedBound = true;
+  /// Capped search with the temporal primitive: a second pass over the
+  /// configurations whose matmuls keep only their temporal candidates
+  /// (SpaceOptions::onlyTemporal), bounded by the first pass's plan; the
+  /// faster plan wins. The caps rank candidates and states by their time
+  /// so far, and the temporal primitive's are slower locally (ring
+  /// start-ups, alignments) even where the plan is faster in the end (no
+  /// re-layouts or reductions on its edges): without this pass the capped
+  /// DP drops them (PrimePar protocol, bench/search/RESULTS.md).
+  bool temporalPass = true;
+  /// Only meshes with two axes of equal size >= 2 (besides the pipeline
+  /// axis): those where the temporal primitive applies. The temporal pass
+  /// sets it (elsewhere it would repeat the first pass).
+  bool squareMeshesOnly = false;
   /// Progress output: called with (0, total) before the first
   /// configuration, (n, total) after the n-th solved one, and (total, total)
   /// once at the end, also when the bound stops the search early (the
@@ -228,6 +259,14 @@ llvm::Expected<SearchResult> search(const Problem &problem,
                                     const cost::Cluster &cluster,
                                     const cost::EfficiencyModel &eff,
                                     const SearchOptions &options);
+/// The same, starting from `incumbent` (a plan of the same problem in this
+/// objective, or null): returned unless a faster plan is found, and its
+/// time bounds the branch and bound from the start.
+llvm::Expected<SearchResult> search(const Problem &problem,
+                                    const cost::Cluster &cluster,
+                                    const cost::EfficiencyModel &eff,
+                                    const SearchOptions &options,
+                                    const Plan *incumbent);
 
 /// Baselines in the same objective. Megatron: mesh [pp, dp, tp], batch on
 /// dp, tensor parallelism by Megatron-LM's rule (cost/MegatronRule.h:

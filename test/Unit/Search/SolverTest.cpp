@@ -357,6 +357,42 @@ TEST(Objective, TemporalHoldsOneBlockOfTheWeight) {
   }
 }
 
+TEST(Objective, BreakdownAddsUpToThePipeline) {
+  // PlanCost's breakdown (PrimePar Fig. 9's categories) partitions the
+  // pipeline time without pipeline stages: compute + collectives + temporal
+  // ring + re-layout = pipeline. Megatron's row-parallel outputs are reduced
+  // by edges (partial-sum reductions, no ring); a plan forced onto the
+  // temporal primitive pays start-ups and alignments and no reductions of
+  // its linear layers' outputs.
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = tinyGPT(4);
+  for (bool recompute : {false, true}) {
+    SearchOptions opts;
+    opts.pipeline = false;
+    opts.zeroStages = {0};
+    opts.recompute = {recompute};
+    opts.meshShapes = {{2, 2}};
+    SearchOptions forcedOpts = opts;
+    forcedOpts.solver.space.onlyTemporal = true;
+    Expected<SearchResult> mega =
+        searchMegatron(p, cluster(), eff, false, opts);
+    Expected<SearchResult> forced = search(p, cluster(), eff, forcedOpts);
+    ASSERT_TRUE(mega && mega->best && forced && forced->best);
+    for (const PlanCost &c : {mega->best->cost, forced->best->cost}) {
+      EXPECT_GT(c.compute, 0);
+      EXPECT_NEAR(c.compute + c.collectives + c.ring.getTotal() + c.relayout,
+                  c.pipeline, 1e-9 * c.pipeline);
+      EXPECT_LE(c.relayoutReductions, c.relayout * (1 + 1e-12));
+    }
+    const PlanCost &m = mega->best->cost, &t = forced->best->cost;
+    EXPECT_EQ(m.ring.getTotal(), 0);
+    EXPECT_GT(m.relayoutReductions, 0) << "recompute " << recompute;
+    EXPECT_GT(t.ring.startup, 0);
+    EXPECT_GT(t.ring.alignment, 0);
+    EXPECT_LT(t.relayoutReductions, m.relayoutReductions);
+  }
+}
+
 } // namespace
 
 namespace {
@@ -365,7 +401,9 @@ TEST(Exactness, BranchAndBoundMatchesSolvingEveryConfiguration) {
   // The outer search prunes configurations by lower bounds and runs each DP
   // against the best plan so far; without that it solves every
   // configuration. Both must find the same optimum (exact DP, random
-  // problems with pipelining, micro-batches, ZeRO 0-3, recomputation).
+  // problems with pipelining, micro-batches, ZeRO 0-3, recomputation). The
+  // branch and bound starts from the capped search's plan
+  // (SearchOptions::seedBound), which must not change the optimum either.
   std::mt19937 rng(7);
   EfficiencyModel eff = getDefaultEfficiency();
   int compared = 0, infeasible = 0;
