@@ -4,8 +4,9 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// `stpar-bench-search [--quick] [--only NAME] [--devices N] [--exact]
-// [--progress] [--plans]`: runs the partition
+// `stpar-bench-search [--protocol full|primepar] [--quick] [--only NAME]
+// [--devices N] [--exact | --caps C,S,F] [--progress] [--plans]`: runs the
+// partition
 // search on PrimePar's models (OPT, Llama-2, BLOOM shapes through the
 // transformer builder) on v100-sxm2-32g-4x8 at 4, 8, 16 and 32 devices,
 // plus GPT-3 175B on 1024 and 1T on 3072 A100s, and prints one table:
@@ -13,7 +14,8 @@
 // grid (with and without sequence parallelism) and of spatial-only search,
 // the speedups, peak-memory ratios and predicted MFU (stpar's plan and the
 // Megatron grid's). All numbers come from the search
-// objective (docs/search.md). Not a test.
+// objective (docs/search.md). `--protocol primepar` runs PrimePar's
+// comparison instead (runPrimeParProtocol). Not a test.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,12 +26,14 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <optional>
 
 using namespace llvm;
 using namespace stpar::cost;
@@ -55,17 +59,291 @@ double seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a)
       .count();
 }
+
+template <typename... Ts> std::string sformat(const char *fmt, Ts... args) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), fmt, args...);
+  return buf;
+}
+
+/// Operators (one layer's, plus pre and post) using the temporal primitive.
+unsigned countTemporal(const Problem &p, const Plan &plan) {
+  unsigned n = 0;
+  FlatGraph g = flatten(p);
+  for (unsigned i = 0; i < g.ops.size(); ++i)
+    if (plan.partitions[i].temporal && g.layerOf[i] <= 0)
+      ++n;
+  return n;
+}
+
+/// "pp x mesh m=.. z=.. [rc] t=..".
+std::string describePlan(const Problem &p, const Plan &plan) {
+  std::string desc;
+  for (const auto &a : plan.config.mesh.axes)
+    desc += (desc.empty() ? "" : "x") + std::to_string(a.size);
+  return desc + " m=" + std::to_string(plan.config.microBatches) +
+         " z=" + std::to_string(plan.config.zeroStage) +
+         (plan.config.recompute ? " rc" : "") +
+         " t=" + std::to_string(countTemporal(p, plan));
+}
+
+TransformerShape makeShape(const Model &m, int64_t layers, int64_t seq,
+                           int64_t batch) {
+  TransformerShape shape;
+  shape.model = {layers, m.hidden, m.heads, m.ffn, m.vocab, seq, batch};
+  shape.kvHeads = m.kvHeads;
+  shape.gatedFFN = m.gated;
+  return shape;
+}
+
+/// A plan's step time in PrimePar's Fig. 9 categories (PlanCost's
+/// breakdown), milliseconds; the temporal ring split into transfers not
+/// hidden, start-ups and alignments.
+struct Breakdown {
+  double compute, collectives, ringExposed, ringStartup, ringAlignment,
+      redistribution, syncOpt, total;
+};
+
+Breakdown getBreakdown(const PlanCost &c) {
+  return {c.compute * 1e3,
+          (c.collectives + c.relayoutReductions) * 1e3,
+          c.ring.exposed * 1e3,
+          c.ring.startup * 1e3,
+          c.ring.alignment * 1e3,
+          (c.relayout - c.relayoutReductions) * 1e3,
+          (c.exposedSync + c.optimizer) * 1e3,
+          c.stepTime * 1e3};
+}
+
+/// Protocol (1) of issue 12, PrimePar's (ASPLOS'24 Sec. 6.1): the six
+/// models at 4, 8, 16, 32 V100s of the PrimePar testbed, no pipeline, no
+/// ZeRO; stpar searches spatial partitions and the temporal primitive,
+/// Megatron is the best data x tensor grid (Megatron's tensor parallelism as
+/// PrimePar ran it: no sequence parallelism). Both may recompute and
+/// accumulate gradients over micro-batches. A model that does not fit whole
+/// under both runs with the largest layer count that does.
+int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
+                        const unsigned caps[3], bool plans) {
+  const char *clusterName = "v100-sxm2-32g-4x8";
+  Expected<Cluster> cluster = getPreset(clusterName);
+  if (!cluster) {
+    errs() << toString(cluster.takeError()) << "\n";
+    return 1;
+  }
+  EfficiencyModel eff = getDefaultEfficiency();
+  eff.dtype = DType::FP16;
+  SearchOptions opts;
+  opts.maxMeshAxes = 3;
+  opts.pipeline = false;
+  opts.zeroStages = {0};
+  opts.microBatchChoices = 0;
+  opts.solver.maxCandidates = caps[0];
+  opts.solver.maxStates = caps[1];
+  opts.solver.maxFront = caps[2];
+  SearchOptions spatialOpts = opts;
+  spatialOpts.solver.space.temporal = false;
+  SearchOptions forcedOpts = opts;
+  forcedOpts.solver.space.onlyTemporal = true;
+  forcedOpts.squareMeshesOnly = true;
+  SearchOptions megatronOpts = opts;
+  megatronOpts.solver = SolverOptions();
+
+  outs() << "PrimePar's protocol (ASPLOS'24 Sec. 6.1) on " << clusterName
+         << ": no pipeline, ZeRO 0; Megatron = best dp x tp grid without "
+            "sequence parallelism\n";
+  outs() << "caps: candidates/op " << opts.solver.maxCandidates << ", states "
+         << opts.solver.maxStates << ", front " << opts.solver.maxFront
+         << " (0 = exact), mesh axes <= " << opts.maxMeshAxes << "\n";
+  outs() << format("%-12s %5s %7s %7s %10s %10s %10s %6s %6s %6s %6s  %s\n",
+                   "model", "devs", "layers", "wall s", "plan ms", "megatron",
+                   "spatial", "x mega", "x spat", "mem/mg", "col/mg",
+                   "plan (mesh, micro-batches, ZeRO, recompute, "
+                   "temporal ops); megatron; forced temporal");
+  struct Row {
+    std::string name;
+    int64_t devices, layers;
+    Breakdown plan, megatron;
+    std::optional<Breakdown> forced;
+  };
+  std::vector<Row> rows;
+  std::vector<double> speedups32;
+  for (const Model &m : kModels)
+    for (int64_t n : {4, 8, 16, 32}) {
+      if (!only.empty() && !StringRef(m.name).contains(only))
+        continue;
+      if (onlyDevices && n != onlyDevices)
+        continue;
+      int64_t batch = 2 * n, seq = 2048;
+      auto problemFor = [&](int64_t layers) {
+        return buildTransformerProblem(makeShape(m, layers, seq, batch),
+                                       clusterName, n);
+      };
+      // Largest layer count under which both stpar and the Megatron grid
+      // find a plan (memory grows with the layers).
+      auto fits = [&](int64_t layers) -> Expected<bool> {
+        Problem p = problemFor(layers);
+        Expected<SearchResult> a = search(p, *cluster, eff, opts);
+        if (!a)
+          return a.takeError();
+        if (!a->best)
+          return false;
+        Expected<SearchResult> b =
+            searchMegatron(p, *cluster, eff, false, megatronOpts);
+        if (!b)
+          return b.takeError();
+        return b->best.has_value();
+      };
+      int64_t layers = m.layers;
+      Expected<bool> whole = fits(layers);
+      if (!whole) {
+        errs() << toString(whole.takeError()) << "\n";
+        return 1;
+      }
+      if (!*whole) {
+        int64_t lo = 0, hi = m.layers; // fits(lo) (or lo = 0), !fits(hi)
+        while (hi - lo > 1) {
+          int64_t mid = (lo + hi) / 2;
+          Expected<bool> f = fits(mid);
+          if (!f) {
+            errs() << toString(f.takeError()) << "\n";
+            return 1;
+          }
+          (*f ? lo : hi) = mid;
+        }
+        layers = lo;
+      }
+      if (layers == 0) {
+        outs() << format("%-12s %5lld %7s  not even one layer fits under "
+                         "both\n",
+                         m.name, (long long)n, "0");
+        continue;
+      }
+      Problem p = problemFor(layers);
+      auto t0 = std::chrono::steady_clock::now();
+      Expected<SearchResult> best = search(p, *cluster, eff, opts);
+      double wall = seconds(t0);
+      Expected<SearchResult> spatial = search(p, *cluster, eff, spatialOpts);
+      Expected<SearchResult> mega =
+          searchMegatron(p, *cluster, eff, false, megatronOpts);
+      Expected<SearchResult> forced = search(p, *cluster, eff, forcedOpts);
+      if (!best || !spatial || !mega || !forced || !best->best ||
+          !spatial->best || !mega->best) {
+        errs() << "error: " << m.name << " at " << n << " devices\n";
+        consumeError(best.takeError());
+        consumeError(spatial.takeError());
+        consumeError(mega.takeError());
+        consumeError(forced.takeError());
+        return 1;
+      }
+      const PlanCost &c = best->best->cost, &mc = mega->best->cost;
+      double speedup = mc.stepTime / c.stepTime;
+      if (n == 32)
+        speedups32.push_back(speedup);
+      Row row{m.name, n, layers, getBreakdown(c), getBreakdown(mc), {}};
+      std::string desc = describePlan(p, *best->best) + "; megatron " +
+                         mega->best->label + "; forced ";
+      if (forced->best) {
+        row.forced = getBreakdown(forced->best->cost);
+        desc += describePlan(p, *forced->best) +
+                sformat(" %.1f ms", forced->best->cost.stepTime * 1e3);
+      } else {
+        desc += "does not fit";
+      }
+      rows.push_back(row);
+      std::string layerText =
+          std::to_string(layers) + "/" + std::to_string(m.layers);
+      outs() << format(
+          "%-12s %5lld %7s %7.3f %10.1f %10.1f %10.1f %6.3f "
+          "%6.3f %6.3f %6.3f  %s\n",
+          m.name, (long long)n, layerText.c_str(), wall, c.stepTime * 1e3,
+          mc.stepTime * 1e3, spatial->best->cost.stepTime * 1e3, speedup,
+          spatial->best->cost.stepTime / c.stepTime,
+          c.getMemory() / mc.getMemory(),
+          row.plan.collectives / row.megatron.collectives, desc.c_str());
+      if (plans) {
+        printPlan(outs(), p, *best->best);
+        outs() << "megatron:\n";
+        printPlan(outs(), p, *mega->best);
+        if (forced->best) {
+          outs() << "forced temporal:\n";
+          printPlan(outs(), p, *forced->best);
+        }
+        outs() << "\n";
+      }
+      outs().flush();
+    }
+  if (!speedups32.empty()) {
+    double logSum = 0;
+    for (double s : speedups32)
+      logSum += std::log(s);
+    outs() << format("geo-mean speedup over the best Megatron dp x tp grid "
+                     "at 32 devices: %.3f (%zu models)\n",
+                     std::exp(logSum / double(speedups32.size())),
+                     speedups32.size());
+  }
+  // Where the time goes (PrimePar Fig. 9's categories), and for plans
+  // without the temporal primitive the term that makes it lose when forced
+  // onto every linear layer (largest increase over the chosen plan).
+  outs() << "\nbreakdown, ms per step: compute; collectives (in operators "
+            "+ partial-sum reductions); temporal ring: transfers not hidden "
+            "behind compute, start-ups, alignments (skew, re-layouts around "
+            "the steps); redistribution; exposed grad sync + optimizer\n";
+  outs() << format("%-12s %5s %-9s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n",
+                   "model", "devs", "plan", "compute", "collect.", "ring-exp",
+                   "ring-st", "ring-al", "redistr.", "sync+opt", "total",
+                   "forced temporal loses on");
+  for (const Row &r : rows) {
+    auto line = [&](const char *which, const Breakdown &b,
+                    const std::string &note) {
+      outs() << format("%-12s %5lld %-9s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
+                       "%9.1f %9.1f  %s\n",
+                       r.name.c_str(), (long long)r.devices, which, b.compute,
+                       b.collectives, b.ringExposed, b.ringStartup,
+                       b.ringAlignment, b.redistribution, b.syncOpt, b.total,
+                       note.c_str());
+    };
+    line("stpar", r.plan, "");
+    line("megatron", r.megatron, "");
+    if (!r.forced)
+      continue;
+    const Breakdown &f = *r.forced, &b = r.plan;
+    std::pair<double, const char *> deltas[] = {
+        {f.compute - b.compute, "compute"},
+        {f.collectives - b.collectives, "collectives"},
+        {f.ringExposed - b.ringExposed, "ring not hidden"},
+        {f.ringStartup - b.ringStartup, "ring start-ups"},
+        {f.ringAlignment - b.ringAlignment, "ring alignment"},
+        {f.redistribution - b.redistribution, "redistribution"},
+        {f.syncOpt - b.syncOpt, "sync+opt"}};
+    auto worst = std::max_element(
+        std::begin(deltas), std::end(deltas),
+        [](const auto &x, const auto &y) { return x.first < y.first; });
+    std::string note = f.total <= b.total * (1 + 1e-9)
+                           ? "(ties or wins)"
+                           : sformat("%s +%.1f ms of +%.1f ms", worst->second,
+                                     worst->first, f.total - b.total);
+    line("forced-t", f, note);
+  }
+  return 0;
+}
 } // namespace
 
 int main(int argc, char **argv) {
-  bool quick = false, exact = false, progress = false, plans = false;
-  std::string only;
+  bool quick = false, progress = false, plans = false;
+  // The DP's caps: candidates per operator, states per step, front points
+  // (0 = exact).
+  unsigned caps[3] = {24, 256, 3};
+  std::string only, protocol = "full";
   int64_t onlyDevices = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
     else if (!std::strcmp(argv[i], "--exact"))
-      exact = true;
+      caps[0] = caps[1] = caps[2] = 0;
+    else if (!std::strcmp(argv[i], "--caps") && i + 1 < argc &&
+             std::sscanf(argv[i + 1], "%u,%u,%u", &caps[0], &caps[1],
+                         &caps[2]) == 3)
+      ++i;
     else if (!std::strcmp(argv[i], "--progress"))
       progress = true;
     else if (!std::strcmp(argv[i], "--plans"))
@@ -74,6 +352,23 @@ int main(int argc, char **argv) {
       only = argv[++i];
     else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc)
       onlyDevices = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--protocol") && i + 1 < argc)
+      protocol = argv[++i];
+    else {
+      errs()
+          << "stpar-bench-search: unknown option '" << argv[i]
+          << "'\nusage: stpar-bench-search [--protocol full|primepar] "
+             "[--quick] [--only NAME] [--devices N] [--exact | --caps C,S,F] "
+             "[--progress] [--plans]\n";
+      return 1;
+    }
+  }
+  if (protocol == "primepar")
+    return runPrimeParProtocol(only, onlyDevices, caps, plans);
+  if (protocol != "full") {
+    errs() << "stpar-bench-search: unknown protocol '" << protocol
+           << "' (full or primepar)\n";
+    return 1;
   }
   EfficiencyModel eff = getDefaultEfficiency();
   struct Run {
@@ -102,11 +397,9 @@ int main(int argc, char **argv) {
   // there the baseline has the larger pipeline space.
   SearchOptions megatronOpts = opts;
   megatronOpts.microBatchChoices = 0;
-  if (!exact) {
-    opts.solver.maxCandidates = 24;
-    opts.solver.maxStates = 256;
-    opts.solver.maxFront = 3;
-  }
+  opts.solver.maxCandidates = caps[0];
+  opts.solver.maxStates = caps[1];
+  opts.solver.maxFront = caps[2];
   if (quick)
     opts.maxMeshAxes = 2;
   outs() << "caps: candidates/op " << opts.solver.maxCandidates
@@ -133,13 +426,9 @@ int main(int argc, char **argv) {
     }
     // V100 has no bf16: compute in fp16 there.
     eff.dtype = cluster->device.bf16 > 0 ? DType::BF16 : DType::FP16;
-    TransformerShape shape;
-    shape.model = {r.model->layers, r.model->hidden, r.model->heads,
-                   r.model->ffn,    r.model->vocab,  r.seq,
-                   r.batch};
-    shape.kvHeads = r.model->kvHeads;
-    shape.gatedFFN = r.model->gated;
-    Problem p = buildTransformerProblem(shape, r.cluster, r.devices);
+    Problem p = buildTransformerProblem(
+        makeShape(*r.model, r.model->layers, r.seq, r.batch), r.cluster,
+        r.devices);
     SearchOptions timedOpts = opts;
     timedOpts.microBatchChoices = r.microBatchChoices;
     if (progress)
@@ -209,19 +498,7 @@ int main(int argc, char **argv) {
                             : NAN;
     std::string desc = "no plan fits";
     if (best->best) {
-      const Plan &plan = *best->best;
-      desc = "";
-      for (const auto &a : plan.config.mesh.axes)
-        desc += (desc.empty() ? "" : "x") + std::to_string(a.size);
-      unsigned temporalOps = 0;
-      FlatGraph g = flatten(p);
-      for (unsigned i = 0; i < g.ops.size(); ++i)
-        if (plan.partitions[i].temporal && g.layerOf[i] <= 0)
-          ++temporalOps;
-      desc += " m=" + std::to_string(plan.config.microBatches) +
-              " z=" + std::to_string(plan.config.zeroStage) +
-              (plan.config.recompute ? " rc" : "") +
-              " t=" + std::to_string(temporalOps);
+      desc = describePlan(p, *best->best);
     } else {
       char buf[96];
       std::snprintf(buf, sizeof(buf), " (smallest %.1f GiB > %.1f GiB)",
