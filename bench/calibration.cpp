@@ -113,7 +113,7 @@ static double predict(const Row &r, const EfficiencyModel &eff) {
   s.pp = r.pp;
   s.dp = r.gpus / (r.tp * r.pp);
   s.mb = 1;
-  s.recompute = true;
+  s.recompute = Recompute::Full;
   Expected<Cluster> cluster =
       getPreset("dgx-a100-80g-" + std::to_string(r.gpus / 8));
   Expected<CostProblem> p = buildMegatronGPT(m, s);

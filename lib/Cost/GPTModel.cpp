@@ -37,11 +37,27 @@ static Error parseKeyValues(StringRef spec, StringRef prefix,
                                prefix + " key '" + key + "' given twice");
     seen.push_back(field);
     int64_t n = 0;
-    if (value.trim().getAsInteger(10, n) || n < 0)
+    StringRef text = value.trim();
+    if (key == "recompute" && !text.empty() && !isDigit(text.front())) {
+      // Activation recomputation by name (Recompute's values).
+      std::optional<int64_t> r = StringSwitch<std::optional<int64_t>>(text)
+                                     .Case("none", 0)
+                                     .Case("full", 1)
+                                     .Case("selective", 2)
+                                     .Default(std::nullopt);
+      if (!r)
+        return createStringError(inconvertibleErrorCode(),
+                                 prefix +
+                                     " key 'recompute': expected none, "
+                                     "selective or full, got '" +
+                                     value + "'");
+      n = *r;
+    } else if (text.getAsInteger(10, n) || n < 0) {
       return createStringError(inconvertibleErrorCode(),
                                prefix + " key '" + key +
                                    "': expected a non-negative integer, got '" +
                                    value + "'");
+    }
     if (Error e = set(key, n))
       return e;
   }
@@ -101,12 +117,19 @@ Expected<MegatronStrategy> parseMegatronSpec(StringRef spec) {
           s.zeroStage = int(v);
           return Error::success();
         }
-        if (k == "recompute" || k == "sp") {
+        if (k == "recompute") {
+          if (v > 2)
+            return createStringError(inconvertibleErrorCode(),
+                                     "megatron key 'recompute': must be "
+                                     "none, selective or full (or 0, 1)");
+          s.recompute = Recompute(v);
+          return Error::success();
+        }
+        if (k == "sp") {
           if (v > 1)
             return createStringError(inconvertibleErrorCode(),
-                                     "megatron key '" + k +
-                                         "': must be 0 or 1");
-          (k == "sp" ? s.sequenceParallel : s.recompute) = v != 0;
+                                     "megatron key 'sp': must be 0 or 1");
+          s.sequenceParallel = v != 0;
           return Error::success();
         }
         int64_t *field = StringSwitch<int64_t *>(k)
@@ -246,6 +269,10 @@ public:
     ops.push_back(elementwise("gelu", "mlp", f, true, 1, 8));
     ops.push_back(linear("fc2", "mlp", f, h, true));
     ops.push_back(elementwise("residual2", "mlp", h, false, 2, 3));
+    for (Operator &o : ops)
+      if (o.name == p + "scores" || o.name == p + "softmax" ||
+          o.name == p + "context")
+        o.attentionCore = true;
   }
 
   void addEmbedding(std::vector<Operator> &ops) const {

@@ -22,6 +22,18 @@ using namespace llvm;
 
 namespace stpar::cost {
 
+const char *getRecomputeName(Recompute r) {
+  switch (r) {
+  case Recompute::None:
+    return "none";
+  case Recompute::Full:
+    return "full";
+  case Recompute::Selective:
+    return "selective";
+  }
+  return "none";
+}
+
 PhaseTimes &PhaseTimes::operator+=(const PhaseTimes &o) {
   forward += o.forward;
   recompute += o.recompute;
@@ -92,7 +104,10 @@ Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
     if (!c)
       return c.takeError();
     Stage &s = stages[op.stage];
-    bool recompute = config.recompute && op.recomputable;
+    bool recompute =
+        op.recomputable &&
+        (config.recompute == Recompute::Full ||
+         (config.recompute == Recompute::Selective && op.attentionCore));
     PhaseTimes t;
     t.forward = c->forward;
     t.recompute = recompute ? c->forward : 0;
@@ -121,7 +136,7 @@ Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
     // Memory.
     if (recompute) {
       s.recomputeStash += c->stashBytes;
-      if (op.checkpoint)
+      if (op.checkpoint && config.recompute == Recompute::Full)
         for (const Operand &operand : op.operands)
           if (operand.role == OperandRole::Input) {
             s.checkpointStash += getLocalElements(op, operand, mesh) *
@@ -198,7 +213,7 @@ Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
     mem.activations = inFlight * (s.stash + s.checkpointStash);
     // Under recomputation one layer's worth of activations is rebuilt at a
     // time; charge the largest recomputed stash of one layer approximated
-    // by the stage's recomputed stash divided by its checkpoints.
+    // by the stage's recomputed stash divided by its layers (checkpoints).
     mem.transient = s.transient;
     if (s.recomputeStash > 0) {
       double checkpoints = 0;

@@ -412,7 +412,7 @@ const char *const stpar::pipelines::kStrategyHelp =
     "primitive), temporal (temporal primitive wherever it applies), "
     "megatron, megatron-sp (with sequence parallelism), dp (data "
     "parallelism), or one Megatron-LM configuration "
-    "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,sp=0|1][,recompute=0|1]"
+    "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,sp=0|1][,recompute=none|full]"
     "[,zero=Z] (docs/plan-format.md)";
 
 Expected<std::vector<int64_t>> stpar::pipelines::parseMeshShape(StringRef text) {
@@ -700,7 +700,12 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     opts.megatron.dp = m.dp;
     opts.megatron.microBatches = batch / (mb * m.dp);
     opts.megatron.zeroStage = m.zeroStage;
-    opts.recompute = {m.recompute};
+    if (m.recompute == cost::Recompute::Selective)
+      return makeError("megatron: recompute=selective is costed by `stpar "
+                       "cost` only; the search objective and the emitted "
+                       "program recompute fully or not at all (use "
+                       "recompute=full or none)");
+    opts.recompute = {m.recompute == cost::Recompute::Full};
     sequenceParallel = m.sequenceParallel;
   }
   if (o.zeroStage >= 0)

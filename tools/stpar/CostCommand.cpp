@@ -53,8 +53,9 @@ static cl::opt<std::string> costCluster("cluster", cl::sub(costCmd),
 static cl::opt<std::string>
     costStrategy("strategy", cl::sub(costCmd), cl::Required,
                  cl::desc("megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,vp=V]"
-                          "[,zero=Z][,recompute=0|1][,sp=0|1] (missing keys "
-                          "are 1, zero and sp 0; mb: ONNX models: the bound "
+                          "[,zero=Z][,recompute=none|selective|full][,sp=0|1] "
+                          "(missing keys are 1, zero and sp 0, recompute "
+                          "full; mb: ONNX models: the bound "
                           "batch dim, gpt: 1 by default; gb: ONNX models "
                           "only; vp: virtual stages per rank, also "
                           "'interleave'; sp: sequence parallelism)"));
@@ -135,6 +136,7 @@ static int runGPT(const Cluster &cluster) {
   if (costJSON) {
     json::Value v = toJSON(*b);
     (*v.getAsObject())["parameters"] = getGPTParameterCount(*model);
+    (*v.getAsObject())["recompute"] = getRecomputeName(strategy->recompute);
     outs() << formatv("{0:2}", v) << "\n";
     return 0;
   }
@@ -188,6 +190,7 @@ static int runONNX(const Cluster &cluster) {
     o["layers"] = int64_t(graph->layers.size());
     o["micro_batch_size"] = microBatch;
     o["global_batch"] = globalBatch;
+    o["recompute"] = getRecomputeName(strategy->megatron.recompute);
     json::Array warnings;
     for (const std::string &w : plan->warnings)
       warnings.push_back(w);

@@ -30,11 +30,12 @@ struct GPTConfig {
 };
 
 /// Megatron-LM 3D parallelism: tp x pp x dp devices, micro-batches of `mb`
-/// sequences, optional interleaving, ZeRO stage and full recomputation.
+/// sequences, optional interleaving, ZeRO stage and activation
+/// recomputation (full by default).
 struct MegatronStrategy {
   int64_t tp = 1, pp = 1, dp = 1, mb = 1, interleave = 1;
   int zeroStage = 0;
-  bool recompute = true;
+  Recompute recompute = Recompute::Full;
   /// Megatron's sequence parallelism (Korthikanti et al., MLSys 2023,
   /// Sec. 4.2.2): norms, dropout and residual adds between the
   /// tensor-parallel regions split the sequence over tp. Same communication
@@ -48,8 +49,9 @@ struct MegatronStrategy {
 llvm::Expected<GPTConfig> parseGPTSpec(llvm::StringRef spec);
 
 /// Parses "megatron:tp=T,pp=P,dp=D,mb=M[,interleave=V|vp=V][,zero=Z]
-/// [,recompute=0|1][,sp=0|1]" (vp is Megatron-LM's name for the virtual
-/// pipeline stages per rank, i.e. interleave).
+/// [,recompute=none|selective|full][,sp=0|1]" (vp is Megatron-LM's name for
+/// the virtual pipeline stages per rank, i.e. interleave; recompute=0 and 1
+/// are none and full).
 llvm::Expected<MegatronStrategy> parseMegatronSpec(llvm::StringRef spec);
 
 /// What evaluateTrainingStep needs.

@@ -102,6 +102,10 @@ struct Operator {
   unsigned stage = 0;
   /// Re-run before backward under full activation recomputation.
   bool recomputable = false;
+  /// Part of a layer's attention core (QK^T, softmax with its scale, mask
+  /// and dropout, attention over V): what selective recomputation
+  /// re-runs and does not stash (Korthikanti et al., MLSys 2023, Sec. 5).
+  bool attentionCore = false;
   /// Under recomputation, its first input is the stashed checkpoint (the
   /// input of a transformer layer).
   bool checkpoint = false;

@@ -30,6 +30,18 @@
 
 namespace stpar::cost {
 
+/// Activation recomputation. Full: every recomputable operator of a layer
+/// re-runs its forward before the layer's backward, and only the layer's
+/// input is stashed (the checkpoint). Selective (Korthikanti et al., MLSys
+/// 2023, Sec. 5): only the attention core (Operator::attentionCore) re-runs
+/// and is not stashed; the other operators stash as without
+/// recomputation. The values are those of `recompute=` in Megatron
+/// specifications (0 none, 1 full, 2 selective).
+enum class Recompute { None = 0, Full = 1, Selective = 2 };
+
+/// "none", "full" or "selective".
+const char *getRecomputeName(Recompute r);
+
 /// How the step is run. Operators describe one micro-batch.
 struct TrainingConfig {
   /// Micro-batches per step per pipeline (m).
@@ -43,8 +55,8 @@ struct TrainingConfig {
   std::optional<unsigned> pipelineAxis;
   /// ZeRO stage 0-3 over each parameter's data-parallel axes.
   int zeroStage = 0;
-  /// Full activation recomputation of the recomputable operators.
-  bool recompute = false;
+  /// Activation recomputation (Recompute).
+  Recompute recompute = Recompute::None;
 };
 
 /// Seconds per phase.

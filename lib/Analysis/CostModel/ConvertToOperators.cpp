@@ -761,6 +761,9 @@ void Converter::findLayers() {
       ops[i].layer = int(l);
       ops[i].op.recomputable = true;
       ops[i].op.checkpoint = i == layer.begin;
+      // The attention core: its batched matmuls (no parameter) and softmax.
+      ops[i].op.attentionCore =
+          ops[i].op.kind == OpKind::Softmax || isBatchedMatMul(ops[i]);
     }
 }
 

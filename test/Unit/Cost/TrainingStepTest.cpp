@@ -112,7 +112,7 @@ TEST(TrainingStepTest, PipelineBubbleAndRecompute) {
   EXPECT_NEAR(v->bubble, 0.5 * v->microBatchTime, 1e-15);
 
   config.interleave = 1;
-  config.recompute = true;
+  config.recompute = Recompute::Full;
   for (Operator &op : ops)
     op.recomputable = op.checkpoint = true;
   llvm::Expected<StepBreakdown> r =
@@ -120,6 +120,20 @@ TEST(TrainingStepTest, PipelineBubbleAndRecompute) {
   ASSERT_TRUE(bool(r));
   EXPECT_NEAR(r->criticalStage.recompute, r->criticalStage.forward, 1e-15);
   EXPECT_DOUBLE_EQ(r->hardwareFlops, r->modelFlops * 4 / 3);
+
+  // Selective: only the attention core re-runs (here op 0), and the others
+  // keep their stashes.
+  config.recompute = Recompute::Selective;
+  ops[0].attentionCore = true;
+  llvm::Expected<StepBreakdown> sel =
+      evaluateTrainingStep(ops, mesh, c, config, fixedEff());
+  ASSERT_TRUE(bool(sel));
+  llvm::Expected<OperatorCost> core = costOperator(ops[0], mesh, c, fixedEff());
+  ASSERT_TRUE(bool(core));
+  EXPECT_NEAR(sel->criticalStage.recompute, core->forward, 1e-15);
+  EXPECT_GT(sel->hardwareFlops, sel->modelFlops);
+  EXPECT_LT(sel->hardwareFlops, r->hardwareFlops);
+  ops[0].attentionCore = false;
 
   ops[1].stage = 5;
   EXPECT_FALSE(bool(evaluateTrainingStep(ops, mesh, c, config, fixedEff())));
@@ -133,7 +147,23 @@ TEST(TrainingStepTest, GPTBuilderCountsMegatronFlops) {
   llvm::Expected<MegatronStrategy> s =
       parseMegatronSpec("megatron:tp=2,pp=2,dp=2,mb=1");
   ASSERT_TRUE(bool(s));
-  EXPECT_TRUE(s->recompute);
+  EXPECT_EQ(s->recompute, Recompute::Full); // the default
+  for (auto [text, r] : {std::pair{"none", Recompute::None},
+                         {"0", Recompute::None},
+                         {"full", Recompute::Full},
+                         {"1", Recompute::Full},
+                         {"selective", Recompute::Selective}}) {
+    llvm::Expected<MegatronStrategy> t =
+        parseMegatronSpec(std::string("megatron:tp=2,recompute=") + text);
+    ASSERT_TRUE(bool(t)) << llvm::toString(t.takeError());
+    EXPECT_EQ(t->recompute, r) << text;
+  }
+  llvm::Expected<MegatronStrategy> badName =
+      parseMegatronSpec("megatron:tp=2,recompute=some");
+  ASSERT_FALSE(bool(badName));
+  EXPECT_EQ(llvm::toString(badName.takeError()),
+            "megatron key 'recompute': expected none, selective or full, "
+            "got 'some'");
   llvm::Expected<CostProblem> p = buildMegatronGPT(*m, *s);
   ASSERT_TRUE(bool(p));
   EXPECT_EQ(p->ops.size(), 1 + 4 * 12 + 3u);
