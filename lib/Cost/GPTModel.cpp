@@ -108,6 +108,7 @@ Expected<GPTConfig> parseGPTSpec(StringRef spec) {
 
 Expected<MegatronStrategy> parseMegatronSpec(StringRef spec) {
   MegatronStrategy s;
+  bool distopt = false, zeroGiven = false;
   Error e =
       parseKeyValues(spec, "megatron", [&](StringRef k, int64_t v) -> Error {
         if (k == "zero") {
@@ -115,6 +116,7 @@ Expected<MegatronStrategy> parseMegatronSpec(StringRef spec) {
             return createStringError(inconvertibleErrorCode(),
                                      "megatron key 'zero': must be 0-3");
           s.zeroStage = int(v);
+          zeroGiven = true;
           return Error::success();
         }
         if (k == "recompute") {
@@ -125,11 +127,14 @@ Expected<MegatronStrategy> parseMegatronSpec(StringRef spec) {
           s.recompute = Recompute(v);
           return Error::success();
         }
-        if (k == "sp") {
+        if (k == "sp" || k == "distopt" || k == "overlap") {
           if (v > 1)
             return createStringError(inconvertibleErrorCode(),
-                                     "megatron key 'sp': must be 0 or 1");
-          s.sequenceParallel = v != 0;
+                                     "megatron key '" + k +
+                                         "': must be 0 or 1");
+          (k == "sp"        ? s.sequenceParallel
+           : k == "distopt" ? distopt
+                            : s.overlapGradSync) = v != 0;
           return Error::success();
         }
         int64_t *field = StringSwitch<int64_t *>(k)
@@ -150,6 +155,16 @@ Expected<MegatronStrategy> parseMegatronSpec(StringRef spec) {
       });
   if (e)
     return std::move(e);
+  // Megatron-LM's distributed optimizer shards the optimizer states over the
+  // data-parallel ranks: ZeRO stage 1.
+  if (distopt) {
+    if (zeroGiven && s.zeroStage != 1)
+      return createStringError(inconvertibleErrorCode(),
+                               "megatron: distopt=1 is ZeRO stage 1; it "
+                               "contradicts zero=" +
+                                   Twine(s.zeroStage));
+    s.zeroStage = 1;
+  }
   return s;
 }
 
@@ -350,6 +365,7 @@ Expected<CostProblem> buildMegatronGPT(const GPTConfig &m,
   c.pipelineAxis = Builder::kPP;
   c.zeroStage = s.zeroStage;
   c.recompute = s.recompute;
+  c.overlapGradSync = s.overlapGradSync;
   return problem;
 }
 

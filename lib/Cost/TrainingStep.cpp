@@ -199,7 +199,9 @@ Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
       b.pipelineSend = send;
       b.microBatchTime = t;
     }
-    double exposed = std::max(0.0, s.gradSync - s.backward);
+    double exposed = config.overlapGradSync
+                         ? std::max(0.0, s.gradSync - s.backward)
+                         : s.gradSync;
     b.gradSync = std::max(b.gradSync, s.gradSync);
     b.gradSyncExposed = std::max(b.gradSyncExposed, exposed);
     b.optimizer = std::max(b.optimizer, s.optimizer);

@@ -413,7 +413,7 @@ const char *const stpar::pipelines::kStrategyHelp =
     "megatron, megatron-sp (with sequence parallelism), dp (data "
     "parallelism), or one Megatron-LM configuration "
     "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,sp=0|1][,recompute=none|full]"
-    "[,zero=Z] (docs/plan-format.md)";
+    "[,zero=Z][,distopt=0|1] (docs/plan-format.md)";
 
 Expected<std::vector<int64_t>> stpar::pipelines::parseMeshShape(StringRef text) {
   std::vector<int64_t> shape;
@@ -700,6 +700,10 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     opts.megatron.dp = m.dp;
     opts.megatron.microBatches = batch / (mb * m.dp);
     opts.megatron.zeroStage = m.zeroStage;
+    if (!m.overlapGradSync)
+      return makeError("megatron: overlap=0 is costed by `stpar cost` only; "
+                       "the search objective overlaps the gradient sync "
+                       "with the backward pass");
     if (m.recompute == cost::Recompute::Selective)
       return makeError("megatron: recompute=selective is costed by `stpar "
                        "cost` only; the search objective and the emitted "

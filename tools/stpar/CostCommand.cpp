@@ -50,15 +50,17 @@ static cl::opt<std::string>
 static cl::opt<std::string> costCluster("cluster", cl::sub(costCmd),
                                         cl::Required,
                                         cl::desc("Preset name or JSON file"));
-static cl::opt<std::string>
-    costStrategy("strategy", cl::sub(costCmd), cl::Required,
-                 cl::desc("megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,vp=V]"
-                          "[,zero=Z][,recompute=none|selective|full][,sp=0|1] "
-                          "(missing keys are 1, zero and sp 0, recompute "
-                          "full; mb: ONNX models: the bound "
-                          "batch dim, gpt: 1 by default; gb: ONNX models "
-                          "only; vp: virtual stages per rank, also "
-                          "'interleave'; sp: sequence parallelism)"));
+static cl::opt<std::string> costStrategy(
+    "strategy", cl::sub(costCmd), cl::Required,
+    cl::desc("megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,vp=V]"
+             "[,zero=Z][,recompute=none|selective|full][,sp=0|1]"
+             "[,distopt=0|1][,overlap=0|1] (missing keys are "
+             "1, zero, sp and distopt 0, recompute full; "
+             "distopt=1: ZeRO-1; overlap: gradient sync "
+             "overlapped with backward; mb: ONNX models: the bound "
+             "batch dim, gpt: 1 by default; gb: ONNX models "
+             "only; vp: virtual stages per rank, also "
+             "'interleave'; sp: sequence parallelism)"));
 static cl::list<std::string>
     costDims("dim", cl::sub(costCmd), cl::value_desc("NAME=VALUE"),
              cl::desc("ONNX models: bind a symbolic dim; the batch dim's "

@@ -42,6 +42,10 @@ struct MegatronStrategy {
   /// volume as tp alone (an all-reduce becomes a reduce-scatter and an
   /// all-gather), less activation memory.
   bool sequenceParallel = false;
+  /// Whether the data-parallel gradient reduce-scatter / all-reduce (and
+  /// ZeRO-3's parameter all-gather) overlap the backward pass (Megatron-LM's
+  /// --overlap-grad-reduce / --overlap-param-gather; `overlap=`).
+  bool overlapGradSync = true;
 };
 
 /// Parses "gpt:layers=L,hidden=H,heads=A,seq=S,vocab=V,batch=B[,ffn=F]"
@@ -49,9 +53,11 @@ struct MegatronStrategy {
 llvm::Expected<GPTConfig> parseGPTSpec(llvm::StringRef spec);
 
 /// Parses "megatron:tp=T,pp=P,dp=D,mb=M[,interleave=V|vp=V][,zero=Z]
-/// [,recompute=none|selective|full][,sp=0|1]" (vp is Megatron-LM's name for
-/// the virtual pipeline stages per rank, i.e. interleave; recompute=0 and 1
-/// are none and full).
+/// [,recompute=none|selective|full][,sp=0|1][,distopt=0|1][,overlap=0|1]"
+/// (vp is Megatron-LM's name for the virtual pipeline stages per rank, i.e.
+/// interleave; recompute=0 and 1 are none and full; distopt=1, Megatron-LM's
+/// distributed optimizer, is ZeRO stage 1 and an error with another zero=;
+/// overlap defaults to 1).
 llvm::Expected<MegatronStrategy> parseMegatronSpec(llvm::StringRef spec);
 
 /// What evaluateTrainingStep needs.

@@ -57,6 +57,9 @@ struct TrainingConfig {
   int zeroStage = 0;
   /// Activation recomputation (Recompute).
   Recompute recompute = Recompute::None;
+  /// Each stage's gradient sync overlaps its backward of one micro-batch
+  /// (exposed: max(0, sync - backward)); off: all of it is exposed.
+  bool overlapGradSync = true;
 };
 
 /// Seconds per phase.

@@ -279,6 +279,7 @@ Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
   c.pipelineAxis = kPP;
   c.zeroStage = s.zeroStage;
   c.recompute = s.recompute;
+  c.overlapGradSync = s.overlapGradSync;
 
   Expected<MegatronLoops> loops =
       chooseMegatronLoops(graph, s.tp, s.sequenceParallel);
