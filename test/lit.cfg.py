@@ -82,5 +82,6 @@ config.substitutions.append(
     ("%mlir-opt-22", os.path.join(config.llvm_tools_dir, "mlir-opt")))
 
 tool_dirs = [config.stpar_tools_dir, config.llvm_tools_dir]
-tools = ["stpar", "stpar-opt", "stpar-translate", "FileCheck", "not", "count"]
+tools = ["stpar", "stpar-opt", "stpar-translate", "stpar-bench-search",
+         "FileCheck", "not", "count"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
