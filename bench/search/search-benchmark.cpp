@@ -22,6 +22,7 @@
 #include "stpar/Search/GPTProblem.h"
 #include "stpar/Search/Solver.h"
 
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -226,13 +227,19 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
       Expected<SearchResult> mega =
           searchMegatron(p, *cluster, eff, false, megatronOpts);
       Expected<SearchResult> forced = search(p, *cluster, eff, forcedOpts);
-      if (!best || !spatial || !mega || !forced || !best->best ||
-          !spatial->best || !mega->best) {
-        errs() << "error: " << m.name << " at " << n << " devices\n";
-        consumeError(best.takeError());
-        consumeError(spatial.takeError());
-        consumeError(mega.takeError());
-        consumeError(forced.takeError());
+      for (Expected<SearchResult> *r : {&best, &spatial, &mega, &forced})
+        if (!*r) {
+          errs() << "error: " << m.name << " at " << n
+                 << " devices: " << toString(r->takeError()) << "\n";
+          return 1;
+        }
+      if (!best->best || !spatial->best || !mega->best) {
+        errs() << "error: " << m.name << " at " << n << " devices, " << layers
+               << " layers: no "
+               << (!best->best      ? "stpar"
+                   : !spatial->best ? "spatial-only"
+                                    : "Megatron")
+               << " plan fits although the layer count was chosen to fit\n";
         return 1;
       }
       const PlanCost &c = best->best->cost, &mc = mega->best->cost;
@@ -252,14 +259,17 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
       rows.push_back(row);
       std::string layerText =
           std::to_string(layers) + "/" + std::to_string(m.layers);
-      outs() << format(
-          "%-12s %5lld %7s %7.3f %10.1f %10.1f %10.1f %6.3f "
-          "%6.3f %6.3f %6.3f  %s\n",
-          m.name, (long long)n, layerText.c_str(), wall, c.stepTime * 1e3,
-          mc.stepTime * 1e3, spatial->best->cost.stepTime * 1e3, speedup,
-          spatial->best->cost.stepTime / c.stepTime,
-          c.getMemory() / mc.getMemory(),
-          row.plan.collectives / row.megatron.collectives, desc.c_str());
+      outs() << format("%-12s %5lld %7s %7.3f %10.1f %10.1f %10.1f %6.3f "
+                       "%6.3f %6.3f %6.3f  %s\n",
+                       m.name, (long long)n, layerText.c_str(), wall,
+                       c.stepTime * 1e3, mc.stepTime * 1e3,
+                       spatial->best->cost.stepTime * 1e3, speedup,
+                       spatial->best->cost.stepTime / c.stepTime,
+                       c.getMemory() / mc.getMemory(),
+                       row.megatron.collectives > 0
+                           ? row.plan.collectives / row.megatron.collectives
+                           : NAN,
+                       desc.c_str());
       if (plans) {
         printPlan(outs(), p, *best->best);
         outs() << "megatron:\n";
@@ -340,11 +350,19 @@ int main(int argc, char **argv) {
       quick = true;
     else if (!std::strcmp(argv[i], "--exact"))
       caps[0] = caps[1] = caps[2] = 0;
-    else if (!std::strcmp(argv[i], "--caps") && i + 1 < argc &&
-             std::sscanf(argv[i + 1], "%u,%u,%u", &caps[0], &caps[1],
-                         &caps[2]) == 3)
-      ++i;
-    else if (!std::strcmp(argv[i], "--progress"))
+    else if (!std::strcmp(argv[i], "--caps") && i + 1 < argc) {
+      SmallVector<StringRef> parts;
+      StringRef(argv[++i]).split(parts, ',');
+      if (parts.size() != 3 || parts[0].getAsInteger(10, caps[0]) ||
+          parts[1].getAsInteger(10, caps[1]) ||
+          parts[2].getAsInteger(10, caps[2])) {
+        errs() << "stpar-bench-search: --caps expects C,S,F (candidates, "
+                  "states, front points; non-negative integers, 0 = "
+                  "uncapped), got '"
+               << argv[i] << "'\n";
+        return 1;
+      }
+    } else if (!std::strcmp(argv[i], "--progress"))
       progress = true;
     else if (!std::strcmp(argv[i], "--plans"))
       plans = true;

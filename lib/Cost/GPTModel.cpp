@@ -284,10 +284,19 @@ public:
     ops.push_back(elementwise("gelu", "mlp", f, true, 1, 8));
     ops.push_back(linear("fc2", "mlp", f, h, true));
     ops.push_back(elementwise("residual2", "mlp", h, false, 2, 3));
-    for (Operator &o : ops)
-      if (o.name == p + "scores" || o.name == p + "softmax" ||
-          o.name == p + "context")
+    // Selective recomputation re-runs QK^T and the softmax and regenerates
+    // the softmax output, the dropout mask and the context's probabilities.
+    for (Operator &o : ops) {
+      if (o.name == p + "scores")
         o.attentionCore = true;
+      if (o.name == p + "softmax") {
+        o.attentionCore = true;
+        for (Operand &x : o.operands)
+          x.selectiveRecomputed = x.role == OperandRole::Output;
+      }
+      if (o.name == p + "context")
+        o.operands[0].selectiveRecomputed = true; // P
+    }
   }
 
   void addEmbedding(std::vector<Operator> &ops) const {

@@ -134,7 +134,20 @@ Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
         }
     }
     // Memory.
-    if (recompute) {
+    if (config.recompute == Recompute::Selective) {
+      // The core's score-sized tensors are regenerated, the rest stashed.
+      double dropped = 0;
+      if (op.recomputable)
+        for (const Operand &operand : op.operands)
+          if (operand.selectiveRecomputed &&
+              (op.kind == OpKind::Softmax ? operand.role == OperandRole::Output
+                                          : operand.role == OperandRole::Input))
+            dropped += getLocalElements(op, operand, mesh) *
+                       double(operand.elementBytes);
+      dropped = std::min(dropped, c->stashBytes);
+      s.stash += c->stashBytes - dropped;
+      s.recomputeStash += dropped;
+    } else if (recompute) {
       s.recomputeStash += c->stashBytes;
       if (op.checkpoint && config.recompute == Recompute::Full)
         for (const Operand &operand : op.operands)

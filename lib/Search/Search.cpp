@@ -108,10 +108,12 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
     capped.solver.maxStates = 256;
     capped.solver.maxFront = 3;
     capped.progress = nullptr;
-    Expected<SearchResult> seed = search(problem, cluster, eff, capped);
+    Expected<SearchResult> seed =
+        search(problem, cluster, eff, capped, incumbent);
     if (!seed)
       return seed.takeError();
-    result.best = std::move(seed->best);
+    if (seed->best)
+      keepBest(result, std::move(*seed->best));
   }
   std::vector<Config> configs;
   for (auto [stages, m] : getPipelineChoices(problem, problem.devices,
@@ -255,7 +257,17 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
       return t.takeError();
     if (t->best)
       keepBest(result, std::move(*t->best));
+    // The pass's configurations are counted as more configurations (so
+    // solved <= configurations), and its dropped states and points make
+    // the result inexact like the first pass's.
+    result.configurations += t->configurations;
     result.solvedConfigurations += t->solvedConfigurations;
+    result.dominatedConfigurations += t->dominatedConfigurations;
+    result.stats.candidates += t->stats.candidates;
+    result.stats.prunedCandidates += t->stats.prunedCandidates;
+    result.stats.statesVisited += t->stats.statesVisited;
+    result.stats.droppedStates += t->stats.droppedStates;
+    result.stats.droppedPoints += t->stats.droppedPoints;
   }
   return result;
 }

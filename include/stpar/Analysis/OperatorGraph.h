@@ -168,8 +168,8 @@ struct IRStrategy {
 };
 
 /// Parses "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,interleave=V|vp=V]
-/// [,zero=Z][,recompute=none|selective|full][,sp=0|1]" (the keys of
-/// parseMegatronSpec plus `gb`).
+/// [,zero=Z][,recompute=none|selective|full][,sp=0|1][,distopt=0|1]
+/// [,overlap=0|1]" (the keys of parseMegatronSpec plus `gb`).
 llvm::Expected<IRStrategy> parseIRStrategy(llvm::StringRef spec);
 
 /// What evaluateTrainingStep needs, and what the assignment could not

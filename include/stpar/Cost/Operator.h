@@ -71,6 +71,12 @@ struct Operand {
   /// Inputs only: whether backward computes a gradient for it (false for
   /// token ids, masks).
   bool needsGrad = true;
+  /// A tensor of the attention core that selective recomputation
+  /// regenerates instead of stashing: the softmax output and dropout mask
+  /// (stashed by the softmax) and the probabilities read by the context
+  /// matmul; Korthikanti et al., MLSys 2023, Sec. 5: 5as^2b of a layer's
+  /// sbh(34 + 5as/h) bytes.
+  bool selectiveRecomputed = false;
 };
 
 /// PrimePar's spatial-temporal primitive on a q x q sub-mesh (PrimePar Sec.
@@ -102,9 +108,10 @@ struct Operator {
   unsigned stage = 0;
   /// Re-run before backward under full activation recomputation.
   bool recomputable = false;
-  /// Part of a layer's attention core (QK^T, softmax with its scale, mask
-  /// and dropout, attention over V): what selective recomputation
-  /// re-runs and does not stash (Korthikanti et al., MLSys 2023, Sec. 5).
+  /// Re-run before backward under selective recomputation (Korthikanti et
+  /// al., MLSys 2023, Sec. 5): the attention core's QK^T and softmax (with
+  /// its scale, mask and dropout), which regenerate the operands marked
+  /// Operand::selectiveRecomputed. Q, K and V stay stashed.
   bool attentionCore = false;
   /// Under recomputation, its first input is the stashed checkpoint (the
   /// input of a transformer layer).

@@ -206,7 +206,8 @@ struct SearchOptions {
   /// so far, and the temporal primitive's are slower locally (ring
   /// start-ups, alignments) even where the plan is faster in the end (no
   /// re-layouts or reductions on its edges): without this pass the capped
-  /// DP drops them (PrimePar protocol, bench/search/RESULTS.md).
+  /// DP drops them (PrimePar protocol, bench/search/RESULTS.md). Its
+  /// configurations and DP statistics are added to the result's.
   bool temporalPass = true;
   /// Only meshes with two axes of equal size >= 2 (besides the pipeline
   /// axis): those where the temporal primitive applies. The temporal pass

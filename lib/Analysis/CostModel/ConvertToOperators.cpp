@@ -28,6 +28,8 @@
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <set>
+
 using namespace mlir;
 using namespace stpar::cost;
 
@@ -761,10 +763,35 @@ void Converter::findLayers() {
       ops[i].layer = int(l);
       ops[i].op.recomputable = true;
       ops[i].op.checkpoint = i == layer.begin;
-      // The attention core: its batched matmuls (no parameter) and softmax.
-      ops[i].op.attentionCore =
-          ops[i].op.kind == OpKind::Softmax || isBatchedMatMul(ops[i]);
     }
+  // Selective recomputation (cost::Operator::attentionCore): a core's
+  // softmax re-runs and regenerates its outputs; a core matmul reading them
+  // (the context) regenerates that input and does not re-run; the other
+  // core matmul (QK^T) re-runs. Score-sized tensors of decomposed cores
+  // that pass through elementwise ops between (scale, mask, dropout) stay
+  // stashed (an overestimate).
+  std::set<unsigned> probs;
+  for (GraphOperator &g : ops)
+    if (g.attentionCore && g.op.kind == OpKind::Softmax) {
+      g.op.attentionCore = true;
+      for (auto [j, o] : llvm::enumerate(g.op.operands))
+        if (o.role == OperandRole::Output && j < g.tensors.size()) {
+          o.selectiveRecomputed = true;
+          probs.insert(g.tensors[j]);
+        }
+    }
+  for (GraphOperator &g : ops) {
+    if (!g.attentionCore || g.op.kind != OpKind::MatMul)
+      continue;
+    bool context = false;
+    for (auto [j, o] : llvm::enumerate(g.op.operands))
+      if (o.role == OperandRole::Input && j < g.tensors.size() &&
+          probs.count(g.tensors[j])) {
+        o.selectiveRecomputed = true;
+        context = true;
+      }
+    g.op.attentionCore = !context;
+  }
 }
 
 FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
