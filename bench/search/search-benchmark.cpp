@@ -67,6 +67,19 @@ template <typename... Ts> std::string sformat(const char *fmt, Ts... args) {
   return buf;
 }
 
+/// "geo-mean speedup over BASELINE at 32 devices: ..." (nothing when no
+/// model has a 32-device row).
+void printGeoMean(ArrayRef<double> speedups, StringRef baseline) {
+  if (speedups.empty())
+    return;
+  double logSum = 0;
+  for (double s : speedups)
+    logSum += std::log(s);
+  outs() << "geo-mean speedup over " << baseline << " at 32 devices: "
+         << format("%.3f (%zu models)\n",
+                   std::exp(logSum / double(speedups.size())), speedups.size());
+}
+
 /// Operators (one layer's, plus pre and post) using the temporal primitive.
 unsigned countTemporal(const Problem &p, const Plan &plan) {
   unsigned n = 0;
@@ -124,7 +137,7 @@ Breakdown getBreakdown(const PlanCost &c) {
 /// accumulate gradients over micro-batches. A model that does not fit whole
 /// under both runs with the largest layer count that does.
 int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
-                        const unsigned caps[3], bool plans) {
+                        const SolverOptions &caps, bool plans) {
   const char *clusterName = "v100-sxm2-32g-4x8";
   Expected<Cluster> cluster = getPreset(clusterName);
   if (!cluster) {
@@ -138,9 +151,7 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
   opts.pipeline = false;
   opts.zeroStages = {0};
   opts.microBatchChoices = 0;
-  opts.solver.maxCandidates = caps[0];
-  opts.solver.maxStates = caps[1];
-  opts.solver.maxFront = caps[2];
+  opts.solver = caps;
   SearchOptions spatialOpts = opts;
   spatialOpts.solver.space.temporal = false;
   SearchOptions forcedOpts = opts;
@@ -282,15 +293,7 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
       }
       outs().flush();
     }
-  if (!speedups32.empty()) {
-    double logSum = 0;
-    for (double s : speedups32)
-      logSum += std::log(s);
-    outs() << format("geo-mean speedup over the best Megatron dp x tp grid "
-                     "at 32 devices: %.3f (%zu models)\n",
-                     std::exp(logSum / double(speedups32.size())),
-                     speedups32.size());
-  }
+  printGeoMean(speedups32, "the best Megatron dp x tp grid");
   // Where the time goes (PrimePar Fig. 9's categories), and for plans
   // without the temporal primitive the term that makes it lose when forced
   // onto every linear layer (largest increase over the chosen plan).
@@ -342,20 +345,21 @@ int main(int argc, char **argv) {
   bool quick = false, progress = false, plans = false;
   // The DP's caps: candidates per operator, states per step, front points
   // (0 = exact).
-  unsigned caps[3] = {24, 256, 3};
+  SolverOptions caps;
+  caps.setDefaultCaps();
   std::string only, protocol = "full";
   int64_t onlyDevices = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
     else if (!std::strcmp(argv[i], "--exact"))
-      caps[0] = caps[1] = caps[2] = 0;
+      caps = SolverOptions();
     else if (!std::strcmp(argv[i], "--caps") && i + 1 < argc) {
       SmallVector<StringRef> parts;
       StringRef(argv[++i]).split(parts, ',');
-      if (parts.size() != 3 || parts[0].getAsInteger(10, caps[0]) ||
-          parts[1].getAsInteger(10, caps[1]) ||
-          parts[2].getAsInteger(10, caps[2])) {
+      if (parts.size() != 3 || parts[0].getAsInteger(10, caps.maxCandidates) ||
+          parts[1].getAsInteger(10, caps.maxStates) ||
+          parts[2].getAsInteger(10, caps.maxFront)) {
         errs() << "stpar-bench-search: --caps expects C,S,F (candidates, "
                   "states, front points; non-negative integers, 0 = "
                   "uncapped), got '"
@@ -415,9 +419,7 @@ int main(int argc, char **argv) {
   // there the baseline has the larger pipeline space.
   SearchOptions megatronOpts = opts;
   megatronOpts.microBatchChoices = 0;
-  opts.solver.maxCandidates = caps[0];
-  opts.solver.maxStates = caps[1];
-  opts.solver.maxFront = caps[2];
+  opts.solver = caps;
   if (quick)
     opts.maxMeshAxes = 2;
   outs() << "caps: candidates/op " << opts.solver.maxCandidates
@@ -543,14 +545,6 @@ int main(int argc, char **argv) {
     }
     outs().flush();
   }
-  if (!speedups32.empty()) {
-    double logSum = 0;
-    for (double s : speedups32)
-      logSum += std::log(s);
-    outs() << format("geo-mean speedup over the best Megatron grid at 32 "
-                     "devices: %.3f (%zu models)\n",
-                     std::exp(logSum / double(speedups32.size())),
-                     speedups32.size());
-  }
+  printGeoMean(speedups32, "the best Megatron grid");
   return 0;
 }

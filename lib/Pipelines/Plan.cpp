@@ -435,11 +435,8 @@ SearchOptions stpar::pipelines::makeSearchOptions(unsigned maxMeshAxes,
                                               bool exact, bool progress) {
   SearchOptions opts;
   opts.maxMeshAxes = maxMeshAxes;
-  if (!exact) {
-    opts.solver.maxCandidates = 24;
-    opts.solver.maxStates = 256;
-    opts.solver.maxFront = 3;
-  }
+  if (!exact)
+    opts.solver.setDefaultCaps();
   // On a terminal one line counts up and ends with a newline; otherwise
   // (a log file) the phase is said once.
   if (progress && sys::Process::StandardErrIsDisplayed())

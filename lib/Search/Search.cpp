@@ -98,15 +98,12 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
                Twine(problem.devices));
   SearchResult result;
   result.smallestMemory = std::numeric_limits<double>::infinity();
-  const SolverOptions &so = options.solver;
-  bool capped = so.maxCandidates || so.maxStates || so.maxFront;
+  bool capped = options.solver.isCapped();
   if (incumbent)
     result.best = *incumbent;
   if (options.seedBound && options.branchAndBound && !capped) {
     SearchOptions capped = options;
-    capped.solver.maxCandidates = 24;
-    capped.solver.maxStates = 256;
-    capped.solver.maxFront = 3;
+    capped.solver.setDefaultCaps();
     capped.progress = nullptr;
     Expected<SearchResult> seed =
         search(problem, cluster, eff, capped, incumbent);
@@ -230,11 +227,7 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
     DPStats stats;
     Expected<Plan> plan = (*inst)->solveDP(&stats, bound);
     ++result.solvedConfigurations;
-    result.stats.candidates += stats.candidates;
-    result.stats.prunedCandidates += stats.prunedCandidates;
-    result.stats.statesVisited += stats.statesVisited;
-    result.stats.droppedStates += stats.droppedStates;
-    result.stats.droppedPoints += stats.droppedPoints;
+    result.stats += stats;
     if (plan)
       keepBest(result, std::move(*plan));
     else
@@ -263,11 +256,7 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
     result.configurations += t->configurations;
     result.solvedConfigurations += t->solvedConfigurations;
     result.dominatedConfigurations += t->dominatedConfigurations;
-    result.stats.candidates += t->stats.candidates;
-    result.stats.prunedCandidates += t->stats.prunedCandidates;
-    result.stats.statesVisited += t->stats.statesVisited;
-    result.stats.droppedStates += t->stats.droppedStates;
-    result.stats.droppedPoints += t->stats.droppedPoints;
+    result.stats += t->stats;
   }
   return result;
 }

@@ -101,6 +101,14 @@ struct SolverOptions {
   /// operator (the fastest after exact dominance pruning), frontier states
   /// kept per DP step (lowest time), points per Pareto front.
   unsigned maxCandidates = 0, maxStates = 0, maxFront = 0;
+  bool isCapped() const { return maxCandidates || maxStates || maxFront; }
+  /// The default caps (`stpar plan` without --exact, the benchmark, the
+  /// seed of an exact search): 24 candidates, 256 states, 3 front points.
+  void setDefaultCaps() {
+    maxCandidates = 24;
+    maxStates = 256;
+    maxFront = 3;
+  }
 };
 
 /// Statistics of one DP run.
@@ -108,6 +116,14 @@ struct DPStats {
   uint64_t candidates = 0, prunedCandidates = 0, statesVisited = 0;
   uint64_t droppedStates = 0, droppedPoints = 0;
   bool isExact() const { return droppedStates == 0 && droppedPoints == 0; }
+  DPStats &operator+=(const DPStats &o) {
+    candidates += o.candidates;
+    prunedCandidates += o.prunedCandidates;
+    statesVisited += o.statesVisited;
+    droppedStates += o.droppedStates;
+    droppedPoints += o.droppedPoints;
+    return *this;
+  }
 };
 
 /// The objective for one problem under one configuration. Holds the
@@ -194,10 +210,10 @@ struct SearchOptions {
   /// testing the bound).
   bool branchAndBound = true;
   /// Exact search (no caps) with branch and bound: first run the capped
-  /// search (the benchmark's caps: 24 candidates, 256 states, 3 front
-  /// points) and start the bound at its plan's time. Still exact: a
-  /// configuration or DP state is pruned only when it cannot beat a plan
-  /// already found; the capped plan is kept where nothing beats it.
+  /// search (SolverOptions::setDefaultCaps) and start the bound at its plan's
+  /// time. Still exact: a configuration or DP state is pruned only when it
+  /// cannot beat a plan already found; the capped plan is kept where nothing
+  /// beats it.
   bool seedBound = true;
   /// Capped search with the temporal primitive: a second pass over the
   /// configurations whose matmuls keep only their temporal candidates
