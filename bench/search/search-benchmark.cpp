@@ -408,6 +408,12 @@ int main(int argc, char **argv) {
   static const Model gpt1t{"GPT-1T", 128, 25600, 160, 0, 102400, 51200, false};
   runs.push_back({&gpt3, "dgx-a100-80g-128", 1024, 2048, 1536, 3});
   runs.push_back({&gpt1t, "dgx-a100-80g-384", 3072, 2048, 3072, 3});
+  // The same two on DGX H100 (same node count; NVLink 4 and 8 x 400 Gb/s
+  // NDR per node: docs/cluster-format.md), and the 7B GPT-style model on
+  // four DGX H100 nodes.
+  runs.push_back({&kModels[0], "dgx-h100-4", 32, 2048, 64, 0});
+  runs.push_back({&gpt3, "dgx-h100-128", 1024, 2048, 1536, 3});
+  runs.push_back({&gpt1t, "dgx-h100-384", 3072, 2048, 3072, 3});
 
   SearchOptions opts;
   opts.maxMeshAxes = 3;
@@ -426,14 +432,14 @@ int main(int argc, char **argv) {
          << ", states " << opts.solver.maxStates << ", front "
          << opts.solver.maxFront << " (0 = exact), mesh axes <= "
          << opts.maxMeshAxes << "\n";
-  outs() << format("%-12s %5s %7s %7s %10s %10s %10s %6s %6s %6s %6s "
-                   "%5s %5s %11s  %s\n",
+  outs() << format("%-12s %5s %7s %7s %10s %10s %10s %10s %6s %6s %6s "
+                   "%6s %6s %5s %5s %5s %11s  %s\n",
                    "model", "devs", "wall s", "cpu s", "plan ms", "megatron",
-                   "spatial", "x mega", "x spat", "mem/mg", "mem/sp", "mfu",
-                   "mfu_m", "configs",
+                   "zero-3", "spatial", "x mega", "x z3", "x spat", "mem/mg",
+                   "mem/sp", "mfu", "mfu_m", "mfu_z", "configs",
                    "plan (pp x mesh, micro-batches, ZeRO, "
                    "recompute, temporal ops)");
-  std::vector<double> speedups32;
+  std::vector<double> speedups32, speedupsZ3;
   for (const Run &r : runs) {
     if (!only.empty() && !StringRef(r.model->name).contains(only))
       continue;
@@ -467,28 +473,39 @@ int main(int argc, char **argv) {
     spatialOpts.microBatchChoices = r.microBatchChoices;
     spatialOpts.solver.space.temporal = false;
     Expected<SearchResult> spatial = search(p, *cluster, eff, spatialOpts);
-    Expected<SearchResult> mega =
-        searchMegatron(p, *cluster, eff, false, megatronOpts);
-    Expected<SearchResult> megaSP =
-        searchMegatron(p, *cluster, eff, true, megatronOpts);
-    if (!best || !spatial || !mega || !megaSP) {
+    // Megatron-LM as it is run: with and without sequence parallelism and
+    // the distributed optimizer (ZeRO-1 over dp); DeepSpeed: ZeRO-3 data
+    // parallelism with gradient accumulation and activation checkpointing.
+    std::vector<Expected<SearchResult>> megas;
+    for (int z : {0, 1})
+      for (bool sp : {false, true}) {
+        SearchOptions o = megatronOpts;
+        o.megatron.zeroStage = z;
+        megas.push_back(searchMegatron(p, *cluster, eff, sp, o));
+      }
+    Expected<SearchResult> zero3 =
+        searchZeRO(p, *cluster, eff, 3, megatronOpts);
+    bool failed = !best || !spatial || !zero3;
+    for (Expected<SearchResult> &m : megas)
+      failed |= !m;
+    if (failed) {
       errs() << "error\n";
       consumeError(best.takeError());
       consumeError(spatial.takeError());
-      consumeError(mega.takeError());
-      consumeError(megaSP.takeError());
+      consumeError(zero3.takeError());
+      for (Expected<SearchResult> &m : megas)
+        consumeError(m.takeError());
       return 1;
     }
     auto ms = [](const SearchResult &s) {
       return s.best ? s.best->cost.stepTime * 1e3 : NAN;
     };
-    double megaBest = std::fmin(ms(*mega), ms(*megaSP));
-    const Plan *megaPlan =
-        !mega->best ? (megaSP->best ? &*megaSP->best : nullptr)
-        : !megaSP->best ? &*mega->best
-        : (mega->best->cost.stepTime <= megaSP->best->cost.stepTime
-               ? &*mega->best
-               : &*megaSP->best);
+    const Plan *megaPlan = nullptr;
+    for (Expected<SearchResult> &m : megas)
+      if ((*m).best &&
+          (!megaPlan || (*m).best->cost.stepTime < megaPlan->cost.stepTime))
+        megaPlan = &*(*m).best;
+    double megaBest = megaPlan ? megaPlan->cost.stepTime * 1e3 : NAN;
     double speedup = megaBest / ms(*best);
     // Model FLOPs per step, Megatron's convention (Narayanan et al., SC'21,
     // Sec. 5.1: F, dX and dW of every contraction, no recomputation):
@@ -528,23 +545,31 @@ int main(int argc, char **argv) {
     }
     if (megaPlan)
       desc += "; megatron " + megaPlan->label;
-    if (r.devices == 32 && std::isfinite(speedup))
+    if (zero3->best)
+      desc += "; deepspeed " + zero3->best->label;
+    if (r.devices == 32 && r.cluster == "v100-sxm2-32g-4x8" &&
+        std::isfinite(speedup))
       speedups32.push_back(speedup);
+    if (r.devices == 32 && r.cluster == "v100-sxm2-32g-4x8" &&
+        std::isfinite(ms(*zero3) / ms(*best)))
+      speedupsZ3.push_back(ms(*zero3) / ms(*best));
     std::string configs = std::to_string(best->solvedConfigurations) + "/" +
                           std::to_string(best->configurations);
-    outs() << format("%-12s %5lld %7.3f %7.3f %10.1f %10.1f %10.1f %6.3f "
-                     "%6.3f %6.3f %6.3f %5.3f %5.3f %11s  %s\n",
+    outs() << format("%-12s %5lld %7.3f %7.3f %10.1f %10.1f %10.1f %10.1f "
+                     "%6.3f %6.3f %6.3f %6.3f %6.3f %5.3f %5.3f %5.3f %11s  "
+                     "%s\n",
                      r.model->name, (long long)r.devices, searchTime, searchCPU,
-                     ms(*best), megaBest, ms(*spatial), speedup,
-                     ms(*spatial) / ms(*best), memRatio, memSpatial,
-                     mfu(ms(*best)), mfu(megaBest), configs.c_str(),
-                     desc.c_str());
+                     ms(*best), megaBest, ms(*zero3), ms(*spatial), speedup,
+                     ms(*zero3) / ms(*best), ms(*spatial) / ms(*best), memRatio,
+                     memSpatial, mfu(ms(*best)), mfu(megaBest), mfu(ms(*zero3)),
+                     configs.c_str(), desc.c_str());
     if (plans && best->best) {
       printPlan(outs(), p, *best->best);
       outs() << "\n";
     }
     outs().flush();
   }
-  printGeoMean(speedups32, "the best Megatron grid");
+  printGeoMean(speedups32, "the best Megatron grid (V100)");
+  printGeoMean(speedupsZ3, "DeepSpeed ZeRO-3 data parallelism (V100)");
   return 0;
 }

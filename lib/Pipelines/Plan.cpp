@@ -103,8 +103,11 @@ void stpar::pipelines::printComparison(
   Expected<SearchResult> megaSP =
       searchMegatron(problem, cluster, eff, true, megatronOpts);
   row("megatron + seq. parallel", megaSP);
+  // DeepSpeed's ZeRO data parallelism, searched over the same micro-batch
+  // counts (gradient accumulation) and recomputation settings.
   for (int z = 1; z <= 3; ++z) {
-    Expected<SearchResult> zr = searchZeRO(problem, cluster, eff, z);
+    Expected<SearchResult> zr =
+        searchZeRO(problem, cluster, eff, z, megatronOpts);
     row(("zero-" + Twine(z) + " data parallel").str(), zr);
     if (!zr)
       consumeError(zr.takeError());

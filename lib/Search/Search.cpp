@@ -432,13 +432,15 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
   return result;
 }
 
-Expected<SearchResult> searchZeRO(const Problem &problem,
-                                  const Cluster &cluster,
-                                  const EfficiencyModel &eff, int zeroStage,
-                                  ArrayRef<int64_t> meshShape) {
-  SearchResult result;
-  result.smallestMemory = std::numeric_limits<double>::infinity();
+/// Pure data parallelism at one configuration (micro-batches, recompute);
+/// adds the plan to `result` if it applies.
+static Error addZeROPlan(SearchResult &result, const Problem &problem,
+                         const Cluster &cluster, const EfficiencyModel &eff,
+                         int zeroStage, ArrayRef<int64_t> meshShape,
+                         int64_t microBatches, bool recompute) {
   Config c;
+  c.microBatches = microBatches;
+  c.recompute = recompute;
   c.mesh.axes = {{"pp", 1}};
   if (meshShape.size() <= 1) {
     c.mesh.axes.push_back({"dp", problem.devices});
@@ -475,15 +477,15 @@ Expected<SearchResult> searchZeRO(const Problem &problem,
         split = true;
       }
     if (!split && problem.devices > 1)
-      return result; // the batch does not divide: no ZeRO plan
+      return Error::success(); // the batch does not divide: no ZeRO plan
     parts.push_back(std::move(p));
   }
-  result.configurations = 1;
+  ++result.configurations;
   Expected<PlanCost> pc = (*inst)->evaluate(parts);
   if (!pc)
     return pc.takeError();
   result.memoryLimit = (*inst)->getMemoryLimit();
-  result.smallestMemory = pc->getMemory();
+  result.smallestMemory = std::min(result.smallestMemory, pc->getMemory());
   if (pc->feasible) {
     Plan plan;
     plan.config = c;
@@ -491,8 +493,43 @@ Expected<SearchResult> searchZeRO(const Problem &problem,
     plan.cost = std::move(*pc);
     plan.label = "zero-" + std::to_string(zeroStage) + " dp=" +
                  std::to_string(problem.devices);
-    result.best = std::move(plan);
+    if (microBatches > 1)
+      plan.label += " m=" + std::to_string(microBatches);
+    if (recompute)
+      plan.label += " recompute";
+    keepBest(result, std::move(plan));
   }
+  return Error::success();
+}
+
+Expected<SearchResult> searchZeRO(const Problem &problem,
+                                  const Cluster &cluster,
+                                  const EfficiencyModel &eff, int zeroStage,
+                                  ArrayRef<int64_t> meshShape) {
+  SearchResult result;
+  result.smallestMemory = std::numeric_limits<double>::infinity();
+  if (Error e = addZeROPlan(result, problem, cluster, eff, zeroStage, meshShape,
+                            1, false))
+    return std::move(e);
+  return result;
+}
+
+Expected<SearchResult> searchZeRO(const Problem &problem,
+                                  const Cluster &cluster,
+                                  const EfficiencyModel &eff, int zeroStage,
+                                  const SearchOptions &options) {
+  SearchResult result;
+  result.smallestMemory = std::numeric_limits<double>::infinity();
+  for (auto [stages, m] :
+       getPipelineChoices(problem, problem.devices,
+                          /*pipeline=*/false, options.microBatchChoices))
+    for (bool rc : options.recompute) {
+      if (rc && !hasLayers(problem))
+        continue;
+      if (Error e =
+              addZeROPlan(result, problem, cluster, eff, zeroStage, {}, m, rc))
+        return std::move(e);
+    }
   return result;
 }
 

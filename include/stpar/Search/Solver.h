@@ -317,6 +317,18 @@ llvm::Expected<SearchResult> searchZeRO(const Problem &problem,
                                         int zeroStage,
                                         llvm::ArrayRef<int64_t> meshShape = {});
 
+/// DeepSpeed's ZeRO data parallelism as it is run: pure data parallelism
+/// over one "dp" axis with ZeRO stage `zeroStage`, best over the gradient
+/// accumulation steps (micro-batches m = 2^i dividing the batch, i <
+/// options.microBatchChoices, every i when 0) and activation checkpointing
+/// (options.recompute). The plan's label names its configuration
+/// ("zero-3 dp=32 m=4 recompute").
+llvm::Expected<SearchResult> searchZeRO(const Problem &problem,
+                                        const cost::Cluster &cluster,
+                                        const cost::EfficiencyModel &eff,
+                                        int zeroStage,
+                                        const SearchOptions &options);
+
 /// The heading line of a plan table: "mesh AXIS=SIZE ..., micro-batches M,
 /// ZeRO stage Z[, recomputation]".
 void printPlanConfig(llvm::raw_ostream &os, const Config &config);

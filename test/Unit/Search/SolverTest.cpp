@@ -301,6 +301,40 @@ TEST(Baselines, ZeROStagesTradeMemoryForTraffic) {
   EXPECT_GT(t3, t2); // ZeRO-3 gathers the parameters once more
 }
 
+// DeepSpeed's ZeRO as it is run: the best over gradient accumulation steps
+// and activation checkpointing. Every configuration it tries is one of the
+// single-configuration baseline's kind, so it is never slower than m = 1
+// without recomputation, it names its configuration, and under a memory
+// limit that only gradient accumulation or recomputation meets it still
+// finds a plan where the fixed configuration finds none.
+TEST(Baselines, ZeROSearchesAccumulationAndRecomputation) {
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = tinyGPT(4);
+  SearchOptions opts;
+  opts.microBatchChoices = 0;
+  Expected<SearchResult> fixed = searchZeRO(p, cluster(), eff, 3);
+  Expected<SearchResult> searched = searchZeRO(p, cluster(), eff, 3, opts);
+  ASSERT_TRUE(fixed && fixed->best && searched && searched->best);
+  EXPECT_LE(searched->best->cost.stepTime, fixed->best->cost.stepTime);
+  EXPECT_GT(searched->configurations, 2u);
+  EXPECT_EQ(searched->best->label.rfind("zero-3 dp=4", 0), 0u)
+      << searched->best->label;
+  // A limit between the smallest memory and the fixed plan's memory.
+  double smallest = searched->smallestMemory;
+  double fixedMem = fixed->best->cost.getMemory();
+  ASSERT_LT(smallest, fixedMem);
+  Problem tight = p;
+  tight.memoryLimit = (smallest + fixedMem) / 2;
+  Expected<SearchResult> f2 = searchZeRO(tight, cluster(), eff, 3);
+  Expected<SearchResult> s2 = searchZeRO(tight, cluster(), eff, 3, opts);
+  ASSERT_TRUE(f2 && s2);
+  EXPECT_FALSE(f2->best.has_value());
+  ASSERT_TRUE(s2->best.has_value());
+  EXPECT_LE(s2->best->cost.getMemory(), *tight.memoryLimit);
+  EXPECT_TRUE(s2->best->config.recompute || s2->best->config.microBatches > 1)
+      << s2->best->label;
+}
+
 } // namespace
 
 namespace {
