@@ -89,6 +89,29 @@ double getMultiAxisCollectiveTime(Collective kind, double bytes,
   return t;
 }
 
+StringRef getPhaseName(Phase phase) {
+  switch (phase) {
+  case Phase::Forward:
+    return "forward";
+  case Phase::InputGrad:
+    return "input_grad";
+  case Phase::WeightGrad:
+    return "weight_grad";
+  }
+  return "";
+}
+
+double getSentBytes(const Communication &c, const Mesh &mesh) {
+  int64_t group = 1;
+  for (unsigned axis : c.axes)
+    if (axis < mesh.axes.size())
+      group *= mesh.axes[axis].size;
+  double once = c.kind == Collective::PointToPoint
+                    ? (group > 1 ? c.bytes : 0)
+                    : getRingVolume(c.kind, c.bytes, group);
+  return c.count * once;
+}
+
 static Error opError(const Operator &op, const Twine &message) {
   return createStringError(inconvertibleErrorCode(),
                            "operator '" + op.name + "': " + message);
@@ -170,7 +193,8 @@ static const Operand *findOperand(const Operator &op, OperandRole role,
 static Expected<std::array<double, 3>>
 costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
              const EfficiencyModel &eff, double stepFlops, double stepBytes,
-             double &doubleBuffers, std::array<RingOverhead, 3> &overhead) {
+             double &doubleBuffers, std::array<RingOverhead, 3> &overhead,
+             std::array<std::vector<Communication>, 3> &transfers) {
   const TemporalPrimitive &t = *op.temporal;
   const Operand *in = findOperand(op, OperandRole::Input, {t.mDim, t.nDim});
   const Operand *w = findOperand(op, OperandRole::Parameter, {t.nDim, t.kDim});
@@ -220,6 +244,45 @@ costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
   double inputGradAlign = shift(inBytes, col);
   double weightGradAlign = shift(wBytes, row);
   double qd = double(q);
+  // The same transfers as communications (F, B, G): q ring steps each,
+  // then the alignments.
+  std::vector<unsigned> rowAxes{t.rowAxis}, colAxes{t.colAxis},
+      square{t.rowAxis, t.colAxis};
+  auto item = [&](Collective kind, std::vector<unsigned> axes, double bytes,
+                  double count, std::string what) {
+    Communication c;
+    c.elementBytes = in->elementBytes;
+    c.kind = kind;
+    c.axes = std::move(axes);
+    c.bytes = bytes;
+    c.count = count;
+    c.what = std::move(what);
+    return c;
+  };
+  transfers[0] = {
+      item(Collective::RingShift, colAxes, inBytes, qd, "ring shift of I"),
+      item(Collective::RingShift, rowAxes, wBytes, qd, "ring shift of W"),
+      item(Collective::PointToPoint, colAxes, inBytes, 1,
+           "alignment of I into step 0"),
+      item(Collective::PointToPoint, rowAxes, wBytes, 1,
+           "alignment of W into step 0")};
+  transfers[1] = {
+      item(Collective::PointToPoint, square, wBytes, qd,
+           "diagonal transfer of W"),
+      item(Collective::RingShift, colAxes, outBytes, qd, "ring shift of dO"),
+      item(Collective::PointToPoint, colAxes, inBytes, 1,
+           "alignment of dI back")};
+  transfers[2] = {
+      item(Collective::PointToPoint, square, inBytes, qd,
+           "diagonal transfer of I"),
+      item(Collective::RingShift, rowAxes, outBytes, qd, "ring shift of dO"),
+      item(Collective::PointToPoint, square, wBytes, 1,
+           "diagonal re-layout of dW"),
+      item(Collective::PointToPoint, rowAxes, wBytes, 1,
+           "alignment of dW back")};
+  for (unsigned phase = 0; phase < 3; ++phase)
+    for (Communication &c : transfers[phase])
+      c.phase = Phase(phase);
   const TemporalStepCost *steps[3] = {&f, &b, &g};
   double align[3] = {forwardAlign, inputGradAlign,
                      diagonal(wBytes) + weightGradAlign};
@@ -272,10 +335,19 @@ Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
   if (op.temporal) {
     double doubleBuffers = 0;
     std::array<RingOverhead, 3> overhead;
-    Expected<std::array<double, 3>> t = costTemporal(
-        op, mesh, cluster, eff, flops, bytes, doubleBuffers, overhead);
+    std::array<std::vector<Communication>, 3> transfers;
+    Expected<std::array<double, 3>> t =
+        costTemporal(op, mesh, cluster, eff, flops, bytes, doubleBuffers,
+                     overhead, transfers);
     if (!t)
       return t.takeError();
+    cost.communication = std::move(transfers[0]);
+    for (unsigned phase = 1; phase < 3; ++phase)
+      for (Communication &c : transfers[phase]) {
+        c.count *= phase == 1 ? gradInputs : params;
+        if (c.count > 0)
+          cost.communication.push_back(std::move(c));
+      }
     cost.forward = (*t)[0];
     cost.backwardInput = gradInputs ? (*t)[1] * gradInputs : 0;
     cost.backwardWeight = params ? (*t)[2] * params : 0;
@@ -312,36 +384,65 @@ Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
     cost.backwardWeight = params ? t : 0;
   }
 
-  // Collectives implied by the partition.
+  // Collectives implied by the partition: listed, then timed (one route for
+  // the seconds and for what the program is checked against).
+  std::vector<unsigned> partialAxes;
   for (unsigned d = 0; d < op.loops.size(); ++d) {
     const LoopDim &loop = op.loops[d];
     if (loop.kind != LoopKind::Reduction || loop.axes.empty())
       continue;
     if (op.kind == OpKind::MatMul || op.kind == OpKind::Embedding) {
-      // Partial sums of the output: all-reduce.
-      cost.forwardComm += getMultiAxisCollectiveTime(
-          Collective::AllReduce, outBytes, loop.axes, mesh, cluster);
+      // Partial sums of the output: one all-reduce over every axis that
+      // splits a reduction loop.
+      partialAxes.insert(partialAxes.end(), loop.axes.begin(), loop.axes.end());
     } else {
       // Split non-decomposable reduction: all-reduce max and sum (fp32).
       double stats = 2 * 4 * outBytes /
                      double(std::max<int64_t>(1, getLocalExtent(op, d, mesh))) /
                      2;
-      double t = getMultiAxisCollectiveTime(Collective::AllReduce, stats,
-                                            loop.axes, mesh, cluster);
-      cost.forwardComm += t;
-      cost.backwardComm += t;
+      for (Phase phase : {Phase::Forward, Phase::InputGrad}) {
+        Communication c;
+        c.phase = phase;
+        c.axes = loop.axes;
+        c.bytes = stats;
+        c.elementBytes = 4;
+        c.what = "statistics of the split reduction loop '" + loop.name + "'";
+        cost.communication.push_back(std::move(c));
+      }
     }
   }
+  if (!partialAxes.empty()) {
+    Communication c;
+    c.axes = std::move(partialAxes);
+    c.bytes = outBytes;
+    for (const Operand &o : op.operands)
+      if (o.role == OperandRole::Output) {
+        c.elementBytes = o.elementBytes;
+        break;
+      }
+    c.what = "partial sums of the output";
+    cost.communication.push_back(std::move(c));
+  }
   if (op.kind == OpKind::MatMul) {
-    for (const Operand &operand : op.operands) {
+    for (auto [j, operand] : llvm::enumerate(op.operands)) {
       if (operand.role != OperandRole::Input || !operand.needsGrad)
         continue;
       std::vector<unsigned> axes = axesOutside(op, operand, std::nullopt);
-      if (!axes.empty())
-        cost.backwardComm += getMultiAxisCollectiveTime(
-            Collective::AllReduce, localBytes(op, operand, mesh), axes, mesh,
-            cluster);
+      if (axes.empty())
+        continue;
+      Communication c;
+      c.phase = Phase::InputGrad;
+      c.axes = std::move(axes);
+      c.bytes = localBytes(op, operand, mesh);
+      c.elementBytes = operand.elementBytes;
+      c.what = "partial input gradient of operand " + std::to_string(j);
+      cost.communication.push_back(std::move(c));
     }
+  }
+  for (const Communication &c : cost.communication) {
+    double t = c.count * getMultiAxisCollectiveTime(c.kind, c.bytes, c.axes,
+                                                    mesh, cluster);
+    (c.phase == Phase::Forward ? cost.forwardComm : cost.backwardComm) += t;
   }
 
   cost.stashBytes = op.kind == OpKind::Softmax ? outBytes : inputStash;

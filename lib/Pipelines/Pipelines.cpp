@@ -52,6 +52,12 @@ void stpar::pipelines::buildTrainingPipeline(
 void stpar::pipelines::buildPartitioningPipeline(
     OpPassManager &pm, const CompilePipelineOptions &options) {
   pm.addPass(stpar::stp::createPartitionPass());
+  if (options.checkPlan) {
+    stpar::stp::CheckCommunicationPassOptions check;
+    check.report = options.checkPlanReport;
+    check.failOnDifference = options.checkPlanFail;
+    pm.addPass(stpar::stp::createCheckCommunicationPass(check));
+  }
   if (options.precision != "fp32") {
     // Any other word reaches the pass, which rejects all but bf16 and auto.
     stpar::stp::MixedPrecisionPassOptions mixed;

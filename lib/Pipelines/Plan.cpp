@@ -277,13 +277,12 @@ static json::Object specJSON(const Operator &op, const Partition &part,
   return spec;
 }
 
-static json::Value planJSON(StringRef model, const Cluster &cluster,
-                            const Problem &problem, const FlatGraph &g,
-                            const stpar::analysis::BridgedProblem &bridged,
-                            const stpar::analysis::OperatorGraph &graph,
-                            const stpar::stp::OperatorNames &irNames,
-                            const SearchResult &result,
-                            ArrayRef<OpReport> reports) {
+static json::Value
+planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
+         const FlatGraph &g, const stpar::analysis::BridgedProblem &bridged,
+         const stpar::analysis::OperatorGraph &graph,
+         const stpar::stp::OperatorNames &irNames, const SearchResult &result,
+         ArrayRef<OpReport> reports, ArrayRef<PlannedCommunication> planned) {
   const Plan &plan = *result.best;
   const Mesh &mesh = plan.config.mesh;
   json::Array axes;
@@ -359,6 +358,36 @@ static json::Value planJSON(StringRef model, const Cluster &cluster,
                                    {"axes", std::move(sa)}});
     }
   }
+  // Everything the objective charges as communication, by the operator the
+  // program's stp.plan_step names (`-stp-check-communication`).
+  json::Array communication;
+  for (const PlannedCommunication &p : planned) {
+    const auto &gop = graph.ops[bridged.graphOpOfFlat[p.op]];
+    std::string irOp, label;
+    if (gop.sourceOp >= 0 && size_t(gop.sourceOp) < irNames.getOps().size()) {
+      mlir::Operation *source = irNames.getOps()[gop.sourceOp];
+      irOp = irNames.getName(source).str();
+      label = stpar::stp::getPlanStepLabel(source, unsigned(gop.sourceOp));
+    }
+    json::Array names;
+    for (unsigned a : p.comm.axes)
+      names.push_back(mesh.axes[a].name);
+    communication.push_back(
+        json::Object{{"op", g.ops[p.op].name},
+                     {"ir_op", irOp},
+                     {"label", label},
+                     {"phase", p.source == "gradient sync"
+                                   ? "grad_sync"
+                                   : getPhaseName(p.comm.phase).str()},
+                     {"kind", getCollectiveName(p.comm.kind).str()},
+                     {"axes", std::move(names)},
+                     {"bytes", p.comm.bytes},
+                     {"element_bytes", p.comm.elementBytes},
+                     {"count", p.comm.count},
+                     {"sent_bytes", getSentBytes(p.comm, mesh)},
+                     {"source", p.source},
+                     {"what", p.comm.what}});
+  }
   json::Array notes;
   for (const std::string &n : bridged.notes)
     notes.push_back(n);
@@ -382,6 +411,7 @@ static json::Value planJSON(StringRef model, const Cluster &cluster,
       {"collectives", std::move(collectives)},
       {"transfers", std::move(transfers)},
       {"gradient_sync", std::move(syncs)},
+      {"communication", std::move(communication)},
       {"memory", json::Object{{"states", c.stateBytes},
                               {"activations", c.activationBytes},
                               {"transient", c.transientBytes},
@@ -811,8 +841,16 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
   // The plan goes into the IR as attributes (PlanAttributes.h); plan.json
   // is read back from them.
   stpar::stp::OperatorNames irNames(func.getBody().front());
-  json::Value searched = planJSON(model, cluster, problem, g, *bridged,
-                                  *graph, irNames, *result, *reports);
+  Expected<std::unique_ptr<Instance>> inst =
+      Instance::create(problem, cluster, plan.config, eff, SolverOptions());
+  if (!inst)
+    return inst.takeError();
+  Expected<std::vector<PlannedCommunication>> planned =
+      (*inst)->getCommunication(plan.partitions);
+  if (!planned)
+    return planned.takeError();
+  json::Value searched = planJSON(model, cluster, problem, g, *bridged, *graph,
+                                  irNames, *result, *reports, *planned);
   if (Error error = stpar::stp::applyPlan(module, searched, cluster,
                                           stpar::stp::ApplyPlanOptions()))
     return error;

@@ -190,6 +190,12 @@ struct Instance::Impl {
   /// Uncached: (seconds, the share of them reducing partial sums).
   std::pair<double, double> edgeParts(unsigned consumer, unsigned operand,
                                       int from, int to) const;
+  /// The re-layouts of an edge into `operand` of problem operator
+  /// `consumer`: F (the producer's layout `from` into the consumer's `to`)
+  /// and, when the tensor needs a gradient, B (its gradient back); empty
+  /// steps where none is needed or the layouts are external.
+  std::pair<RelayoutCost, RelayoutCost>
+  edgeRelayouts(unsigned consumer, unsigned operand, int from, int to) const;
   double edgeCost(unsigned consumer, unsigned operand, int from, int to) {
     return weight(consumer) * slots * edgeSeconds(consumer, operand, from, to);
   }
@@ -568,11 +574,12 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
   return seconds;
 }
 
-std::pair<double, double> Instance::Impl::edgeParts(unsigned consumer,
-                                                    unsigned operand, int from,
-                                                    int to) const {
+std::pair<RelayoutCost, RelayoutCost>
+Instance::Impl::edgeRelayouts(unsigned consumer, unsigned operand, int from,
+                              int to) const {
+  std::pair<RelayoutCost, RelayoutCost> result;
   if (from == kExternal)
-    return {0, 0};
+    return result;
   const Operator &op = problem.ops[consumer];
   const Operand &o = op.operands[operand];
   std::vector<int64_t> shape;
@@ -580,17 +587,9 @@ std::pair<double, double> Instance::Impl::edgeParts(unsigned consumer,
     shape.push_back(op.loops[d].extent);
   TensorLayout src = makeLayout(layouts[from], shape, o.elementBytes, false);
   TensorLayout dst = makeLayout(layouts[to], shape, o.elementBytes, true);
-  double seconds = 0, reductions = 0;
-  auto add = [&](const RelayoutCost &c) {
-    seconds += c.seconds;
-    for (const RelayoutStep &step : c.steps)
-      if (step.kind == Collective::AllReduce ||
-          step.kind == Collective::ReduceScatter)
-        reductions += step.seconds;
-  };
   if (Expected<RelayoutCost> f =
           getRelayoutCost(src, dst, config.mesh, cluster))
-    add(*f);
+    result.first = std::move(*f);
   else
     consumeError(f.takeError());
   // Backward: the input gradient (consumer layout, reduced by the consumer's
@@ -601,9 +600,27 @@ std::pair<double, double> Instance::Impl::edgeParts(unsigned consumer,
         makeLayout(layouts[to], shape, o.elementBytes, true, true);
     if (Expected<RelayoutCost> b =
             getRelayoutCost(grad, back, config.mesh, cluster))
-      add(*b);
+      result.second = std::move(*b);
     else
       consumeError(b.takeError());
+  }
+  return result;
+}
+
+static bool isReduction(Collective kind) {
+  return kind == Collective::AllReduce || kind == Collective::ReduceScatter;
+}
+
+std::pair<double, double> Instance::Impl::edgeParts(unsigned consumer,
+                                                    unsigned operand, int from,
+                                                    int to) const {
+  auto [f, b] = edgeRelayouts(consumer, operand, from, to);
+  double seconds = 0, reductions = 0;
+  for (const RelayoutCost *c : {&f, &b}) {
+    seconds += c->seconds;
+    for (const RelayoutStep &step : c->steps)
+      if (isReduction(step.kind))
+        reductions += step.seconds;
   }
   return {seconds, reductions};
 }
@@ -667,6 +684,109 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
   pc.stepTime = pc.pipeline + pc.exposedSync + pc.optimizer;
   pc.feasible = pc.getMemory() <= I.limit;
   return pc;
+}
+
+Expected<std::vector<PlannedCommunication>>
+Instance::getCommunication(ArrayRef<Partition> partitions) {
+  Impl &I = *impl;
+  const FlatGraph &g = I.getFlat();
+  if (partitions.size() != g.ops.size())
+    return err("the plan has " + Twine(partitions.size()) + " partitions for " +
+               Twine(g.ops.size()) + " operators");
+  std::vector<PlannedCommunication> out;
+  std::vector<Raw> raws;
+  raws.reserve(g.ops.size());
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    unsigned op = g.original[i];
+    Operator work = I.problem.ops[op];
+    Expected<Raw> r = I.costRaw(op, work, partitions[i]);
+    if (!r)
+      return r.takeError();
+    raws.push_back(std::move(*r));
+    const Raw &raw = raws.back();
+    // As costRaw charges them: partial sums a consuming edge reduces and
+    // input-gradient reductions a feeding edge takes over are the edges'.
+    for (const Communication &c : raw.cost.communication) {
+      bool partialSums =
+          c.phase == Phase::Forward && !work.temporal &&
+          (work.kind == OpKind::MatMul || work.kind == OpKind::Embedding) &&
+          I.outputHasEdges[op];
+      if (partialSums)
+        continue;
+      out.push_back({c, i, "operator"});
+    }
+    if (raw.skew > 0)
+      for (const Operand &o : work.operands)
+        if (o.role == OperandRole::Input) {
+          Communication c;
+          c.kind = Collective::PointToPoint;
+          c.axes = {work.temporal->colAxis};
+          c.bytes =
+              getLocalElements(work, o, I.config.mesh) * double(o.elementBytes);
+          c.elementBytes = o.elementBytes;
+          c.what = "skew of I into the primitive's home layout";
+          out.push_back({std::move(c), i, "operator"});
+          break;
+        }
+    // Input-gradient reductions taken over by a feeding edge (costRaw).
+    for (auto [j, o] : llvm::enumerate(work.operands)) {
+      if (!I.inputHasEdges[op][j])
+        continue;
+      std::string what =
+          "partial input gradient of operand " + std::to_string(j);
+      erase_if(out, [&](const PlannedCommunication &p) {
+        return p.op == i && p.comm.phase == Phase::InputGrad &&
+               p.comm.what == what;
+      });
+    }
+    for (const GradientSync &s : getGradientSyncs(work, I.config.mesh, 0u)) {
+      if (s.axes.empty())
+        continue;
+      Communication c;
+      c.phase = Phase::WeightGrad;
+      c.axes = s.axes;
+      c.bytes = s.bytes;
+      for (const Operand &o : work.operands)
+        if (o.role == OperandRole::Parameter && o.name == s.parameter)
+          c.elementBytes = o.elementBytes;
+      c.what = "gradient of " + s.parameter;
+      out.push_back({std::move(c), i, "gradient sync"});
+    }
+  }
+  for (const Edge &e : g.edges) {
+    unsigned cons = g.original[e.consumer];
+    int from = raws[e.producer].layouts[e.producerOperand];
+    int to = raws[e.consumer].layouts[e.consumerOperand];
+    auto [f, b] = I.edgeRelayouts(cons, e.consumerOperand, from, to);
+    std::string what = "operand " + std::to_string(e.consumerOperand) + " of " +
+                       g.ops[e.consumer].name + " (produced by " +
+                       g.ops[e.producer].name + ")";
+    int64_t width = g.ops[e.consumer].operands[e.consumerOperand].elementBytes;
+    for (const RelayoutStep &step : f.steps) {
+      Communication c;
+      c.elementBytes = width;
+      c.kind = step.kind;
+      c.axes = {step.axis};
+      c.bytes = step.bytes;
+      c.what = "re-layout of " + what;
+      out.push_back({std::move(c),
+                     isReduction(step.kind) ? e.producer : e.consumer,
+                     "re-layout"});
+    }
+    for (const RelayoutStep &step : b.steps) {
+      Communication c;
+      c.elementBytes = width;
+      c.phase = Phase::InputGrad;
+      c.kind = step.kind;
+      c.axes = {step.axis};
+      c.bytes = step.bytes;
+      c.what = "gradient re-layout of " + what;
+      out.push_back({std::move(c),
+                     isReduction(step.kind) ? e.consumer : e.producer,
+                     "re-layout"});
+    }
+  }
+  return out;
 }
 
 bool Instance::Impl::insert(Front &front, Point p) {

@@ -41,6 +41,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -157,6 +158,15 @@ static cl::opt<std::string> compilePrecision(
              "activations and collectives stay f32); fp32: every op in f32; "
              "auto (default): mixed where the cluster's devices have bf16 "
              "tensor cores, else fp32"));
+static cl::opt<std::string> compileCheckPlan(
+    "check-plan", cl::sub(compileCmd), cl::ValueOptional, cl::init("off"),
+    cl::value_desc("fail|report|off"),
+    cl::desc("Compare the partitioned program's communication with the "
+             "plan's, per operator and phase (-stp-check-communication; "
+             "docs/plan-format.md, \"Plan check\"): fail (the default of a "
+             "bare --check-plan) prints the table and fails on a "
+             "difference, report writes plan-check.txt into OUTDIR and "
+             "prints its summary, off (default) skips it"));
 static cl::opt<std::string> compileOutput("o", cl::sub(compileCmd),
                                           cl::Required,
                                           cl::value_desc("OUTDIR"),
@@ -242,9 +252,11 @@ static int runCompile() {
   if (emit.empty())
     for (const char *e : {"plan", "mlir", "cuda", "cpu"})
       emit.insert(e);
+  // The plan check needs the partitioned program even when nothing of it
+  // is written.
   bool toPartition = compileStopAfter != "plan" &&
                      (emit.count("mlir") || emit.count("cuda") ||
-                      emit.count("cpu"));
+                      emit.count("cpu") || compileCheckPlan != "off");
   bool toEmit = compileStopAfter == "emit" &&
                 (emit.count("cuda") || emit.count("cpu"));
   if (!compilePlan.empty() &&
@@ -296,6 +308,15 @@ static int runCompile() {
     return fail("--precision must be auto, mixed or fp32, got '" +
                 compilePrecision + "'");
   p.precision = compilePrecision;
+  if (compileCheckPlan.empty())
+    compileCheckPlan = "fail";
+  if (compileCheckPlan != "fail" && compileCheckPlan != "report" &&
+      compileCheckPlan != "off")
+    return fail("--check-plan must be fail, report or off, got '" +
+                compileCheckPlan + "'");
+  if (compileCheckPlan != "off" && compileStopAfter == "plan")
+    return fail("--check-plan compares the partitioned program with the "
+                "plan: it needs the partition (not --stop-after=plan)");
   if (!compileLoss.empty()) {
     stpar::pipelines::TrainingOptions &t = p.training;
     t.enabled = true;
@@ -398,8 +419,25 @@ static int runCompile() {
   }
   if (toPartition) {
     progress("partition: -stp-partition");
+    if (compileCheckPlan == "fail") {
+      o.pipeline.checkPlan = true;
+      o.pipeline.checkPlanReport = "-";
+    } else if (compileCheckPlan == "report") {
+      o.pipeline.checkPlan = true;
+      o.pipeline.checkPlanFail = false;
+      o.pipeline.checkPlanReport = (Twine(tmp) + "/plan-check.txt").str();
+    }
     if (!partition(module, o.pipeline))
       return 1;
+    if (compileCheckPlan == "report") {
+      // The table is in OUTDIR; its summary (the last line) goes here.
+      if (ErrorOr<std::unique_ptr<MemoryBuffer>> text =
+              MemoryBuffer::getFile(o.pipeline.checkPlanReport)) {
+        StringRef last = (*text)->getBuffer().rtrim();
+        last = last.substr(last.rfind('\n') + 1);
+        outs() << last << " (plan-check.txt)\n";
+      }
+    }
     if (emit.count("mlir") &&
         !writeFile(tmp, "partitioned.mlir", [&](raw_ostream &os) {
           module.print(os, stpar::tools::getPrintingFlags());

@@ -167,6 +167,15 @@ static cl::opt<std::string>
                cl::desc("The Node.js to use (default: from PATH)"));
 static cl::OptionCategory
     verifyTrainingCategory("Training step (--train; docs/training.md)");
+static cl::opt<bool> verifyCheckPlan(
+    "check-plan", cl::sub(verifyCmd),
+    cl::desc("Fail when the partitioned program communicates other than the "
+             "plan predicts (stpar compile --check-plan); without it the "
+             "check is only reported"));
+static cl::opt<bool> verifyNoPlanCheck(
+    "no-plan-check", cl::sub(verifyCmd),
+    cl::desc("Skip the plan <=> program check (e.g. for a plan file made "
+             "before plans carried their communication)"));
 static cl::opt<bool> verifyTrain(
     "train", cl::sub(verifyCmd), cl::cat(verifyTrainingCategory),
     cl::desc("Verify a whole training step (loss, gradients, optimizer "
@@ -443,6 +452,11 @@ int Verifier::compileModel(const std::string &self, const std::string &model) {
         compile.args.end(),
         {"--micro-batches", std::to_string(verifyMicroBatches)});
   compile.args.insert(compile.args.end(), {"--precision", verifyPrecision});
+  // The plan <=> program check: reported on every run, fatal with
+  // --check-plan (docs/verify.md).
+  if (!verifyNoPlanCheck)
+    compile.args.push_back(verifyCheckPlan ? "--check-plan=fail"
+                                           : "--check-plan=report");
   compile.args.insert(compile.args.end(), {"--emit=plan,cpu", "-o", compiled});
   compile.outLog = path("compile.out.log");
   compile.errLog = path("compile.err.log");
@@ -452,6 +466,15 @@ int Verifier::compileModel(const std::string &self, const std::string &model) {
     return fail(rc < 0 ? error
                        : "stpar compile failed (exit " + std::to_string(rc) +
                              "):\n" + tail(compile.errLog));
+  // The check's summary line (compile's standard output).
+  if (ErrorOr<std::unique_ptr<MemoryBuffer>> log =
+          MemoryBuffer::getFile(compile.outLog)) {
+    SmallVector<StringRef> lines;
+    (*log)->getBuffer().split(lines, '\n');
+    for (StringRef line : lines)
+      if (line.starts_with("plan check: ") && line.contains(" pairs agree"))
+        outs() << "verify: " << line << "\n";
+  }
   return 0;
 }
 

@@ -85,6 +85,42 @@ struct RingOverhead {
   }
 };
 
+/// The phase of a micro-batch's step a communication belongs to
+/// (PrimePar's F, B and G).
+enum class Phase { Forward, InputGrad, WeightGrad };
+
+/// "forward", "input_grad", "weight_grad" (the names of `stp.phase` in a
+/// training step, docs/training.md).
+llvm::StringRef getPhaseName(Phase phase);
+
+/// One communication the cost model charges, per micro-batch on one device:
+/// what the partitioned program must issue for the plan's time to hold.
+/// `stpar compile --check-plan` compares these, summed per operator and
+/// phase, with the collectives of the program (docs/plan-format.md,
+/// "communication").
+struct Communication {
+  Phase phase = Phase::Forward;
+  Collective kind = Collective::AllReduce;
+  /// Mesh axes of the group; one collective over the product of their
+  /// sizes (a diagonal point-to-point names both axes of its square).
+  std::vector<unsigned> axes;
+  /// Buffer size S as Collectives.h defines it per kind, bytes.
+  double bytes = 0;
+  /// Bytes per element of the tensor moved (bytes / elementBytes elements).
+  int64_t elementBytes = 2;
+  /// Times it is issued per micro-batch.
+  double count = 1;
+  /// What it moves, in words ("partial sums of the output").
+  std::string what;
+};
+
+/// Bytes one device sends for `c`: getRingVolume of its kind, S and group
+/// size (the product of its axes' sizes; a point-to-point sends S), times
+/// its count. Independent of how the collective is decomposed over the
+/// axes (a bandwidth-optimal all-gather over a x b sends (ab-1)/ab S
+/// whether it gathers over a then b or over both at once).
+double getSentBytes(const Communication &c, const Mesh &mesh);
+
 /// Costs of one operator for one micro-batch on one device (seconds, bytes,
 /// FLOPs).
 struct OperatorCost {
@@ -102,6 +138,9 @@ struct OperatorCost {
   /// forward partial-sum all-reduces, backward input-gradient all-reduces,
   /// statistics all-reduces of split softmax/norm.
   double forwardComm = 0, backwardComm = 0;
+  /// The communications behind forwardComm, backwardComm and the temporal
+  /// primitive's transfers and alignments (in F, B and G), as charged.
+  std::vector<Communication> communication;
   /// Bytes of this op's parameters on one device (unique per operand).
   double parameterBytes = 0;
   /// Activation bytes stashed from F for B/G on one device.

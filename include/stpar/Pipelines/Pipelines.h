@@ -71,6 +71,12 @@ struct CompilePipelineOptions {
   /// op in f32) or "auto" (default: mixed where the plan's devices have
   /// bf16 tensor cores, fp32 otherwise).
   std::string precision = "auto";
+  /// -stp-check-communication right after -stp-partition: the table goes
+  /// to `checkPlanReport` ('-': standard output); a difference fails the
+  /// pipeline when `checkPlanFail`.
+  bool checkPlan = false;
+  bool checkPlanFail = true;
+  std::string checkPlanReport = "-";
 };
 
 /// Adds the stages up to and including the plan: -stp-normalize, then
@@ -78,7 +84,8 @@ struct CompilePipelineOptions {
 void buildPlanningPipeline(mlir::OpPassManager &pm,
                            const CompilePipelineOptions &options);
 
-/// Adds the stages after the plan: -stp-partition, -stp-mixed-precision
+/// Adds the stages after the plan: -stp-partition,
+/// -stp-check-communication (with `checkPlan`), -stp-mixed-precision
 /// (unless precision "fp32"), -stp-bucket-gradients, -stp-schedule-collectives,
 /// -stp-plan-memory.
 /// -stp-training-step when `options.training.enabled` (else nothing).

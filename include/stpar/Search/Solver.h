@@ -126,6 +126,20 @@ struct DPStats {
   }
 };
 
+/// One communication the objective charges for a plan, and the flattened
+/// operator it belongs to as the partitioned program labels it
+/// (`stp.plan_step`): a partial-sum reduction belongs to the operator that
+/// produced the partial sums, any other re-layout to the operator that
+/// reads the tensor.
+struct PlannedCommunication {
+  cost::Communication comm;
+  unsigned op = 0;
+  /// "operator" (the partition's collectives, the temporal primitive's
+  /// transfers and input skew), "re-layout" (an edge between operators) or
+  /// "gradient sync" (per step, not per micro-batch; phase weight_grad).
+  std::string source;
+};
+
 /// The objective for one problem under one configuration. Holds the
 /// operators with the micro-batch extent, candidate tables and a re-layout
 /// cache.
@@ -144,6 +158,16 @@ public:
 
   /// Costs a full plan (partitions per flattened operator).
   llvm::Expected<PlanCost> evaluate(llvm::ArrayRef<Partition> partitions);
+
+  /// What evaluate charges as communication, one entry per collective:
+  /// each operator's (the partial sums and statistics it reduces itself,
+  /// not those a consuming edge reduces; its input gradients' reductions
+  /// unless the feeding edge takes them over), each edge's re-layout in F
+  /// and, for a tensor that needs a gradient, its gradient's re-layout back
+  /// in B, and the gradient syncs. Per micro-batch, unweighted. Errors:
+  /// as evaluate.
+  llvm::Expected<std::vector<PlannedCommunication>>
+  getCommunication(llvm::ArrayRef<Partition> partitions);
 
   /// Exhaustive search over every combination of the (unpruned) candidates
   /// of the flattened operators. Fails above `maxCombinations`.

@@ -38,6 +38,13 @@ std::string stpar::stp::getFileName(Location loc) {
   return file;
 }
 
+std::string stpar::stp::getPlanStepLabel(Operation *op, unsigned position) {
+  std::string node = getNodeName(op->getLoc());
+  if (!node.empty())
+    return node;
+  return (op->getName().getStringRef() + "#" + llvm::Twine(position)).str();
+}
+
 OperatorNames::OperatorNames(Block &block) {
   // How many top-level ops each node became.
   std::vector<std::string> nodes;

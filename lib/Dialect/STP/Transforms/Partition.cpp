@@ -433,11 +433,7 @@ Value Partitioner::getBlockIndex(Location loc,
 }
 
 std::string Partitioner::getLabel(Operation *op) {
-  std::string node = getNodeName(op->getLoc());
-  if (!node.empty())
-    return node;
-  return (op->getName().getStringRef() + "#" + Twine(positions.lookup(op)))
-      .str();
+  return getPlanStepLabel(op, positions.lookup(op));
 }
 
 ArrayAttr Partitioner::getSplitAttr(const Sharding &s) {

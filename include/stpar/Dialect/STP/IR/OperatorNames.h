@@ -39,6 +39,12 @@ std::string getNodeName(mlir::Location loc);
 /// model), or "" when there is none.
 std::string getFileName(mlir::Location loc);
 
+/// How the partitioned program names the operator `op` (at `position` in
+/// its block) in `stp.plan_step`: its ONNX node name (getNodeName), else
+/// `<op name>#<position>`. Unlike OperatorNames, the ops of one node share
+/// the label.
+std::string getPlanStepLabel(mlir::Operation *op, unsigned position);
+
 /// The stable names of the ops of one block (the top-level ops of a
 /// function body), both ways.
 class OperatorNames {

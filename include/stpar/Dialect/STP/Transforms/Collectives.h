@@ -10,6 +10,7 @@
 
 #include "mlir/IR/Operation.h"
 #include "mlir/Support/LLVM.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
@@ -30,6 +31,37 @@ bool isCommunicatingCollective(mlir::Operation *op);
 /// The grid axes whose communicator a collective uses; std::nullopt for
 /// all-slice (local) and ring shifts (the world communicator).
 std::optional<llvm::ArrayRef<int16_t>> getCommunicatorAxes(mlir::Operation *op);
+
+/// What one collective of a partitioned program communicates
+/// (-stp-check-communication; docs/plan-format.md, "Plan check").
+struct ProgramCommunication {
+  mlir::Operation *op = nullptr;
+  /// The operator and phase its `stp.plan_step` names ("" when it has
+  /// none).
+  std::string label, phase;
+  /// "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+  /// "ring-shift", "point-to-point" (cost::getCollectiveName's words).
+  std::string kind;
+  /// Grid axes of its group and the group's size.
+  llvm::SmallVector<unsigned> axes;
+  int64_t group = 1;
+  /// Buffer S in elements (Collectives.h: the all-gather's output, the
+  /// others' input) and the bytes per element.
+  double elements = 0;
+  int64_t elementBytes = 4;
+  /// Elements one device sends per execution (the ring volume of S; a
+  /// grid_permute's share of moving devices times S).
+  double sentElements = 0;
+  /// Executions per step: the product of the enclosing scf.for trip
+  /// counts; `knownCount` is false when one is not constant.
+  double count = 1;
+  bool knownCount = true;
+};
+
+/// The communication of `op` on a grid of `gridShape`, or std::nullopt
+/// when it is not a communicating collective (all-slice moves nothing).
+std::optional<ProgramCommunication>
+getProgramCommunication(mlir::Operation *op, llvm::ArrayRef<int64_t> gridShape);
 
 /// The C++ literal of a `stpar_rt::Shape` (`stpar_rt::Shape{4, 8}`), as the
 /// lowered calls and the printer write shapes and grid-axes groups.

@@ -221,6 +221,62 @@ def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
   ];
 }
 
+def CheckCommunicationPass
+    : Pass<"stp-check-communication", "::mlir::ModuleOp"> {
+  let summary = "Compare a partitioned program's communication with its plan's";
+  let description = [{
+    The plan <=> program check (docs/plan-format.md, "Plan check"). Totals
+    what every collective of a partitioned module sends (elements per
+    device per step: the ring volume of its buffer over its group, times
+    the trip counts of the loops around it; an all-slice sends nothing), by
+    the operator and phase its `stp.plan_step` names, and compares the
+    totals with the plan's predictions: the "communication" records of the
+    module's `stp.plan` (what `stpar plan` charged in the search objective,
+    per micro-batch, times the plan's micro-batches). Compared: the forward
+    phase, and in a training step the input-gradient phase; other phases
+    (weight gradients, gradient sums and syncs, optimizer, recomputation)
+    and the gathers of the results (labelled `return`) are listed but not
+    compared. Elements,
+    not bytes, are compared; a different element width (the program moving
+    f32 where the plan costs 2-byte elements) is stated on the summary line.
+
+    Run it right after -stp-partition (before -stp-bucket-gradients merges
+    collectives). The IR is not changed.
+
+    Report (`report=-`, the default):
+
+    ```
+    plan check: elements sent per device per step, by operator and phase (plan: per micro-batch x 1)
+      operator                                 phase                  plan        program
+      /blocks.0/proj/MatMul                    forward                   0           1536  DIFFERS
+          program: all-gather over x0 1536
+    plan check: 11 of 12 (operator, phase) pairs agree (forward compared)
+    ```
+
+    With `fail-on-difference` (default) a differing pair is an error at the
+    first differing collective, naming the operator and both totals. Errors:
+    an unpartitioned module, no plan, a plan without "communication"
+    records.
+  }];
+  let options = [
+    Option<"report", "report", "std::string", /*default=*/"\"-\"",
+           "Where the table goes: a file, '-' for standard output, '' for "
+           "none">,
+    Option<"failOnDifference", "fail-on-difference", "bool",
+           /*default=*/"true",
+           "Fail when an (operator, phase) pair differs">,
+    Option<"tolerance", "tolerance", "double", /*default=*/"1e-6",
+           "Relative difference allowed (plus one element) before a pair "
+           "differs (rounding)">
+  ];
+  let statistics = [
+    Statistic<"numCompared", "num-compared",
+              "(operator, phase) pairs compared">,
+    Statistic<"numDiffering", "num-differing",
+              "(operator, phase) pairs that differ">
+  ];
+}
+
 def BucketGradientsPass : Pass<"stp-bucket-gradients", "::mlir::ModuleOp"> {
   let summary = "Pack the gradient all-reduces and reduce-scatters of a training step into buckets issued as soon as they are full";
   let description = [{

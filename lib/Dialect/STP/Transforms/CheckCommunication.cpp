@@ -1,0 +1,371 @@
+//===- CheckCommunication.cpp - the plan against its program ----*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements -stp-check-communication: totals the communication of a
+// partitioned program per operator and phase (from the `stp.plan_step` of
+// every collective) and compares it with what the plan predicted (the
+// "communication" records of `stp.plan`, written by stpar plan from the
+// search objective). docs/plan-format.md, "Plan check".
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Dialect/STP/Transforms/Passes.h"
+
+#include "stpar/Dialect/STP/IR/STPAttrs.h"
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/IR/STPOps.h"
+#include "stpar/Dialect/STP/Transforms/Collectives.h"
+#include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
+
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace stpar::stp {
+#define GEN_PASS_DEF_CHECKCOMMUNICATIONPASS
+#include "stpar/Dialect/STP/Transforms/Passes.h.inc"
+} // namespace stpar::stp
+
+using namespace mlir;
+using namespace stpar::stp;
+namespace json = llvm::json;
+
+std::optional<ProgramCommunication>
+stpar::stp::getProgramCommunication(Operation *op,
+                                    ArrayRef<int64_t> gridShape) {
+  if (!isCommunicatingCollective(op) || op->getNumOperands() < 1)
+    return std::nullopt;
+  auto inType = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  auto outType = op->getNumResults()
+                     ? dyn_cast<RankedTensorType>(op->getResult(0).getType())
+                     : RankedTensorType();
+  if (!inType || !outType || !inType.hasStaticShape() ||
+      !outType.hasStaticShape())
+    return std::nullopt;
+  ProgramCommunication c;
+  c.op = op;
+  c.elementBytes = std::max<int64_t>(1, inType.getElementTypeBitWidth() / 8);
+  double inElements = double(inType.getNumElements());
+  double outElements = double(outType.getNumElements());
+  ArrayRef<int16_t> axes;
+  double fraction = 1; // of the group's devices that send
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](shard::AllReduceOp o) {
+        c.kind = "all-reduce";
+        axes = o.getGridAxes();
+        c.elements = inElements;
+      })
+      .Case([&](shard::AllGatherOp o) {
+        c.kind = "all-gather";
+        axes = o.getGridAxes();
+        c.elements = outElements;
+      })
+      .Case([&](shard::ReduceScatterOp o) {
+        c.kind = "reduce-scatter";
+        axes = o.getGridAxes();
+        c.elements = inElements;
+      })
+      .Case([&](shard::AllToAllOp o) {
+        c.kind = "all-to-all";
+        axes = o.getGridAxes();
+        c.elements = inElements;
+      })
+      .Case([&](shard::ShiftOp o) {
+        c.kind = "ring-shift";
+        axes = o.getGridAxes();
+        c.elements = inElements;
+      })
+      .Case([&](GridPermuteOp o) {
+        c.kind = "point-to-point";
+        axes = o.getGridAxes();
+        c.elements = inElements;
+        ArrayRef<int64_t> sources = o.getSources();
+        int64_t moving = 0;
+        for (auto [j, s] : llvm::enumerate(sources))
+          moving += s != int64_t(j);
+        fraction =
+            sources.empty() ? 0 : double(moving) / double(sources.size());
+      });
+  if (c.kind.empty())
+    return std::nullopt;
+  c.group = 1;
+  for (int16_t a : axes) {
+    c.axes.push_back(unsigned(a));
+    if (a >= 0 && size_t(a) < gridShape.size())
+      c.group *= gridShape[a];
+  }
+  // Elements each device sends once (Collectives.h's ring volumes).
+  double p = double(c.group), frac = c.group > 1 ? (p - 1) / p : 0;
+  if (c.kind == "all-reduce")
+    c.sentElements = 2 * frac * c.elements;
+  else if (c.kind == "ring-shift")
+    c.sentElements = c.group > 1 ? c.elements : 0;
+  else if (c.kind == "point-to-point")
+    c.sentElements = fraction * c.elements;
+  else
+    c.sentElements = frac * c.elements;
+  // Executions per step: the trip counts of the enclosing loops.
+  for (Operation *parent = op->getParentOp(); parent;
+       parent = parent->getParentOp()) {
+    auto loop = dyn_cast<scf::ForOp>(parent);
+    if (!loop)
+      continue;
+    std::optional<int64_t> lb = getConstantIntValue(loop.getLowerBound());
+    std::optional<int64_t> ub = getConstantIntValue(loop.getUpperBound());
+    std::optional<int64_t> step = getConstantIntValue(loop.getStep());
+    if (!lb || !ub || !step || *step <= 0) {
+      c.knownCount = false;
+      continue;
+    }
+    c.count *= double(std::max<int64_t>(0, (*ub - *lb + *step - 1) / *step));
+  }
+  // "<label> <phase>: <reason>" (Partition.cpp, markCollective).
+  if (auto step =
+          op->getAttrOfType<StringAttr>(STPDialect::kPlanStepAttrName)) {
+    StringRef text = step.getValue();
+    size_t colon = text.find(": ");
+    StringRef head = colon == StringRef::npos ? text : text.take_front(colon);
+    size_t space = head.rfind(' ');
+    if (space != StringRef::npos) {
+      c.label = head.take_front(space).str();
+      c.phase = head.drop_front(space + 1).str();
+    } else {
+      c.label = head.str();
+    }
+  }
+  return c;
+}
+
+namespace {
+
+/// Totals of one (operator, phase) on one side.
+struct Side {
+  double elements = 0;
+  /// "all-gather over x0" -> elements.
+  std::map<std::string, double> parts;
+};
+
+struct Pair {
+  Side plan, program;
+};
+
+std::string axesText(ArrayRef<std::string> names) {
+  std::string s;
+  for (const std::string &n : names)
+    s += (s.empty() ? "" : ",") + n;
+  return s.empty() ? "-" : s;
+}
+
+std::string partsText(const Side &side) {
+  std::string s;
+  for (const auto &[what, n] : side.parts)
+    s += (s.empty() ? "" : "; ") + what + " " +
+         llvm::formatv("{0}", int64_t(std::llround(n))).str();
+  return s;
+}
+
+struct CheckCommunicationPass
+    : public stpar::stp::impl::CheckCommunicationPassBase<
+          CheckCommunicationPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto fail = [&](const Twine &message) {
+      module.emitError("plan check: ") << message;
+      signalPassFailure();
+    };
+    if (!module->hasAttr(STPDialect::kPartitionedAttrName))
+      return fail("the module is not partitioned (run -stp-partition first)");
+    auto mesh = module->getAttrOfType<MeshAttr>(STPDialect::kMeshAttrName);
+    auto summary =
+        module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName);
+    if (!mesh || !summary)
+      return fail("the module has no plan ('stp.mesh' and 'stp.plan'): "
+                  "nothing to compare the program with");
+    json::Value plan = convertAttrToJSON(summary);
+    const json::Object *root = plan.getAsObject();
+    const json::Array *predicted =
+        root ? root->getArray("communication") : nullptr;
+    if (!predicted) {
+      const char *why = "the plan has no \"communication\" records (a plan "
+                        "file written before they existed, or a hand-made "
+                        "one): make it again with stpar plan";
+      if (failOnDifference)
+        return fail(why);
+      module.emitWarning("plan check skipped: ") << why;
+      return;
+    }
+    int64_t microBatches = 1;
+    if (const json::Object *m = root->getObject("mesh"))
+      microBatches = m->getInteger("micro_batches").value_or(1);
+
+    // Grid axes are the mesh axes but pp, in order (docs/spmd-ir.md).
+    std::vector<std::string> gridNames;
+    SmallVector<int64_t> gridShape;
+    for (AxisAttr a : mesh.getAxes())
+      if (a.getName().getValue() != "pp") {
+        gridNames.push_back(a.getName().getValue().str());
+        gridShape.push_back(a.getSize());
+      }
+
+    // The program.
+    using Key = std::pair<std::string, std::string>;
+    llvm::MapVector<Key, Pair, std::map<Key, unsigned>> pairs;
+    std::set<std::string> programPhases;
+    int64_t programWidth = 0, planWidth = 0;
+    bool unknownCount = false;
+    module.walk([&](Operation *op) {
+      std::optional<ProgramCommunication> c =
+          getProgramCommunication(op, gridShape);
+      if (!c)
+        return;
+      unknownCount |= !c->knownCount;
+      programPhases.insert(c->phase);
+      programWidth = std::max(programWidth, c->elementBytes);
+      Pair &pair = pairs[{c->label, c->phase}];
+      std::vector<std::string> names;
+      for (unsigned a : c->axes)
+        names.push_back(a < gridNames.size() ? gridNames[a] : "?");
+      double n = c->count * c->sentElements;
+      pair.program.elements += n;
+      pair.program.parts[c->kind + " over " + axesText(names)] += n;
+    });
+
+    // The plan: per micro-batch, gradient syncs per step.
+    bool training = llvm::any_of(programPhases, [](const std::string &p) {
+      return p != "forward" && p != "result";
+    });
+    for (const json::Value &v : *predicted) {
+      const json::Object *item = v.getAsObject();
+      if (!item)
+        continue;
+      std::string label = item->getString("label").value_or("").str();
+      std::string phase = item->getString("phase").value_or("").str();
+      double sent = item->getNumber("sent_bytes").value_or(0);
+      int64_t width = item->getInteger("element_bytes").value_or(2);
+      if (sent <= 0)
+        continue;
+      planWidth = std::max(planWidth, width);
+      double n = sent / double(std::max<int64_t>(1, width)) *
+                 (phase == "grad_sync" ? 1.0 : double(microBatches));
+      std::vector<std::string> names;
+      if (const json::Array *axes = item->getArray("axes"))
+        for (const json::Value &a : *axes)
+          names.push_back(a.getAsString().value_or("?").str());
+      Pair &pair = pairs[{label, phase}];
+      pair.plan.elements += n;
+      pair.plan.parts[item->getString("kind").value_or("?").str() + " over " +
+                      axesText(names)] += n;
+    }
+
+    // Compared: F, and B in a training step. The rest is listed.
+    // The gathers of the results (labelled `return`) make the outputs
+    // whole for the caller; they are no part of a training step.
+    auto compared = [&](const Key &key) {
+      StringRef phase = key.second;
+      return key.first != "return" &&
+             (phase == "forward" || (training && phase == "input_grad"));
+    };
+    auto differs = [&](const Pair &p) {
+      double a = p.plan.elements, b = p.program.elements;
+      return std::fabs(a - b) > 1.0 + tolerance * std::max(a, b);
+    };
+    unsigned mismatches = 0, comparedPairs = 0;
+    const Pair *first = nullptr;
+    std::string firstName;
+    for (auto &[key, pair] : pairs) {
+      if (!compared(key))
+        continue;
+      ++comparedPairs;
+      if (differs(pair)) {
+        if (!first) {
+          first = &pair;
+          firstName = "'" + key.first + "' " + key.second;
+        }
+        ++mismatches;
+      }
+    }
+
+    std::error_code ec;
+    std::unique_ptr<llvm::raw_fd_ostream> file;
+    llvm::raw_ostream *os = nullptr;
+    if (report == "-") {
+      os = &llvm::outs();
+    } else if (!report.empty()) {
+      file = std::make_unique<llvm::raw_fd_ostream>(report, ec);
+      if (ec)
+        return fail("cannot write '" + report + "': " + ec.message());
+      os = file.get();
+    }
+    if (os) {
+      *os << "plan check: elements sent per device per step, by operator "
+             "and phase (plan: per micro-batch x "
+          << microBatches << ")\n";
+      *os << llvm::format("  %-40s %-12s %14s %14s  %s\n", "operator", "phase",
+                          "plan", "program", "");
+      for (auto &[key, pair] : pairs) {
+        bool isCompared = compared(key);
+        bool bad = isCompared && differs(pair);
+        *os << llvm::format("  %-40s %-12s %14.0f %14.0f  %s\n",
+                            key.first.c_str(), key.second.c_str(),
+                            pair.plan.elements, pair.program.elements,
+                            !isCompared ? "(not compared)"
+                            : bad       ? "DIFFERS"
+                                        : "ok");
+        if (bad) {
+          if (!pair.plan.parts.empty())
+            *os << "      plan:    " << partsText(pair.plan) << "\n";
+          if (!pair.program.parts.empty())
+            *os << "      program: " << partsText(pair.program) << "\n";
+        }
+      }
+      *os << "plan check: " << comparedPairs - mismatches << " of "
+          << comparedPairs << " (operator, phase) pairs agree"
+          << (training ? " (forward and input_grad compared)"
+                       : " (forward compared)");
+      if (programWidth && planWidth && programWidth != planWidth)
+        *os << "; element width: the program moves " << programWidth
+            << "-byte elements, the plan costs " << planWidth << "-byte ones";
+      if (unknownCount)
+        *os << "; some loops have no constant trip count (counted once)";
+      *os << "\n";
+      os->flush();
+    }
+    numCompared = comparedPairs;
+    numDiffering = mismatches;
+    if (mismatches && failOnDifference) {
+      // At the module: the collective's location is the value it moves,
+      // not necessarily the operator the message names.
+      InFlightDiagnostic d =
+          module.emitError()
+          << "plan check: " << mismatches << " of " << comparedPairs
+          << " (operator, phase) pairs communicate other than the plan "
+             "predicts; first "
+          << firstName << ": plan "
+          << int64_t(std::llround(first->plan.elements)) << " elements ("
+          << (first->plan.parts.empty() ? "none" : partsText(first->plan))
+          << "), program " << int64_t(std::llround(first->program.elements))
+          << " ("
+          << (first->program.parts.empty() ? "none" : partsText(first->program))
+          << ")";
+      signalPassFailure();
+    }
+  }
+};
+} // namespace
