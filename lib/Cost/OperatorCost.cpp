@@ -187,8 +187,9 @@ static const Operand *findOperand(const Operator &op, OperandRole role,
   return nullptr;
 }
 
-/// Seconds of the temporal primitive for F, B and G: q steps of
-/// max(step compute, step transfer) + start-up, plus the alignments;
+/// Seconds of the temporal primitive for F, B and G: q steps of compute,
+/// q - 1 of them overlapped with the transfer of the next step's operands
+/// (max(step compute, step transfer) + start-up), plus the alignments;
 /// `overhead` receives each phase's time beyond its compute.
 static Expected<std::array<double, 3>>
 costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
@@ -244,8 +245,9 @@ costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
   double inputGradAlign = shift(inBytes, col);
   double weightGradAlign = shift(wBytes, row);
   double qd = double(q);
-  // The same transfers as communications (F, B, G): q ring steps each,
-  // then the alignments.
+  // The same transfers as communications (F, B, G): q - 1 ring steps
+  // each (the last step computes on what the step before delivered), and
+  // the alignments.
   std::vector<unsigned> rowAxes{t.rowAxis}, colAxes{t.colAxis},
       square{t.rowAxis, t.colAxis};
   auto item = [&](Collective kind, std::vector<unsigned> axes, double bytes,
@@ -260,26 +262,26 @@ costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
     return c;
   };
   transfers[0] = {
-      item(Collective::RingShift, colAxes, inBytes, qd, "ring shift of I"),
-      item(Collective::RingShift, rowAxes, wBytes, qd, "ring shift of W"),
+      item(Collective::RingShift, colAxes, inBytes, qd - 1, "ring shift of I"),
+      item(Collective::RingShift, rowAxes, wBytes, qd - 1, "ring shift of W"),
       item(Collective::PointToPoint, colAxes, inBytes, 1,
            "alignment of I into step 0"),
       item(Collective::PointToPoint, rowAxes, wBytes, 1,
            "alignment of W into step 0")};
-  transfers[1] = {
-      item(Collective::PointToPoint, square, wBytes, qd,
-           "diagonal transfer of W"),
-      item(Collective::RingShift, colAxes, outBytes, qd, "ring shift of dO"),
-      item(Collective::PointToPoint, colAxes, inBytes, 1,
-           "alignment of dI back")};
-  transfers[2] = {
-      item(Collective::PointToPoint, square, inBytes, qd,
-           "diagonal transfer of I"),
-      item(Collective::RingShift, rowAxes, outBytes, qd, "ring shift of dO"),
-      item(Collective::PointToPoint, square, wBytes, 1,
-           "diagonal re-layout of dW"),
-      item(Collective::PointToPoint, rowAxes, wBytes, 1,
-           "alignment of dW back")};
+  transfers[1] = {item(Collective::PointToPoint, square, wBytes, qd - 1,
+                       "diagonal transfer of W"),
+                  item(Collective::RingShift, colAxes, outBytes, qd - 1,
+                       "ring shift of dO"),
+                  item(Collective::PointToPoint, colAxes, inBytes, 1,
+                       "alignment of dI back")};
+  transfers[2] = {item(Collective::PointToPoint, square, inBytes, qd - 1,
+                       "diagonal transfer of I"),
+                  item(Collective::RingShift, rowAxes, outBytes, qd - 1,
+                       "ring shift of dO"),
+                  item(Collective::PointToPoint, square, wBytes, 1,
+                       "diagonal re-layout of dW"),
+                  item(Collective::PointToPoint, rowAxes, wBytes, 1,
+                       "alignment of dW back")};
   for (unsigned phase = 0; phase < 3; ++phase)
     for (Communication &c : transfers[phase])
       c.phase = Phase(phase);
@@ -289,9 +291,12 @@ costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
   std::array<double, 3> seconds;
   for (unsigned phase = 0; phase < 3; ++phase) {
     const TemporalStepCost &step = *steps[phase];
-    overhead[phase] = {qd * std::max(0.0, step.transfer - step.compute),
-                       qd * step.startup, align[phase]};
-    seconds[phase] = qd * step.getStepTime() + align[phase];
+    // q steps of compute; the operands of steps 1..q-1 arrive by q - 1
+    // transfers, each overlapped with the step before it.
+    overhead[phase] = {(qd - 1) * std::max(0.0, step.transfer - step.compute),
+                       (qd - 1) * step.startup, align[phase]};
+    seconds[phase] =
+        (qd - 1) * step.getStepTime() + step.compute + align[phase];
   }
   return seconds;
 }

@@ -377,7 +377,7 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
                      {"ir_op", irOp},
                      {"label", label},
                      {"phase", p.source == "gradient sync"
-                                   ? "grad_sync"
+                                   ? "grad_sum"
                                    : getPhaseName(p.comm.phase).str()},
                      {"kind", getCollectiveName(p.comm.kind).str()},
                      {"axes", std::move(names)},

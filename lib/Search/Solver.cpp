@@ -55,8 +55,9 @@ struct Raw {
   Partition part;
   OperatorCost cost;
   /// Forward collectives actually charged to the operator (0 for partial
-  /// sums left to the consuming edge), the temporal input skew.
-  double fwdComm = 0, skew = 0;
+  /// sums left to the consuming edge). (The temporal primitive's input
+  /// skew is its forward alignment, costed with the operator.)
+  double fwdComm = 0;
   /// Per parameter: local parameter count, data-parallel ranks, and the
   /// all-reduce / all-gather seconds of its gradient sync.
   struct Sync {
@@ -451,19 +452,6 @@ Expected<Raw> Instance::Impl::costRaw(unsigned i, Operator &op,
       raw.cost.backwardComm = std::max(0.0, raw.cost.backwardComm);
     }
   }
-  if (op.temporal) {
-    // Skew of the input into the primitive's home layout: one shift.
-    for (const Operand &o : op.operands)
-      if (o.role == OperandRole::Input) {
-        AxisPlacement pl = config.mesh.getPlacement(op.temporal->colAxis,
-                                                    cluster.devicesPerNode);
-        raw.skew = getCollectiveTime(Collective::RingShift,
-                                     getLocalElements(op, o, config.mesh) *
-                                         double(o.elementBytes),
-                                     pl, cluster);
-        break;
-      }
-  }
   for (const GradientSync &g : getGradientSyncs(op, config.mesh, 0u)) {
     Raw::Sync s;
     for (unsigned axis : g.axes)
@@ -500,11 +488,10 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   Cand cand;
   cand.raw = &raw;
   double t = c.forward + c.backwardInput + c.backwardWeight + raw.fwdComm +
-             c.backwardComm + raw.skew;
+             c.backwardComm;
   bool recompute =
       config.recompute && problem.sections[i] == Section::Layer;
   cand.ring = c.ring;
-  cand.ring.alignment += raw.skew;
   cand.collectives = raw.fwdComm + c.backwardComm;
   if (recompute) {
     t += c.forward + raw.fwdComm;
@@ -715,19 +702,6 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
         continue;
       out.push_back({c, i, "operator"});
     }
-    if (raw.skew > 0)
-      for (const Operand &o : work.operands)
-        if (o.role == OperandRole::Input) {
-          Communication c;
-          c.kind = Collective::PointToPoint;
-          c.axes = {work.temporal->colAxis};
-          c.bytes =
-              getLocalElements(work, o, I.config.mesh) * double(o.elementBytes);
-          c.elementBytes = o.elementBytes;
-          c.what = "skew of I into the primitive's home layout";
-          out.push_back({std::move(c), i, "operator"});
-          break;
-        }
     // Input-gradient reductions taken over by a feeding edge (costRaw).
     for (auto [j, o] : llvm::enumerate(work.operands)) {
       if (!I.inputHasEdges[op][j])
@@ -742,6 +716,8 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
     for (const GradientSync &s : getGradientSyncs(work, I.config.mesh, 0u)) {
       if (s.axes.empty())
         continue;
+      // As derive() charges it: the gradient's all-reduce, and under ZeRO
+      // stage 3 the parameter's all-gather.
       Communication c;
       c.phase = Phase::WeightGrad;
       c.axes = s.axes;
@@ -750,7 +726,12 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
         if (o.role == OperandRole::Parameter && o.name == s.parameter)
           c.elementBytes = o.elementBytes;
       c.what = "gradient of " + s.parameter;
-      out.push_back({std::move(c), i, "gradient sync"});
+      out.push_back({c, i, "gradient sync"});
+      if (I.config.zeroStage == 3) {
+        c.kind = Collective::AllGather;
+        c.what = "ZeRO-3 gather of " + s.parameter;
+        out.push_back({std::move(c), i, "gradient sync"});
+      }
     }
   }
   for (const Edge &e : g.edges) {

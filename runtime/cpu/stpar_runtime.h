@@ -13,6 +13,7 @@
 #include "stpar_scalar.h"
 
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -108,10 +109,33 @@ public:
   ~Context() {
     profile.report(rank);
     arena.report(rank);
+    reportMemory();
     std::free(arena.base);
     for (auto &entry : comms)
       MPI_Comm_free(&entry.second);
     MPI_Finalize();
+  }
+
+  /// Measured memory per rank, printed by rank 0 (one line per rank, read
+  /// by `stpar verify`): the bytes of the arena the run touched and the
+  /// process's peak resident set (getrusage; the arena, the weights file
+  /// mapping's touched pages, MPI's buffers and the C++ runtime).
+  void reportMemory() {
+    struct rusage usage {};
+    getrusage(RUSAGE_SELF, &usage);
+    unsigned long long mine[2] = {
+        static_cast<unsigned long long>(arena.touched),
+        static_cast<unsigned long long>(usage.ru_maxrss) * 1024ULL};
+    std::vector<unsigned long long> all(2 * static_cast<size_t>(size));
+    MPI_Gather(mine, 2, MPI_UNSIGNED_LONG_LONG, all.data(), 2,
+               MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (rank != 0 || !arena.base)
+      return;
+    for (int r = 0; r < size; ++r)
+      std::fprintf(stderr,
+                   "stpar_program: rank %d memory: arena %llu bytes used, "
+                   "peak resident %llu bytes\n",
+                   r, all[2 * r], all[2 * r + 1]);
   }
 
   /// A profile mark (STPAR_PROFILE): the time since the last mark is the

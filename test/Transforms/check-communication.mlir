@@ -12,7 +12,7 @@
 // CHECK: fc      forward                64             64  ok
 // CHECK: ring    forward                96             96  ok
 // CHECK: return  forward                 0             32  (not compared)
-// CHECK: fc      grad_sync              32              0  (not compared)
+// CHECK: (all parameters) gradient sync 32 0 (not compared)
 // CHECK: plan check: 2 of 2 (operator, phase) pairs agree (forward compared); element width: the program moves 4-byte elements, the plan costs 2-byte ones
 #device = #stp.device<fp32 = 1.0e+13, hbm_capacity = 1000000000, hbm_bandwidth = 1.0e+12>
 #cluster = #stp.cluster<name = "c", nodes = 1, devices_per_node = 4, device = #device, intra_node = <bandwidth = 1.0e+11, latency = 1.0e-06>, inter_node = <bandwidth = 1.0e+10, latency = 1.0e-05>>
@@ -20,7 +20,7 @@ module attributes {stp.partitioned, stp.mesh = #stp.mesh<#cluster, ["pp" = 1, "d
     stp.plan = {mesh = {micro_batches = 1 : i64}, communication = [
       {label = "fc", phase = "forward", kind = "all-reduce", axes = ["tp"], bytes = 128 : i64, element_bytes = 2 : i64, count = 1 : i64, sent_bytes = 128 : i64},
       {label = "ring", phase = "forward", kind = "ring-shift", axes = ["dp"], bytes = 64 : i64, element_bytes = 2 : i64, count = 3 : i64, sent_bytes = 192 : i64},
-      {label = "fc", phase = "grad_sync", kind = "all-reduce", axes = ["dp"], bytes = 64 : i64, element_bytes = 2 : i64, count = 1 : i64, sent_bytes = 64 : i64}]}} {
+      {label = "fc", phase = "grad_sum", kind = "all-reduce", axes = ["dp"], bytes = 64 : i64, element_bytes = 2 : i64, count = 1 : i64, sent_bytes = 64 : i64}]}} {
   shard.grid @grid(shape = 2x2)
   func.func @main(%x: tensor<8x8xf32>, %y: tensor<4x8xf32>) -> tensor<8x8xf32> {
     %r = shard.all_reduce %x on @grid grid_axes = [1] reduction = sum {stp.plan_step = "fc forward: all-reduce of the partial sum over tp"} : tensor<8x8xf32> -> tensor<8x8xf32>
@@ -58,6 +58,30 @@ module attributes {stp.partitioned, stp.mesh = #stp.mesh<#cluster, ["pp" = 1, "d
   func.func @main(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
     %r = shard.all_reduce %x on @grid grid_axes = [1] reduction = sum {stp.plan_step = "fc forward: all-reduce of the partial sum over tp"} : tensor<8x8xf32> -> tensor<8x8xf32>
     return %r : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// A training step: an operator's gradient ops ("fc/grad0", "fc/grad1")
+// count as the operator, and its input- and weight-gradient phases are
+// compared together as "backward" (the plan's dX all-reduce against the
+// program's reduction in whichever gradient op it lands).
+// CHECK-LABEL: plan check: elements sent per device per step
+// CHECK: fc      backward               64             64  ok
+// CHECK: (all parameters) gradient sync 16 16 (not compared)
+// CHECK: plan check: 1 of 1 (operator, phase) pairs agree (forward and backward compared)
+#device = #stp.device<fp32 = 1.0e+13, hbm_capacity = 1000000000, hbm_bandwidth = 1.0e+12>
+#cluster = #stp.cluster<name = "c", nodes = 1, devices_per_node = 4, device = #device, intra_node = <bandwidth = 1.0e+11, latency = 1.0e-06>, inter_node = <bandwidth = 1.0e+10, latency = 1.0e-05>>
+module attributes {stp.partitioned, stp.mesh = #stp.mesh<#cluster, ["pp" = 1, "dp" = 2, "tp" = 2]>,
+    stp.plan = {mesh = {micro_batches = 1 : i64}, communication = [
+      {label = "fc", phase = "input_grad", kind = "all-reduce", axes = ["tp"], bytes = 128 : i64, element_bytes = 2 : i64, count = 1 : i64, sent_bytes = 128 : i64},
+      {label = "fc", phase = "grad_sum", kind = "all-reduce", axes = ["dp"], bytes = 32 : i64, element_bytes = 2 : i64, count = 1 : i64, sent_bytes = 32 : i64}]}} {
+  shard.grid @grid(shape = 2x2)
+  func.func @main(%x: tensor<8x8xf32>, %g: tensor<4x4xf32>) -> (tensor<8x8xf32>, tensor<4x4xf32>) {
+    %r = shard.all_reduce %x on @grid grid_axes = [1] reduction = sum {stp.plan_step = "fc/grad0 input_grad: all-reduce of the partial sum over tp"} : tensor<8x8xf32> -> tensor<8x8xf32>
+    %s = shard.all_reduce %g on @grid grid_axes = [0] reduction = sum {stp.plan_step = "fc/grad1 grad_sum: all-reduce of the gradient over dp"} : tensor<4x4xf32> -> tensor<4x4xf32>
+    return %r, %s : tensor<8x8xf32>, tensor<4x4xf32>
   }
 }
 

@@ -478,6 +478,8 @@ int Verifier::compileModel(const std::string &self, const std::string &model) {
   return 0;
 }
 
+static bool printMemory(StringRef log, StringRef planFile);
+
 int Verifier::run() {
   std::string model = verifyInput;
   if (!sys::fs::exists(model))
@@ -689,6 +691,7 @@ int Verifier::run() {
                              "); its stderr ends with:\n" +
                              tail(mpi.errLog) + "its stdout ends with:\n" +
                              tail(mpi.outLog, 10));
+  printMemory(mpi.errLog, planFile);
 
   // 5. The reference: ONNX Runtime, or the test data's outputs.
   std::string reference = verifyExpected;
@@ -726,6 +729,62 @@ int Verifier::run() {
       errs() << "stpar verify: note: files kept in " << work << "\n";
   }
   return rc;
+}
+
+/// The program's measured memory per rank (its "stpar_program: rank R
+/// memory: ..." lines in `log`) next to the plan's prediction per device.
+static bool printMemory(StringRef log, StringRef planFile) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> text = MemoryBuffer::getFile(log);
+  if (!text)
+    return false;
+  uint64_t arenaMax = 0, residentMax = 0;
+  unsigned ranks = 0;
+  SmallVector<StringRef> lines;
+  (*text)->getBuffer().split(lines, '\n');
+  for (StringRef line : lines) {
+    size_t at = line.find("stpar_program: rank ");
+    if (at == StringRef::npos)
+      continue;
+    StringRef rest = line.drop_front(at);
+    size_t a = rest.find("memory: arena "), r = rest.find("peak resident ");
+    if (a == StringRef::npos || r == StringRef::npos)
+      continue;
+    uint64_t arena = 0, resident = 0;
+    if (rest.drop_front(a + 14).consumeInteger(10, arena) ||
+        rest.drop_front(r + 14).consumeInteger(10, resident))
+      continue;
+    arenaMax = std::max(arenaMax, arena);
+    residentMax = std::max(residentMax, resident);
+    ++ranks;
+  }
+  if (!ranks)
+    return false;
+  outs() << formatv("verify: memory per rank (measured, max over {0} "
+                    "ranks): arena {1} bytes used, peak resident {2:F1} "
+                    "MiB\n",
+                    ranks, arenaMax, double(residentMax) / (1 << 20));
+  ErrorOr<std::unique_ptr<MemoryBuffer>> plan = MemoryBuffer::getFile(planFile);
+  if (!plan)
+    return true;
+  Expected<json::Value> root = json::parse((*plan)->getBuffer());
+  if (!root) {
+    consumeError(root.takeError());
+    return true;
+  }
+  const json::Object *memory =
+      root->getAsObject() ? root->getAsObject()->getObject("memory") : nullptr;
+  if (!memory)
+    return true;
+  auto get = [&](StringRef key) { return memory->getNumber(key).value_or(0); };
+  outs() << formatv("verify: memory per device (plan): {0:F0} bytes "
+                    "(states {1:F0}, activations {2:F0}, transient {3:F0}) "
+                    "for a mixed-precision training step with Adam; the "
+                    "arena holds this program's tensors in its own "
+                    "precision; measured / plan = {4:F2}\n",
+                    get("total"), get("states"), get("activations"),
+                    get("transient"),
+                    get("total") > 0 ? double(arenaMax) / get("total") : 0.0);
+  return true;
 }
 
 int Verifier::runTraining(const std::string &model, const std::string &ioFile,
@@ -777,6 +836,10 @@ int Verifier::runTraining(const std::string &model, const std::string &ioFile,
     return fail(rc < 0 ? error
                        : "the training-step check failed to run:\n" +
                              tail(ref.errLog));
+  // The program's stderr: the training check's log, or with --profile the
+  // profiled run's.
+  if (!printMemory(ref.errLog, planFile))
+    printMemory(path("steps", "profile.txt"), planFile);
   if (rc == 1) {
     errs() << "stpar verify: the training step differs from PyTorch's\n";
     if (!verifyKeep.empty())

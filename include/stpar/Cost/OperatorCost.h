@@ -67,8 +67,9 @@ double getRooflineTime(OpKind kind, double flops, double bytes,
                        const Cluster &cluster, const EfficiencyModel &eff);
 
 /// The temporal primitive's time beyond its compute, seconds: ring
-/// transfers not hidden behind the step's compute (q x max(0, step transfer
-/// - step compute)), the per-step start-ups (q x start-up), and the
+/// transfers not hidden behind the step's compute ((q - 1) x max(0, step
+/// transfer - step compute)), the transfers' start-ups ((q - 1) x
+/// start-up), and the
 /// alignments around the paper's steps (input skew into step 0, dI and dW
 /// back to the blocked layout, G's diagonal dW re-layout; not overlapped).
 struct RingOverhead {
@@ -127,7 +128,8 @@ struct OperatorCost {
   /// Local FLOPs of F, B, G on one device.
   double forwardFlops = 0, backwardInputFlops = 0, backwardWeightFlops = 0;
   /// Compute seconds of F, B, G (temporal ops: including the overlapped ring
-  /// transfers, q * (max(step compute, step transfer) + start-up)).
+  /// transfers, (q - 1) * (max(step compute, step transfer) + start-up) +
+  /// step compute, and the alignments).
   double forward = 0, backwardInput = 0, backwardWeight = 0;
   /// Temporal ops: the part of forward + backwardInput + backwardWeight that
   /// is not compute (RingOverhead), all phases and F's share (charged again

@@ -96,6 +96,15 @@ TEST(OperatorCostTest, RowParallelLinear) {
   ASSERT_TRUE(bool(c));
   EXPECT_NEAR(c->forwardComm, 5.097152e-5, 1e-12);
   EXPECT_EQ(c->backwardComm, 0);
+  // The one communication behind it: an all-reduce of the local Y over tp,
+  // each device sending 2 (p-1)/p of it.
+  ASSERT_EQ(c->communication.size(), 1u);
+  const Communication &m = c->communication[0];
+  EXPECT_EQ(m.phase, Phase::Forward);
+  EXPECT_EQ(m.kind, Collective::AllReduce);
+  EXPECT_EQ(m.axes, std::vector<unsigned>{0});
+  EXPECT_DOUBLE_EQ(m.bytes, 2048.0 * 1024 * 2);
+  EXPECT_DOUBLE_EQ(getSentBytes(m, mesh), 1.5 * 2048 * 1024 * 2);
   std::vector<GradientSync> syncs =
       getGradientSyncs(linear(4096, 1024, false, true), mesh);
   ASSERT_EQ(syncs.size(), 1u);
@@ -119,10 +128,11 @@ TEST(OperatorCostTest, TemporalPrimitive) {
   // on 512^3: 2 * 512^3 = 2.68435456e8 FLOP / 1.56e14 = 1.7207401e-6 s.
   // Transfer per F step: I and W slices (512*512*2 = 524288 B) shifted
   // inside the node: 2 * (5 us + 524288 / 3e11) = 1.34952533e-5 s.
-  // Start-up 5 us. Step = max(1.72e-6, 1.3495e-5) + 5e-6; F = 2 steps
-  // = 3.69905067e-5 s, plus the alignment of I and W from their blocked
+  // Start-up 5 us. F = q - 1 = 1 step overlapped with its transfer,
+  // max(1.72e-6, 1.3495e-5) + 5e-6, then the last step's compute 1.72e-6
+  // (2.02159934e-5 s), plus the alignment of I and W from their blocked
   // layouts into step 0's slices (one point-to-point transfer each,
-  // 1.34952533e-5 s): 5.04857600e-5 s.
+  // 1.34952533e-5 s): 3.37112468e-5 s.
   Mesh mesh{{{"x", 2}, {"y", 2}}};
   Operator op;
   op.name = "temporal";
@@ -136,8 +146,36 @@ TEST(OperatorCostTest, TemporalPrimitive) {
   op.temporal = TemporalPrimitive{0, 1, 0, 2, 1};
   llvm::Expected<OperatorCost> c = costOperator(op, mesh, dgx(), fixedEff());
   ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
-  EXPECT_NEAR(c->forward, 5.048576e-5, 1e-12);
+  EXPECT_NEAR(c->forward, 3.37112468e-5, 1e-12);
   EXPECT_EQ(c->forwardComm, 0); // no all-reduce
+  // What the program must send for it (the plan check): in F one ring
+  // shift of I along y and of W along x (q - 1 = 1), and the two
+  // alignments; B and G the same way (W and I diagonally, dO along y and
+  // x), G with the dW re-layout too.
+  unsigned shifts[3] = {0, 0, 0}, p2p[3] = {0, 0, 0};
+  for (const Communication &m : c->communication) {
+    EXPECT_EQ(m.elementBytes, 2);
+    EXPECT_DOUBLE_EQ(m.bytes, 524288.0) << m.what;
+    if (m.kind == Collective::RingShift) {
+      ++shifts[unsigned(m.phase)];
+      EXPECT_EQ(m.count, 1) << m.what;
+    } else {
+      EXPECT_EQ(m.kind, Collective::PointToPoint) << m.what;
+      ++p2p[unsigned(m.phase)];
+    }
+  }
+  EXPECT_EQ(shifts[0], 2u);
+  EXPECT_EQ(shifts[1], 1u);
+  EXPECT_EQ(shifts[2], 1u);
+  EXPECT_EQ(p2p[0], 2u); // alignments of I and W
+  EXPECT_EQ(p2p[1], 2u); // diagonal W, dI back
+  EXPECT_EQ(p2p[2], 3u); // diagonal I, dW re-layout, dW back
+  // F's sent bytes: 2 shifts + 2 alignments of 512 KiB each.
+  double sent = 0;
+  for (const Communication &m : c->communication)
+    if (m.phase == Phase::Forward)
+      sent += getSentBytes(m, mesh);
+  EXPECT_DOUBLE_EQ(sent, 4 * 524288.0);
   EXPECT_DOUBLE_EQ(c->forwardFlops, 2 * 2.68435456e8);
   // Double buffers: 2 * 3 slices * 524288 B = 3145728 B, plus the output
   // (2 slices of 524288 B).

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 
 #include <cmath>
+#include <map>
 #include <random>
 
 using namespace llvm;
@@ -299,6 +300,64 @@ TEST(Baselines, ZeROStagesTradeMemoryForTraffic) {
       t3 = r->best->cost.stepTime;
   }
   EXPECT_GT(t3, t2); // ZeRO-3 gathers the parameters once more
+}
+
+// What the objective charges as communication for Megatron's layout
+// (tp = 2, dp = 2): in F one all-reduce of the partial sums per
+// row-parallel linear (attention projection, second MLP linear), under the
+// operator that produced them; in B one per column-parallel linear's input
+// gradient (QKV, first MLP linear); gradient syncs over dp only.
+TEST(Communication, MegatronAllReducesPerBlock) {
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = tinyGPT(4);
+  SearchOptions opts;
+  opts.megatron.tp = 2;
+  opts.megatron.dp = 2;
+  opts.megatron.pp = 1;
+  opts.megatron.microBatches = 1;
+  opts.recompute = {false};
+  Expected<SearchResult> r = searchMegatron(p, cluster(), eff, false, opts);
+  ASSERT_TRUE(r && r->best) << (r ? "no plan" : toString(r.takeError()));
+  const Plan &plan = *r->best;
+  auto inst = Instance::create(p, cluster(), plan.config, eff, {});
+  ASSERT_TRUE(bool(inst));
+  Expected<std::vector<PlannedCommunication>> comms =
+      (*inst)->getCommunication(plan.partitions);
+  ASSERT_TRUE(bool(comms)) << toString(comms.takeError());
+  const FlatGraph &g = (*inst)->getFlatGraph();
+  unsigned tpAxis = 2; // mesh [pp, dp, tp]
+  std::map<std::string, unsigned> forward, backward;
+  for (const PlannedCommunication &c : *comms) {
+    if (c.source == "gradient sync") {
+      EXPECT_EQ(c.comm.axes, std::vector<unsigned>{1}) << c.comm.what;
+      continue;
+    }
+    if (c.comm.kind != Collective::AllReduce)
+      continue;
+    ASSERT_EQ(c.comm.axes, std::vector<unsigned>{tpAxis}) << c.comm.what;
+    std::string name = g.ops[c.op].name;
+    name = name.substr(0, name.find('#'));
+    ++(c.comm.phase == Phase::Forward ? forward : backward)[name];
+  }
+  int64_t layers = p.layers;
+  EXPECT_EQ(forward["proj"], layers);
+  EXPECT_EQ(forward["fc2"], layers);
+  EXPECT_EQ(backward["qkv"], layers);
+  EXPECT_EQ(backward["fc1"], layers);
+  // Every byte the step time counts as a re-layout is listed: the plan
+  // with no tensor parallelism (dp = 4) communicates only gradients.
+  opts.megatron.tp = 1;
+  opts.megatron.dp = 4;
+  Expected<SearchResult> d = searchMegatron(p, cluster(), eff, false, opts);
+  ASSERT_TRUE(d && d->best);
+  auto dinst = Instance::create(p, cluster(), d->best->config, eff, {});
+  ASSERT_TRUE(bool(dinst));
+  Expected<std::vector<PlannedCommunication>> dcomms =
+      (*dinst)->getCommunication(d->best->partitions);
+  ASSERT_TRUE(bool(dcomms));
+  for (const PlannedCommunication &c : *dcomms)
+    EXPECT_EQ(c.source, "gradient sync") << c.comm.what;
+  EXPECT_EQ(d->best->cost.relayout, 0);
 }
 
 // DeepSpeed's ZeRO as it is run: the best over gradient accumulation steps

@@ -94,12 +94,13 @@ stpar::stp::getProgramCommunication(Operation *op,
         c.kind = "point-to-point";
         axes = o.getGridAxes();
         c.elements = inElements;
+        // The busiest device's share: all of S when any block moves (the
+        // cost model times the permutation by its slowest device).
         ArrayRef<int64_t> sources = o.getSources();
-        int64_t moving = 0;
+        bool moves = false;
         for (auto [j, s] : llvm::enumerate(sources))
-          moving += s != int64_t(j);
-        fraction =
-            sources.empty() ? 0 : double(moving) / double(sources.size());
+          moves |= s != int64_t(j);
+        fraction = moves ? 1 : 0;
       });
   if (c.kind.empty())
     return std::nullopt;
@@ -141,12 +142,17 @@ stpar::stp::getProgramCommunication(Operation *op,
     size_t colon = text.find(": ");
     StringRef head = colon == StringRef::npos ? text : text.take_front(colon);
     size_t space = head.rfind(' ');
-    if (space != StringRef::npos) {
-      c.label = head.take_front(space).str();
+    StringRef label = space == StringRef::npos ? head : head.take_front(space);
+    if (space != StringRef::npos)
       c.phase = head.drop_front(space + 1).str();
-    } else {
-      c.label = head.str();
-    }
+    // The training step names an operator's gradient ops "<node>/grad",
+    // "<node>/grad<k>" or "<node>/grad_<what>" (docs/training.md): they
+    // are the operator's B and G.
+    size_t slash = label.rfind('/');
+    if (slash != StringRef::npos && slash > 0 &&
+        label.drop_front(slash + 1).starts_with("grad"))
+      label = label.take_front(slash);
+    c.label = label.str();
   }
   return c;
 }
@@ -163,6 +169,8 @@ struct Side {
 struct Pair {
   Side plan, program;
 };
+
+constexpr const char *kAllSyncs = "(all parameters)";
 
 std::string axesText(ArrayRef<std::string> names) {
   std::string s;
@@ -230,6 +238,28 @@ struct CheckCommunicationPass
     std::set<std::string> programPhases;
     int64_t programWidth = 0, planWidth = 0;
     bool unknownCount = false;
+    // B and G are compared together ("backward"): the program computes a
+    // norm's input and weight gradients in one op (phase weight_grad)
+    // where the plan charges the gradient's re-layout to B.
+    // The gradient syncs: the program reduces a gradient where it is summed
+    // (grad_sum) or where the optimizer reads it (optimizer: ZeRO's
+    // reduce-scatter, and the all-gather of the updated shards); the plan
+    // lists them per parameter (grad_sum).
+    auto phaseKey = [](StringRef phase) -> std::string {
+      if (phase == "input_grad" || phase == "weight_grad")
+        return "backward";
+      if (phase == "grad_sum" || phase == "optimizer")
+        return "gradient sync";
+      return phase.str();
+    };
+    // Gradient syncs and ZeRO's parameter gathers ("zero3:gather:<param>")
+    // are compared as one total: the program issues them per parameter
+    // under the op that reduces or reads them, the plan per operator.
+    auto programKey = [&](StringRef label, StringRef phase) -> Key {
+      if (phaseKey(phase) == "gradient sync" || label.starts_with("zero3:"))
+        return {kAllSyncs, "gradient sync"};
+      return {label.str(), phaseKey(phase)};
+    };
     module.walk([&](Operation *op) {
       std::optional<ProgramCommunication> c =
           getProgramCommunication(op, gridShape);
@@ -238,7 +268,7 @@ struct CheckCommunicationPass
       unknownCount |= !c->knownCount;
       programPhases.insert(c->phase);
       programWidth = std::max(programWidth, c->elementBytes);
-      Pair &pair = pairs[{c->label, c->phase}];
+      Pair &pair = pairs[programKey(c->label, c->phase)];
       std::vector<std::string> names;
       for (unsigned a : c->axes)
         names.push_back(a < gridNames.size() ? gridNames[a] : "?");
@@ -263,24 +293,28 @@ struct CheckCommunicationPass
         continue;
       planWidth = std::max(planWidth, width);
       double n = sent / double(std::max<int64_t>(1, width)) *
-                 (phase == "grad_sync" ? 1.0 : double(microBatches));
+                 (phase == "grad_sum" ? 1.0 : double(microBatches));
       std::vector<std::string> names;
       if (const json::Array *axes = item->getArray("axes"))
         for (const json::Value &a : *axes)
           names.push_back(a.getAsString().value_or("?").str());
-      Pair &pair = pairs[{label, phase}];
+      Pair &pair = pairs[phase == "grad_sum" ? Key(kAllSyncs, "gradient sync")
+                                             : Key(label, phaseKey(phase))];
       pair.plan.elements += n;
       pair.plan.parts[item->getString("kind").value_or("?").str() + " over " +
                       axesText(names)] += n;
     }
 
-    // Compared: F, and B in a training step. The rest is listed.
+    // Compared: F, and B + G in a training step. The rest is listed.
     // The gathers of the results (labelled `return`) make the outputs
     // whole for the caller; they are no part of a training step.
+    // The gradient syncs are listed, not compared yet: the program gathers
+    // ZeRO's updated parameters partly where they are next read and partly
+    // with the returned results, which the plan does not tell apart.
     auto compared = [&](const Key &key) {
       StringRef phase = key.second;
       return key.first != "return" &&
-             (phase == "forward" || (training && phase == "input_grad"));
+             (phase == "forward" || (training && phase == "backward"));
     };
     auto differs = [&](const Pair &p) {
       double a = p.plan.elements, b = p.program.elements;
@@ -337,7 +371,7 @@ struct CheckCommunicationPass
       }
       *os << "plan check: " << comparedPairs - mismatches << " of "
           << comparedPairs << " (operator, phase) pairs agree"
-          << (training ? " (forward and input_grad compared)"
+          << (training ? " (forward and backward compared)"
                        : " (forward compared)");
       if (programWidth && planWidth && programWidth != planWidth)
         *os << "; element width: the program moves " << programWidth

@@ -37,7 +37,7 @@ std::optional<llvm::ArrayRef<int16_t>> getCommunicatorAxes(mlir::Operation *op);
 struct ProgramCommunication {
   mlir::Operation *op = nullptr;
   /// The operator and phase its `stp.plan_step` names ("" when it has
-  /// none).
+  /// none); a gradient op's "<node>/grad<k>" counts as "<node>".
   std::string label, phase;
   /// "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
   /// "ring-shift", "point-to-point" (cost::getCollectiveName's words).
@@ -49,8 +49,8 @@ struct ProgramCommunication {
   /// others' input) and the bytes per element.
   double elements = 0;
   int64_t elementBytes = 4;
-  /// Elements one device sends per execution (the ring volume of S; a
-  /// grid_permute's share of moving devices times S).
+  /// Elements one device sends per execution (the ring volume of S; for a
+  /// grid_permute, S when any block moves: the busiest device's).
   double sentElements = 0;
   /// Executions per step: the product of the enclosing scf.for trip
   /// counts; `knownCount` is false when one is not constant.

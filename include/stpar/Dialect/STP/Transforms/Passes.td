@@ -232,13 +232,14 @@ def CheckCommunicationPass
     the operator and phase its `stp.plan_step` names, and compares the
     totals with the plan's predictions: the "communication" records of the
     module's `stp.plan` (what `stpar plan` charged in the search objective,
-    per micro-batch, times the plan's micro-batches). Compared: the forward
-    phase, and in a training step the input-gradient phase; other phases
-    (weight gradients, gradient sums and syncs, optimizer, recomputation)
-    and the gathers of the results (labelled `return`) are listed but not
-    compared. Elements,
-    not bytes, are compared; a different element width (the program moving
-    f32 where the plan costs 2-byte elements) is stated on the summary line.
+    per micro-batch, times the plan's micro-batches). A gradient op
+    `<node>/grad...` counts as its node. Compared: the forward phase, and
+    in a training step the backward phase (input and weight gradients
+    together); the gradient syncs and ZeRO's gathers (one total), the
+    loss, the optimizer, recomputation and the gathers of the results
+    (labelled `return`) are listed but not compared. Elements, not bytes,
+    are compared; a different element width (the program moving f32 where
+    the plan costs 2-byte elements) is stated on the summary line.
 
     Run it right after -stp-partition (before -stp-bucket-gradients merges
     collectives). The IR is not changed.
