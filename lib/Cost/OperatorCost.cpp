@@ -282,9 +282,16 @@ costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
                        "diagonal re-layout of dW"),
                   item(Collective::PointToPoint, rowAxes, wBytes, 1,
                        "alignment of dW back")};
+  // W and dW are the same whatever the batch; I, dI and dO are a
+  // micro-batch's (in the order of the lists above).
+  const std::vector<bool> perMicroBatch[3] = {{true, false, true, false},
+                                              {false, true, true},
+                                              {true, true, false, false}};
   for (unsigned phase = 0; phase < 3; ++phase)
-    for (Communication &c : transfers[phase])
+    for (auto [k, c] : llvm::enumerate(transfers[phase])) {
       c.phase = Phase(phase);
+      c.perMicroBatch = perMicroBatch[phase][k];
+    }
   const TemporalStepCost *steps[3] = {&f, &b, &g};
   double align[3] = {forwardAlign, inputGradAlign,
                      diagonal(wBytes) + weightGradAlign};

@@ -344,7 +344,7 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
       transfers.push_back(json::Object{
           {"op", op.name},
           {"kind", "ring-shift"},
-          {"steps_per_phase", q},
+          {"steps_per_phase", q - 1},
           {"bytes_per_step", (r.inputBytes + r.paramBytes) / double(q)},
           {"overlapped", true}});
     }
@@ -384,6 +384,7 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
                      {"bytes", p.comm.bytes},
                      {"element_bytes", p.comm.elementBytes},
                      {"count", p.comm.count},
+                     {"per_micro_batch", p.comm.perMicroBatch},
                      {"sent_bytes", getSentBytes(p.comm, mesh)},
                      {"source", p.source},
                      {"what", p.comm.what}});

@@ -720,6 +720,7 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
       // stage 3 the parameter's all-gather.
       Communication c;
       c.phase = Phase::WeightGrad;
+      c.perMicroBatch = false;
       c.axes = s.axes;
       c.bytes = s.bytes;
       for (const Operand &o : work.operands)
@@ -743,29 +744,37 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
                        g.ops[e.consumer].name + " (produced by " +
                        g.ops[e.producer].name + ")";
     int64_t width = g.ops[e.consumer].operands[e.consumerOperand].elementBytes;
-    for (const RelayoutStep &step : f.steps) {
+    // One record per step, but consecutive all-reduces of the same buffer
+    // over several axes as one all-reduce over their group, as the program
+    // issues it (getRelayoutCost lists one per axis).
+    auto add = [&](const RelayoutStep &step, Phase phase, unsigned owner,
+                   const std::string &text) {
+      PlannedCommunication *last = out.empty() ? nullptr : &out.back();
+      if (last && step.kind == Collective::AllReduce &&
+          last->source == "re-layout" && last->op == owner &&
+          last->comm.phase == phase &&
+          last->comm.kind == Collective::AllReduce &&
+          last->comm.bytes == step.bytes && last->comm.what == text) {
+        last->comm.axes.push_back(step.axis);
+        return;
+      }
       Communication c;
       c.elementBytes = width;
+      c.phase = phase;
       c.kind = step.kind;
       c.axes = {step.axis};
       c.bytes = step.bytes;
-      c.what = "re-layout of " + what;
-      out.push_back({std::move(c),
-                     isReduction(step.kind) ? e.producer : e.consumer,
-                     "re-layout"});
-    }
-    for (const RelayoutStep &step : b.steps) {
-      Communication c;
-      c.elementBytes = width;
-      c.phase = Phase::InputGrad;
-      c.kind = step.kind;
-      c.axes = {step.axis};
-      c.bytes = step.bytes;
-      c.what = "gradient re-layout of " + what;
-      out.push_back({std::move(c),
-                     isReduction(step.kind) ? e.consumer : e.producer,
-                     "re-layout"});
-    }
+      c.what = text;
+      out.push_back({std::move(c), owner, "re-layout"});
+    };
+    for (const RelayoutStep &step : f.steps)
+      add(step, Phase::Forward,
+          isReduction(step.kind) ? e.producer : e.consumer,
+          "re-layout of " + what);
+    for (const RelayoutStep &step : b.steps)
+      add(step, Phase::InputGrad,
+          isReduction(step.kind) ? e.consumer : e.producer,
+          "gradient re-layout of " + what);
   }
   return out;
 }

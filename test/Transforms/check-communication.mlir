@@ -63,7 +63,7 @@ module attributes {stp.partitioned, stp.mesh = #stp.mesh<#cluster, ["pp" = 1, "d
 
 // -----
 
-// A training step: an operator's gradient ops ("fc/grad0", "fc/grad1")
+// A training step (stp.training): an operator's gradient ops ("fc/grad0", "fc/grad1")
 // count as the operator, and its input- and weight-gradient phases are
 // compared together as "backward" (the plan's dX all-reduce against the
 // program's reduction in whichever gradient op it lands).
@@ -73,7 +73,7 @@ module attributes {stp.partitioned, stp.mesh = #stp.mesh<#cluster, ["pp" = 1, "d
 // CHECK: plan check: 1 of 1 (operator, phase) pairs agree (forward and backward compared)
 #device = #stp.device<fp32 = 1.0e+13, hbm_capacity = 1000000000, hbm_bandwidth = 1.0e+12>
 #cluster = #stp.cluster<name = "c", nodes = 1, devices_per_node = 4, device = #device, intra_node = <bandwidth = 1.0e+11, latency = 1.0e-06>, inter_node = <bandwidth = 1.0e+10, latency = 1.0e-05>>
-module attributes {stp.partitioned, stp.mesh = #stp.mesh<#cluster, ["pp" = 1, "dp" = 2, "tp" = 2]>,
+module attributes {stp.partitioned, stp.training = {micro_batches = 1 : i64}, stp.mesh = #stp.mesh<#cluster, ["pp" = 1, "dp" = 2, "tp" = 2]>,
     stp.plan = {mesh = {micro_batches = 1 : i64}, communication = [
       {label = "fc", phase = "input_grad", kind = "all-reduce", axes = ["tp"], bytes = 128 : i64, element_bytes = 2 : i64, count = 1 : i64, sent_bytes = 128 : i64},
       {label = "fc", phase = "grad_sum", kind = "all-reduce", axes = ["dp"], bytes = 32 : i64, element_bytes = 2 : i64, count = 1 : i64, sent_bytes = 32 : i64}]}} {
@@ -82,6 +82,28 @@ module attributes {stp.partitioned, stp.mesh = #stp.mesh<#cluster, ["pp" = 1, "d
     %r = shard.all_reduce %x on @grid grid_axes = [1] reduction = sum {stp.plan_step = "fc/grad0 input_grad: all-reduce of the partial sum over tp"} : tensor<8x8xf32> -> tensor<8x8xf32>
     %s = shard.all_reduce %g on @grid grid_axes = [0] reduction = sum {stp.plan_step = "fc/grad1 grad_sum: all-reduce of the gradient over dp"} : tensor<4x4xf32> -> tensor<4x4xf32>
     return %r, %s : tensor<8x8xf32>, tensor<4x4xf32>
+  }
+}
+
+// -----
+
+// A forward program (no micro-batch loop) of a plan with 4 micro-batches:
+// records that are a micro-batch's share (the I shift) count 4 times,
+// those that are not (the W shift) once, as the program runs them.
+// CHECK-LABEL: plan check: elements sent per device per step, by operator and phase (plan: per micro-batch x 4)
+// CHECK-NEXT: plan check: the program runs 1 micro-batch(es), the plan 4
+// CHECK: fc      forward               160            160  ok
+#device = #stp.device<fp32 = 1.0e+13, hbm_capacity = 1000000000, hbm_bandwidth = 1.0e+12>
+#cluster = #stp.cluster<name = "c", nodes = 1, devices_per_node = 4, device = #device, intra_node = <bandwidth = 1.0e+11, latency = 1.0e-06>, inter_node = <bandwidth = 1.0e+10, latency = 1.0e-05>>
+module attributes {stp.partitioned, stp.mesh = #stp.mesh<#cluster, ["pp" = 1, "dp" = 2, "tp" = 2]>,
+    stp.plan = {mesh = {micro_batches = 4 : i64}, communication = [
+      {label = "fc", phase = "forward", kind = "ring-shift", axes = ["tp"], bytes = 64 : i64, element_bytes = 2 : i64, count = 1 : i64, per_micro_batch = true, sent_bytes = 64 : i64},
+      {label = "fc", phase = "forward", kind = "ring-shift", axes = ["dp"], bytes = 64 : i64, element_bytes = 2 : i64, count = 1 : i64, per_micro_batch = false, sent_bytes = 64 : i64}]}} {
+  shard.grid @grid(shape = 2x2)
+  func.func @main(%i: tensor<8x16xf32>, %w: tensor<4x8xf32>) -> (tensor<8x16xf32>, tensor<4x8xf32>) {
+    %a = shard.shift %i on @grid grid_axes = [1] shift_axis = 1 offset = -1 rotate {stp.plan_step = "fc forward: temporal shift of I"} : tensor<8x16xf32> -> tensor<8x16xf32>
+    %b = shard.shift %w on @grid grid_axes = [0] shift_axis = 0 offset = -1 rotate {stp.plan_step = "fc forward: temporal shift of W"} : tensor<4x8xf32> -> tensor<4x8xf32>
+    return %a, %b : tensor<8x16xf32>, tensor<4x8xf32>
   }
 }
 

@@ -486,6 +486,8 @@ int Verifier::run() {
     return fail("cannot open '" + model + "'");
   if (!(verifyRtol > 0) || !(verifyAtol >= 0))
     return fail("--rtol must be > 0 and --atol >= 0");
+  if (verifyCheckPlan && verifyNoPlanCheck)
+    return fail("--check-plan and --no-plan-check contradict each other");
   if (verifyPrecision != "fp32" && verifyPrecision != "mixed")
     return fail("--precision must be fp32 or mixed, got '" + verifyPrecision +
                 "'");

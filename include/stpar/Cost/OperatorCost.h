@@ -111,15 +111,23 @@ struct Communication {
   int64_t elementBytes = 2;
   /// Times it is issued per micro-batch.
   double count = 1;
+  /// Whether `bytes` is one micro-batch's share of the batch (activations
+  /// and their gradients); false for what does not depend on the batch
+  /// (the temporal primitive's moves of W and dW), which a program that
+  /// runs the whole batch at once issues once, not once per micro-batch.
+  bool perMicroBatch = true;
   /// What it moves, in words ("partial sums of the output").
   std::string what;
 };
 
-/// Bytes one device sends for `c`: getRingVolume of its kind, S and group
-/// size (the product of its axes' sizes; a point-to-point sends S), times
-/// its count. Independent of how the collective is decomposed over the
-/// axes (a bandwidth-optimal all-gather over a x b sends (ab-1)/ab S
-/// whether it gathers over a then b or over both at once).
+/// Bytes one device sends for `c`, taken as one collective over the group
+/// of its axes: getRingVolume of its kind, S and group size (the product
+/// of its axes' sizes; a point-to-point sends S), times its count. For
+/// all-gather and reduce-scatter this does not depend on how the
+/// collective is decomposed over the axes (over a then b sends the same
+/// (ab-1)/ab S); an all-reduce over a x b sends 2 (ab-1)/ab S, while the
+/// time model (getMultiAxisCollectiveTime) still charges one all-reduce of
+/// S per axis, 2 (a-1)/a S + 2 (b-1)/b S (more; docs/cost-model.md).
 double getSentBytes(const Communication &c, const Mesh &mesh);
 
 /// Costs of one operator for one micro-batch on one device (seconds, bytes,

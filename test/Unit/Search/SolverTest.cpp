@@ -344,6 +344,12 @@ TEST(Communication, MegatronAllReducesPerBlock) {
   EXPECT_EQ(forward["fc2"], layers);
   EXPECT_EQ(backward["qkv"], layers);
   EXPECT_EQ(backward["fc1"], layers);
+  // The plan's re-layout time comes from exactly the listed re-layouts.
+  size_t relayouts = llvm::count_if(*comms, [](const PlannedCommunication &c) {
+    return c.source == "re-layout";
+  });
+  EXPECT_GT(plan.cost.relayout, 0);
+  EXPECT_GT(relayouts, 0u);
   // Every byte the step time counts as a re-layout is listed: the plan
   // with no tensor parallelism (dp = 4) communicates only gradients.
   opts.megatron.tp = 1;

@@ -219,9 +219,16 @@ struct CheckCommunicationPass
       module.emitWarning("plan check skipped: ") << why;
       return;
     }
-    int64_t microBatches = 1;
+    // The plan's micro-batches scale its per-micro-batch records; the
+    // program's (a training step's loop, else one pass over the batch)
+    // scale those that do not depend on the batch (per_micro_batch false).
+    int64_t microBatches = 1, programMicroBatches = 1;
     if (const json::Object *m = root->getObject("mesh"))
       microBatches = m->getInteger("micro_batches").value_or(1);
+    if (auto t = module->getAttrOfType<DictionaryAttr>(
+            STPDialect::kTrainingAttrName))
+      if (auto m = t.getAs<IntegerAttr>("micro_batches"))
+        programMicroBatches = std::max<int64_t>(1, m.getInt());
 
     // Grid axes are the mesh axes but pp, in order (docs/spmd-ir.md).
     std::vector<std::string> gridNames;
@@ -235,7 +242,6 @@ struct CheckCommunicationPass
     // The program.
     using Key = std::pair<std::string, std::string>;
     llvm::MapVector<Key, Pair, std::map<Key, unsigned>> pairs;
-    std::set<std::string> programPhases;
     int64_t programWidth = 0, planWidth = 0;
     bool unknownCount = false;
     // B and G are compared together ("backward"): the program computes a
@@ -265,8 +271,11 @@ struct CheckCommunicationPass
           getProgramCommunication(op, gridShape);
       if (!c)
         return;
+      if (c->label.empty()) {
+        c->label = "(unlabelled)";
+        c->phase = "unlabelled";
+      }
       unknownCount |= !c->knownCount;
-      programPhases.insert(c->phase);
       programWidth = std::max(programWidth, c->elementBytes);
       Pair &pair = pairs[programKey(c->label, c->phase)];
       std::vector<std::string> names;
@@ -278,22 +287,25 @@ struct CheckCommunicationPass
     });
 
     // The plan: per micro-batch, gradient syncs per step.
-    bool training = llvm::any_of(programPhases, [](const std::string &p) {
-      return p != "forward" && p != "result";
-    });
+    bool training = module->hasAttr(STPDialect::kTrainingAttrName);
     for (const json::Value &v : *predicted) {
       const json::Object *item = v.getAsObject();
       if (!item)
         continue;
       std::string label = item->getString("label").value_or("").str();
       std::string phase = item->getString("phase").value_or("").str();
+      if (label.empty())
+        label = "(unlabelled)";
       double sent = item->getNumber("sent_bytes").value_or(0);
       int64_t width = item->getInteger("element_bytes").value_or(2);
       if (sent <= 0)
         continue;
       planWidth = std::max(planWidth, width);
+      bool perMicroBatch = item->getBoolean("per_micro_batch").value_or(true);
       double n = sent / double(std::max<int64_t>(1, width)) *
-                 (phase == "grad_sum" ? 1.0 : double(microBatches));
+                 (phase == "grad_sum" ? 1.0
+                  : perMicroBatch     ? double(microBatches)
+                                      : double(programMicroBatches));
       std::vector<std::string> names;
       if (const json::Array *axes = item->getArray("axes"))
         for (const json::Value &a : *axes)
@@ -351,6 +363,9 @@ struct CheckCommunicationPass
       *os << "plan check: elements sent per device per step, by operator "
              "and phase (plan: per micro-batch x "
           << microBatches << ")\n";
+      if (programMicroBatches != microBatches)
+        *os << "plan check: the program runs " << programMicroBatches
+            << " micro-batch(es), the plan " << microBatches << "\n";
       *os << llvm::format("  %-40s %-12s %14s %14s  %s\n", "operator", "phase",
                           "plan", "program", "");
       for (auto &[key, pair] : pairs) {

@@ -254,8 +254,8 @@ def CheckCommunicationPass
     plan check: 11 of 12 (operator, phase) pairs agree (forward compared)
     ```
 
-    With `fail-on-difference` (default) a differing pair is an error at the
-    first differing collective, naming the operator and both totals. Errors:
+    With `fail-on-difference` (default) a differing pair is an error on the
+    module naming the first differing operator and both totals. Errors:
     an unpartitioned module, no plan, a plan without "communication"
     records.
   }];
