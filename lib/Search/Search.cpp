@@ -197,8 +197,22 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
   const double inf = std::numeric_limits<double>::infinity();
   // Tables of recently solved groups (a few; they are large).
   std::vector<std::pair<size_t, std::unique_ptr<Instance>>> recent;
+  // One total for the whole search: the temporal pass's configurations
+  // (those with a q x q square) count after this pass's.
+  bool secondPass = options.temporalPass && capped &&
+                    options.solver.space.temporal &&
+                    !options.solver.space.onlyTemporal;
+  size_t squares = 0;
+  if (secondPass)
+    for (const Config &c : configs) {
+      std::vector<int64_t> shape;
+      for (const MeshAxis &a : llvm::drop_begin(c.mesh.axes))
+        shape.push_back(a.size);
+      squares += hasSquare(shape);
+    }
+  size_t total = order.size() + squares;
   if (options.progress)
-    options.progress(0, order.size());
+    options.progress(0, total);
   size_t reported = 0;
   for (size_t n = 0; n < order.size(); ++n) {
     auto [lowerBound, i] = order[n];
@@ -232,18 +246,24 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
       keepBest(result, std::move(*plan));
     else
       consumeError(plan.takeError());
-    if (options.progress && n + 1 < order.size())
-      options.progress(reported = n + 1, order.size());
+    if (options.progress && n + 1 < total)
+      options.progress(reported = n + 1, total);
   }
-  if (options.progress && reported < order.size())
-    options.progress(order.size(), order.size());
-  if (options.temporalPass && capped && options.solver.space.temporal &&
-      !options.solver.space.onlyTemporal) {
+  if (secondPass) {
     SearchOptions second = options;
     second.solver.space.onlyTemporal = true;
     second.squareMeshesOnly = true;
     second.temporalPass = false;
     second.progress = nullptr;
+    if (options.progress) {
+      // This pass's configurations (skipped ones included) are done.
+      size_t done = order.size();
+      second.progress = [&, done](size_t n, size_t) {
+        size_t at = std::min(done + n, total);
+        if (at > reported && at < total)
+          options.progress(reported = at, total);
+      };
+    }
     Expected<SearchResult> t = search(problem, cluster, eff, second,
                                       result.best ? &*result.best : nullptr);
     if (!t)
@@ -258,6 +278,8 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
     result.dominatedConfigurations += t->dominatedConfigurations;
     result.stats += t->stats;
   }
+  if (options.progress && reported < total)
+    options.progress(total, total);
   return result;
 }
 

@@ -256,7 +256,9 @@ struct SearchOptions {
   /// Progress output: called with (0, total) before the first
   /// configuration, (n, total) after the n-th solved one, and (total, total)
   /// once at the end, also when the bound stops the search early (the
-  /// configurations it skips are done: none of them can win).
+  /// configurations it skips are done: none of them can win). With the
+  /// temporal pass, `total` counts its configurations too (after the first
+  /// pass's), so one count runs from 0 to total.
   std::function<void(size_t, size_t)> progress;
   /// The Megatron baseline (searchMegatron) on problems whose edges do not
   /// carry every split (an imported model: the bridge keeps no edge through
