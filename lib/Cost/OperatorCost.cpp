@@ -448,6 +448,7 @@ Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
       c.bytes = localBytes(op, operand, mesh);
       c.elementBytes = operand.elementBytes;
       c.what = "partial input gradient of operand " + std::to_string(j);
+      c.operand = int(j);
       cost.communication.push_back(std::move(c));
     }
   }

@@ -426,8 +426,15 @@ Expected<Raw> Instance::Impl::costRaw(unsigned i, Operator &op,
   raw.cost = *c;
   raw.fwdComm = c->forwardComm;
   if ((op.kind == OpKind::MatMul || op.kind == OpKind::Embedding) &&
-      outputHasEdges[i])
+      outputHasEdges[i]) {
     raw.fwdComm = 0; // the consuming edge reduces the partial sums
+    // ... so they are the edge's communication, not the operator's (a
+    // temporal op has no forward collective; its transfers stay).
+    if (!op.temporal)
+      erase_if(raw.cost.communication, [](const Communication &m) {
+        return m.phase == Phase::Forward;
+      });
+  }
   // Likewise in B: the partial input gradient of a contraction split on a
   // loop its input does not index (column-parallel dX) is reduced by the
   // feeding edge into the producer's layout: an all-reduce when that is
@@ -450,6 +457,9 @@ Expected<Raw> Instance::Impl::costRaw(unsigned i, Operator &op,
           getLocalElements(op, o, config.mesh) * double(o.elementBytes), axes,
           config.mesh, cluster);
       raw.cost.backwardComm = std::max(0.0, raw.cost.backwardComm);
+      erase_if(raw.cost.communication, [&](const Communication &m) {
+        return m.phase == Phase::InputGrad && m.operand == int(j);
+      });
     }
   }
   for (const GradientSync &g : getGradientSyncs(op, config.mesh, 0u)) {
@@ -691,28 +701,10 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
       return r.takeError();
     raws.push_back(std::move(*r));
     const Raw &raw = raws.back();
-    // As costRaw charges them: partial sums a consuming edge reduces and
-    // input-gradient reductions a feeding edge takes over are the edges'.
-    for (const Communication &c : raw.cost.communication) {
-      bool partialSums =
-          c.phase == Phase::Forward && !work.temporal &&
-          (work.kind == OpKind::MatMul || work.kind == OpKind::Embedding) &&
-          I.outputHasEdges[op];
-      if (partialSums)
-        continue;
+    // As costRaw charges them (the reductions edges take over are the
+    // edges').
+    for (const Communication &c : raw.cost.communication)
       out.push_back({c, i, "operator"});
-    }
-    // Input-gradient reductions taken over by a feeding edge (costRaw).
-    for (auto [j, o] : llvm::enumerate(work.operands)) {
-      if (!I.inputHasEdges[op][j])
-        continue;
-      std::string what =
-          "partial input gradient of operand " + std::to_string(j);
-      erase_if(out, [&](const PlannedCommunication &p) {
-        return p.op == i && p.comm.phase == Phase::InputGrad &&
-               p.comm.what == what;
-      });
-    }
     for (const GradientSync &s : getGradientSyncs(work, I.config.mesh, 0u)) {
       if (s.axes.empty())
         continue;

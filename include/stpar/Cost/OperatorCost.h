@@ -118,6 +118,9 @@ struct Communication {
   bool perMicroBatch = true;
   /// What it moves, in words ("partial sums of the output").
   std::string what;
+  /// The operand whose gradient it reduces (the input-gradient
+  /// all-reduces), else -1.
+  int operand = -1;
 };
 
 /// Bytes one device sends for `c`, taken as one collective over the group

@@ -62,47 +62,48 @@ stpar::stp::getProgramCommunication(Operation *op,
   c.elementBytes = std::max<int64_t>(1, inType.getElementTypeBitWidth() / 8);
   double inElements = double(inType.getNumElements());
   double outElements = double(outType.getNumElements());
+  using stpar::cost::Collective;
   ArrayRef<int16_t> axes;
-  double fraction = 1; // of the group's devices that send
+  bool moves = true; // false for a permutation that keeps every block
+  bool known = true;
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](shard::AllReduceOp o) {
-        c.kind = "all-reduce";
+        c.kind = Collective::AllReduce;
         axes = o.getGridAxes();
         c.elements = inElements;
       })
       .Case([&](shard::AllGatherOp o) {
-        c.kind = "all-gather";
+        c.kind = Collective::AllGather;
         axes = o.getGridAxes();
         c.elements = outElements;
       })
       .Case([&](shard::ReduceScatterOp o) {
-        c.kind = "reduce-scatter";
+        c.kind = Collective::ReduceScatter;
         axes = o.getGridAxes();
         c.elements = inElements;
       })
       .Case([&](shard::AllToAllOp o) {
-        c.kind = "all-to-all";
+        c.kind = Collective::AllToAll;
         axes = o.getGridAxes();
         c.elements = inElements;
       })
       .Case([&](shard::ShiftOp o) {
-        c.kind = "ring-shift";
+        c.kind = Collective::RingShift;
         axes = o.getGridAxes();
         c.elements = inElements;
       })
       .Case([&](GridPermuteOp o) {
-        c.kind = "point-to-point";
-        axes = o.getGridAxes();
-        c.elements = inElements;
         // The busiest device's share: all of S when any block moves (the
         // cost model times the permutation by its slowest device).
-        ArrayRef<int64_t> sources = o.getSources();
-        bool moves = false;
-        for (auto [j, s] : llvm::enumerate(sources))
+        c.kind = Collective::PointToPoint;
+        axes = o.getGridAxes();
+        c.elements = inElements;
+        moves = false;
+        for (auto [j, s] : llvm::enumerate(o.getSources()))
           moves |= s != int64_t(j);
-        fraction = moves ? 1 : 0;
-      });
-  if (c.kind.empty())
+      })
+      .Default([&](Operation *) { known = false; });
+  if (!known)
     return std::nullopt;
   c.group = 1;
   for (int16_t a : axes) {
@@ -111,15 +112,8 @@ stpar::stp::getProgramCommunication(Operation *op,
       c.group *= gridShape[a];
   }
   // Elements each device sends once (Collectives.h's ring volumes).
-  double p = double(c.group), frac = c.group > 1 ? (p - 1) / p : 0;
-  if (c.kind == "all-reduce")
-    c.sentElements = 2 * frac * c.elements;
-  else if (c.kind == "ring-shift")
-    c.sentElements = c.group > 1 ? c.elements : 0;
-  else if (c.kind == "point-to-point")
-    c.sentElements = fraction * c.elements;
-  else
-    c.sentElements = frac * c.elements;
+  c.sentElements =
+      moves ? stpar::cost::getRingVolume(c.kind, c.elements, c.group) : 0;
   // Executions per step: the trip counts of the enclosing loops.
   for (Operation *parent = op->getParentOp(); parent;
        parent = parent->getParentOp()) {
@@ -283,7 +277,8 @@ struct CheckCommunicationPass
         names.push_back(a < gridNames.size() ? gridNames[a] : "?");
       double n = c->count * c->sentElements;
       pair.program.elements += n;
-      pair.program.parts[c->kind + " over " + axesText(names)] += n;
+      pair.program.parts[stpar::cost::getCollectiveName(c->kind).str() +
+                         " over " + axesText(names)] += n;
     });
 
     // The plan: per micro-batch, gradient syncs per step.

@@ -8,6 +8,8 @@
 #ifndef STPAR_DIALECT_STP_TRANSFORMS_COLLECTIVES_H
 #define STPAR_DIALECT_STP_TRANSFORMS_COLLECTIVES_H
 
+#include "stpar/Cost/Collectives.h"
+
 #include "mlir/IR/Operation.h"
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/SmallVector.h"
@@ -39,9 +41,9 @@ struct ProgramCommunication {
   /// The operator and phase its `stp.plan_step` names ("" when it has
   /// none); a gradient op's "<node>/grad<k>" counts as "<node>".
   std::string label, phase;
-  /// "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-  /// "ring-shift", "point-to-point" (cost::getCollectiveName's words).
-  std::string kind;
+  /// The collective (a grid_permute is a point-to-point transfer);
+  /// cost::getCollectiveName names it.
+  cost::Collective kind = cost::Collective::AllReduce;
   /// Grid axes of its group and the group's size.
   llvm::SmallVector<unsigned> axes;
   int64_t group = 1;
@@ -49,8 +51,9 @@ struct ProgramCommunication {
   /// others' input) and the bytes per element.
   double elements = 0;
   int64_t elementBytes = 4;
-  /// Elements one device sends per execution (the ring volume of S; for a
-  /// grid_permute, S when any block moves: the busiest device's).
+  /// Elements one device sends per execution (cost::getRingVolume of S
+  /// over the group, as the cost model counts it; a grid_permute that
+  /// moves no block sends nothing).
   double sentElements = 0;
   /// Executions per step: the product of the enclosing scf.for trip
   /// counts; `knownCount` is false when one is not constant.
