@@ -927,6 +927,138 @@ Expected<Plan> Instance::Impl::solve() {
            limit * (1 + 1e-12);
   };
 
+  // Layout-dependent lower bounds of the rest of a segment (an A*-style
+  // heuristic, exact): a backward DP along the segment's chain, the edges
+  // from item v to item v + 1 (ln1 -> qkv -> scores -> ... -> residual2 in
+  // a transformer layer), dropping every other edge (re-layouts >= 0).
+  // after[v][l] bounds the time of items v+1.. when the tensor v feeds to
+  // v + 1 is in layout l; afterAny[v] bounds it for any layout. Without it
+  // the bound is the sum of per-operator minima, which ignores every
+  // re-layout, and at 8 devices the attention's three live tensors reach
+  // millions of states that cannot beat the plan already found.
+  struct ChainBound {
+    std::vector<int> chainOperand;
+    std::vector<DenseMap<int, double>> after;
+    std::vector<double> afterAny;
+    /// Lower bound of the whole segment.
+    double total = 0;
+    double rest(unsigned v, const Cand *c, int anchorLayout) const {
+      if (chainOperand[v] < 0)
+        return afterAny[v];
+      int l = c ? c->raw->layouts[chainOperand[v]] : anchorLayout;
+      auto it = after[v].find(l);
+      return it == after[v].end() ? afterAny[v] : it->second;
+    }
+  };
+  auto chainBound = [&](const std::vector<SegItem> &items,
+                        const std::vector<SegEdge> &edges) {
+    unsigned n = unsigned(items.size());
+    ChainBound cb;
+    cb.chainOperand.assign(n, -1);
+    cb.after.resize(n);
+    cb.afterAny.assign(n, 0);
+    std::vector<SmallVector<const SegEdge *, 2>> chainIn(n);
+    for (const SegEdge &e : edges)
+      if (e.to == e.from + 1 &&
+          (chainIn[e.to].empty() ||
+           chainIn[e.to].front()->fromOperand == e.fromOperand))
+        chainIn[e.to].push_back(&e);
+    for (unsigned v = 1; v < n; ++v)
+      if (!chainIn[v].empty())
+        cb.chainOperand[v - 1] = int(chainIn[v].front()->fromOperand);
+    for (unsigned v = n - 1; v-- > 0;) {
+      unsigned w = v + 1;
+      unsigned op = unsigned(items[w].op);
+      // Candidates of w: their time plus the bound of what follows them.
+      SmallVector<double> g;
+      double best = inf;
+      for (const Cand &c : cands[op]) {
+        g.push_back(c.time + cb.rest(w, &c, kExternal));
+        best = std::min(best, g.back());
+      }
+      cb.afterAny[v] = best;
+      if (cb.chainOperand[v] < 0)
+        continue;
+      unsigned from = unsigned(cb.chainOperand[v]);
+      std::vector<int> ls;
+      if (items[v].op < 0)
+        ls = items[v].anchorLayouts;
+      else
+        for (const Cand &c : cands[items[v].op])
+          ls.push_back(c.raw->layouts[from]);
+      for (int l : ls) {
+        auto [it, ins] = cb.after[v].try_emplace(l, inf);
+        if (!ins)
+          continue;
+        for (auto [k, c] : llvm::enumerate(cands[op])) {
+          double t = g[k];
+          for (const SegEdge *e : chainIn[w])
+            t += edgeCost(op, e->toOperand, l, c.raw->layouts[e->toOperand]);
+          it->second = std::min(it->second, t);
+        }
+      }
+    }
+    if (n > 0 && items[0].op >= 0) {
+      cb.total = inf;
+      for (const Cand &c : cands[items[0].op])
+        cb.total = std::min(cb.total, c.time + cb.rest(0, &c, kExternal));
+    } else if (n > 0) {
+      cb.total = cb.afterAny[0];
+      if (!items[0].anchorLayouts.empty()) {
+        cb.total = inf;
+        for (int l : items[0].anchorLayouts)
+          cb.total = std::min(cb.total, cb.rest(0, nullptr, l));
+      }
+    }
+    return cb;
+  };
+
+  // The layer block's and the post section's segments: item 0 is an anchor
+  // (the carry entering the layer; the last layer's output) in one of
+  // `anchors`; `pos` maps problem operators to items.
+  struct Segment {
+    std::vector<SegItem> items;
+    std::vector<SegEdge> edges;
+    std::map<unsigned, unsigned> pos;
+  };
+  auto makeSegment = [&](const std::vector<unsigned> &ops, Section section,
+                         std::vector<int> anchors) {
+    Segment seg;
+    seg.items.push_back({-1, std::move(anchors)});
+    for (unsigned op : ops) {
+      seg.pos[op] = unsigned(seg.items.size());
+      seg.items.push_back({int(op), {}});
+    }
+    for (const Edge &e : P.edges) {
+      if (P.sections[e.consumer] != section)
+        continue;
+      bool fromAnchor = section == Section::Layer
+                            ? e.nextLayer
+                            : P.sections[e.producer] == Section::Layer;
+      if (fromAnchor) {
+        seg.edges.push_back({0, 0, seg.pos[e.consumer], e.consumerOperand});
+      } else if (section == Section::Post ||
+                 P.sections[e.producer] == section) {
+        // (A pre operator feeding the post section reads as the anchor.)
+        auto it = seg.pos.find(e.producer);
+        seg.edges.push_back({it == seg.pos.end() ? 0u : it->second,
+                             e.producerOperand, seg.pos[e.consumer],
+                             e.consumerOperand});
+      }
+    }
+    return seg;
+  };
+  // The chain bounds of a layer and of the post section (any anchor layout)
+  // replace their sums of per-operator minima.
+  if (hasLayers) {
+    Segment s = makeSegment(layer, Section::Layer, {});
+    blockTimeLB = std::max(blockTimeLB, chainBound(s.items, s.edges).total);
+  }
+  if (!post.empty()) {
+    Segment s = makeSegment(post, Section::Post, {});
+    postTimeLB = std::max(postTimeLB, chainBound(s.items, s.edges).total);
+  }
+
   // Runs the frontier DP over `items`; returns fronts keyed by the layouts of
   // the sticky (item, operand) pairs. `outTime`/`outMem` bound what the rest
   // of the plan (outside this segment) adds.
@@ -952,15 +1084,14 @@ Expected<Plan> Instance::Impl::solve() {
       llvm::sort(r);
       r.erase(std::unique(r.begin(), r.end()), r.end());
     }
-    // Lower bounds of the items after v (restTime[v + 1]).
-    std::vector<double> restTime(n + 1, 0), restMem(n + 1, 0);
+    // Lower bounds of the items after v: time by the chain bound (per
+    // layout), memory by per-operator minima (restMem[v + 1]).
+    ChainBound cb = chainBound(items, edges);
+    std::vector<double> restMem(n + 1, 0);
     for (unsigned v = n; v-- > 0;) {
-      restTime[v] = restTime[v + 1];
       restMem[v] = restMem[v + 1];
-      if (items[v].op >= 0) {
-        restTime[v] += minTime[items[v].op];
+      if (items[v].op >= 0)
         restMem[v] += minMem[items[v].op];
-      }
     }
     // Signature tables: item -> tuple of layouts of its relevant operands.
     std::vector<std::map<std::vector<int>, int>> sigIds(n);
@@ -991,12 +1122,15 @@ Expected<Plan> Instance::Impl::solve() {
         int sig;
         std::vector<int> in;
         int cand;
+        /// Lower bound of the items after v given this choice.
+        double rest;
       };
       std::vector<SC> scs;
       unsigned numIn = unsigned(inEdges[v].size());
       if (items[v].op < 0) {
         for (int l : items[v].anchorLayouts)
-          scs.push_back({0, 0, 0, sigOf(v, {l}), {}, -1});
+          scs.push_back(
+              {0, 0, 0, sigOf(v, {l}), {}, -1, cb.rest(v, nullptr, l)});
       } else {
         unsigned op = unsigned(items[v].op);
         std::map<std::pair<int, std::vector<int>>, std::vector<SC>> groups;
@@ -1009,8 +1143,8 @@ Expected<Plan> Instance::Impl::solve() {
           for (const SegEdge *e : inEdges[v])
             inL.push_back(cand.raw->layouts[e->toOperand]);
           int sig = sigOf(v, tuple);
-          SC sc{cand.time, cand.stateBytes + cand.actBytes, cand.peak, sig,
-                inL, int(c)};
+          SC sc{cand.time, cand.stateBytes + cand.actBytes, cand.peak, sig, inL,
+                int(c),    cb.rest(v, &cand, kExternal)};
           auto &grp = groups[{sig, inL}];
           // Exact dominance pruning within a signature group.
           bool dominated = false;
@@ -1090,7 +1224,6 @@ Expected<Plan> Instance::Impl::solve() {
       std::vector<int> livePos(n, -1);
       for (unsigned i = 0; i < live.size(); ++i)
         livePos[live[i]] = int(i);
-      double restT = restTime[v + 1] + outTime;
       double restM = restMem[v + 1] + outMem;
       // Destination fronts by (base key id, signature of v).
       std::map<Key, unsigned> baseIds;
@@ -1125,7 +1258,7 @@ Expected<Plan> Instance::Impl::solve() {
           for (const Point &pt : st.front) {
             Point np{pt.time + add, pt.mem + sc.mem,
                      std::max(pt.peak, sc.peak), -1};
-            if (!admissible(np, restT, restM))
+            if (!admissible(np, sc.rest + outTime, restM))
               continue;
             if (!dst) {
               auto [sit, sins] = slotOf.try_emplace(dk, unsigned(slots.size()));
@@ -1263,23 +1396,9 @@ Expected<Plan> Instance::Impl::solve() {
     // Block.
     Matrix block;
     {
-      std::vector<SegItem> items{{-1, anchors}};
-      std::vector<SegEdge> edges;
-      std::map<unsigned, unsigned> pos;
-      for (unsigned op : layer) {
-        pos[op] = unsigned(items.size());
-        items.push_back({int(op), {}});
-      }
-      for (const Edge &e : P.edges) {
-        if (e.nextLayer)
-          edges.push_back({0, 0, pos[e.consumer], e.consumerOperand});
-        else if (P.sections[e.producer] == Section::Layer &&
-                 P.sections[e.consumer] == Section::Layer)
-          edges.push_back({pos[e.producer], e.producerOperand, pos[e.consumer],
-                           e.consumerOperand});
-      }
+      Segment seg = makeSegment(layer, Section::Layer, anchors);
       StateMap res = runSegment(
-          items, edges, {{0, 0}, {pos[*carry], carryOperand}},
+          seg.items, seg.edges, {{0, 0}, {seg.pos[*carry], carryOperand}},
           preTime + (layers - 1) * blockTimeLB + postTimeLB,
           preMem + (layers - 1) * blockMemLB + postMemLB);
       for (auto &[k, f] : res)
@@ -1350,23 +1469,9 @@ Expected<Plan> Instance::Impl::solve() {
         for (int l : outs)
           postFront[l].push_back(Point{0, 0, 0, 0});
       } else if (!outs.empty()) {
-        std::vector<SegItem> items{{-1, std::vector<int>(outs.begin(), outs.end())}};
-        std::vector<SegEdge> edges;
-        std::map<unsigned, unsigned> pos;
-        for (unsigned op : post) {
-          pos[op] = unsigned(items.size());
-          items.push_back({int(op), {}});
-        }
-        for (const Edge &e : P.edges) {
-          if (P.sections[e.consumer] != Section::Post)
-            continue;
-          if (P.sections[e.producer] == Section::Layer)
-            edges.push_back({0, 0, pos[e.consumer], e.consumerOperand});
-          else
-            edges.push_back({pos[e.producer], e.producerOperand,
-                             pos[e.consumer], e.consumerOperand});
-        }
-        StateMap res = runSegment(items, edges, {{0, 0}},
+        Segment seg = makeSegment(post, Section::Post,
+                                  std::vector<int>(outs.begin(), outs.end()));
+        StateMap res = runSegment(seg.items, seg.edges, {{0, 0}},
                                   preTime + layersTime, preMem + layersMem);
         for (auto &[k, f] : res)
           postFront[k[0]] = f;

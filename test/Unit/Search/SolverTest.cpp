@@ -158,6 +158,19 @@ TEST(Exactness, DPMatchesBruteForceOnRandomProblems) {
     double a = bf->cost.stepTime, b = dp->cost.stepTime;
     ASSERT_NEAR(a, b, 1e-9 * std::max(a, b)) << "problem " << compared;
     EXPECT_TRUE(dp->cost.feasible);
+    // Branch and bound: with the bound just above the optimum, the DP's
+    // lower bounds of the rest of the plan (per-operator minima, the chain
+    // bound per layout) must never prune the optimum; just below it, no
+    // plan may be returned.
+    Expected<Plan> above = (*inst)->solveDP(nullptr, a * (1 + 1e-9));
+    ASSERT_TRUE(bool(above))
+        << toString(above.takeError()) << " problem " << compared;
+    ASSERT_NEAR(above->cost.stepTime, a, 1e-9 * a);
+    Expected<Plan> below = (*inst)->solveDP(nullptr, a * (1 - 1e-9));
+    EXPECT_FALSE(bool(below));
+    if (!below)
+      consumeError(below.takeError());
+    EXPECT_LE((*inst)->getLowerBound(), a * (1 + 1e-12));
     ++compared;
     if (is_contained(p.sections, Section::Layer) && p.layers > 1)
       ++withLayers;
