@@ -13,6 +13,7 @@
 #include "stpar/Cost/OperatorCost.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <algorithm>
 #include <cmath>
@@ -482,21 +483,62 @@ std::vector<GradientSync> getGradientSyncs(const Operator &op, const Mesh &mesh,
 // Re-layout
 //===----------------------------------------------------------------------===//
 
-namespace {
-enum class AxisState { Replicated, Split, Partial };
-struct AxisUse {
-  AxisState state = AxisState::Replicated;
-  unsigned dim = 0;
-};
-} // namespace
-
 static AxisUse getAxisUse(const TensorLayout &layout, unsigned axis) {
   if (is_contained(layout.partialAxes, axis))
-    return {AxisState::Partial, 0};
+    return {AxisUse::State::Partial, 0};
   for (unsigned d = 0; d < layout.dimAxes.size(); ++d)
     if (is_contained(layout.dimAxes[d], axis))
-      return {AxisState::Split, d};
+      return {AxisUse::State::Split, d};
   return {};
+}
+
+double getRelayoutSeconds(ArrayRef<AxisUse> from, ArrayRef<AxisUse> to,
+                          double local, const Mesh &mesh,
+                          ArrayRef<AxisPlacement> placements,
+                          const Cluster &cluster, RelayoutCost *cost) {
+  using State = AxisUse::State;
+  double seconds = 0;
+  auto emit = [&](Collective kind, unsigned axis, double bytes) {
+    double t = getCollectiveTime(kind, bytes, placements[axis], cluster);
+    seconds += t;
+    if (!cost)
+      return;
+    int64_t n = mesh.axes[axis].size;
+    // Bytes received: what the ring delivers to each device (all-reduce:
+    // the reduced values once, (n-1)/n S).
+    cost->receivedBytes += kind == Collective::AllReduce
+                               ? getRingVolume(kind, bytes, n) / 2
+                               : getRingVolume(kind, bytes, n);
+    cost->steps.push_back(RelayoutStep{kind, axis, bytes, t});
+  };
+  // Passes: reductions, free slicing, all-to-all, gathers.
+  for (int pass = 0; pass < 4; ++pass) {
+    for (unsigned axis = 0; axis < from.size(); ++axis) {
+      AxisUse a = from[axis], b = to[axis];
+      double n = double(mesh.axes[axis].size);
+      if (pass == 0 && a.state == State::Partial) {
+        if (b.state == State::Split) {
+          emit(Collective::ReduceScatter, axis, local);
+          local /= n;
+        } else {
+          emit(Collective::AllReduce, axis, local);
+        }
+      } else if (pass == 1 && a.state == State::Replicated &&
+                 b.state == State::Split) {
+        local /= n;
+      } else if (pass == 2 && a.state == State::Split &&
+                 b.state == State::Split && a.dim != b.dim) {
+        emit(Collective::AllToAll, axis, local);
+      } else if (pass == 3 && a.state == State::Split &&
+                 b.state == State::Replicated) {
+        local *= n;
+        emit(Collective::AllGather, axis, local);
+      }
+    }
+  }
+  if (cost)
+    cost->seconds += seconds;
+  return seconds;
 }
 
 Expected<RelayoutCost> getRelayoutCost(const TensorLayout &from,
@@ -517,45 +559,15 @@ Expected<RelayoutCost> getRelayoutCost(const TensorLayout &from,
       split *= mesh.axes[axis].size;
     local *= double(ceilDiv(from.shape[d], split));
   }
-  RelayoutCost cost;
-  auto emit = [&](Collective kind, unsigned axis, double bytes) {
-    AxisPlacement p = mesh.getPlacement(axis, cluster.devicesPerNode);
-    RelayoutStep step{kind, axis, bytes,
-                      getCollectiveTime(kind, bytes, p, cluster)};
-    cost.seconds += step.seconds;
-    int64_t n = mesh.axes[axis].size;
-    // Bytes received: what the ring delivers to each device (all-reduce:
-    // the reduced values once, (n-1)/n S).
-    cost.receivedBytes += kind == Collective::AllReduce
-                              ? getRingVolume(kind, bytes, n) / 2
-                              : getRingVolume(kind, bytes, n);
-    cost.steps.push_back(step);
-  };
-  // Passes: reductions, free slicing, all-to-all, gathers.
-  for (int pass = 0; pass < 4; ++pass) {
-    for (unsigned axis = 0; axis < mesh.axes.size(); ++axis) {
-      AxisUse a = getAxisUse(from, axis), b = getAxisUse(to, axis);
-      double n = double(mesh.axes[axis].size);
-      if (pass == 0 && a.state == AxisState::Partial) {
-        if (b.state == AxisState::Split) {
-          emit(Collective::ReduceScatter, axis, local);
-          local /= n;
-        } else {
-          emit(Collective::AllReduce, axis, local);
-        }
-      } else if (pass == 1 && a.state == AxisState::Replicated &&
-                 b.state == AxisState::Split) {
-        local /= n;
-      } else if (pass == 2 && a.state == AxisState::Split &&
-                 b.state == AxisState::Split && a.dim != b.dim) {
-        emit(Collective::AllToAll, axis, local);
-      } else if (pass == 3 && a.state == AxisState::Split &&
-                 b.state == AxisState::Replicated) {
-        local *= n;
-        emit(Collective::AllGather, axis, local);
-      }
-    }
+  SmallVector<AxisUse, 4> fromUse, toUse;
+  SmallVector<AxisPlacement, 4> placements;
+  for (unsigned axis = 0; axis < mesh.axes.size(); ++axis) {
+    fromUse.push_back(getAxisUse(from, axis));
+    toUse.push_back(getAxisUse(to, axis));
+    placements.push_back(mesh.getPlacement(axis, cluster.devicesPerNode));
   }
+  RelayoutCost cost;
+  getRelayoutSeconds(fromUse, toUse, local, mesh, placements, cluster, &cost);
   return cost;
 }
 

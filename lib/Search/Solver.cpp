@@ -33,6 +33,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 
 using namespace llvm;
@@ -118,8 +119,13 @@ struct Tables {
   std::vector<bool> isCheckpoint;
   std::map<LayoutCode, int> layoutIds;
   std::vector<LayoutCode> layouts;
-  /// Re-layout seconds (unweighted) by consumer operand and layouts.
+  /// Re-layout seconds (unweighted) by tensor (edgeTensorId) and layouts.
   DenseMap<uint64_t, double> edgeCache;
+  /// Per (consumer, operand): an id of what its re-layouts depend on
+  /// besides the layouts (shape, element bytes, whether a gradient flows
+  /// back), so that edges carrying the same tensor share cache entries.
+  DenseMap<uint64_t, unsigned> edgeTensorIds;
+  std::map<std::tuple<std::vector<int64_t>, int64_t, bool>, unsigned> tensorIds;
   /// Per problem operator, every enumerated partition.
   std::vector<std::vector<Raw>> raw;
   /// What the tables were built for.
@@ -201,6 +207,8 @@ struct Instance::Impl {
     return weight(consumer) * slots * edgeSeconds(consumer, operand, from, to);
   }
   bool insert(Front &front, Point p);
+  /// Placement of each mesh axis (edgeSeconds).
+  SmallVector<AxisPlacement, 4> placements;
   Expected<Plan> solve();
   void walk(int32_t node, std::vector<std::pair<int, int>> &out) const;
 };
@@ -561,12 +569,67 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
                                    int from, int to) {
   if (from == kExternal)
     return 0;
-  uint64_t key = (uint64_t(consumer * 64 + operand) << 42) |
-                 (uint64_t(from) << 21) | uint64_t(to);
+  uint64_t edge = uint64_t(consumer) << 8 | operand;
+  auto tid = tables->edgeTensorIds.find(edge);
+  if (tid == tables->edgeTensorIds.end()) {
+    const Operator &op = problem.ops[consumer];
+    const Operand &o = op.operands[operand];
+    std::vector<int64_t> shape;
+    for (unsigned d : o.dims)
+      shape.push_back(op.loops[d].extent);
+    auto [it, ins] =
+        tables->tensorIds.try_emplace({shape, o.elementBytes, o.needsGrad},
+                                      unsigned(tables->tensorIds.size()));
+    tid = tables->edgeTensorIds.try_emplace(edge, it->second).first;
+  }
+  uint64_t key =
+      (uint64_t(tid->second) << 42) | (uint64_t(from) << 21) | uint64_t(to);
   auto it = edgeCache.find(key);
   if (it != edgeCache.end())
     return it->second;
-  double seconds = edgeParts(consumer, operand, from, to).first;
+  // edgeRelayouts' F + B seconds, from the layout codes directly (the
+  // same getRelayoutSeconds, without building TensorLayouts).
+  const Operator &op = problem.ops[consumer];
+  const Operand &o = op.operands[operand];
+  const LayoutCode &src = layouts[from], &dst = layouts[to];
+  unsigned rank = unsigned(o.dims.size());
+  unsigned numAxes = unsigned(config.mesh.axes.size());
+  if (placements.size() != numAxes)
+    for (unsigned a = 0; a < numAxes; ++a)
+      placements.push_back(config.mesh.getPlacement(a, cluster.devicesPerNode));
+  auto uses = [&](const LayoutCode &code, bool dropPartial, bool gradient) {
+    SmallVector<AxisUse, 4> u(numAxes);
+    for (unsigned a = 0; a < numAxes && a < code.size(); ++a) {
+      if (code[a] >= 0 && unsigned(code[a]) < rank)
+        u[a] = {AxisUse::State::Split, unsigned(code[a])};
+      else if ((code[a] == kPartial && !dropPartial) ||
+               (code[a] == kPartialGradient && gradient))
+        u[a] = {AxisUse::State::Partial, 0};
+    }
+    return u;
+  };
+  auto localBytes = [&](ArrayRef<AxisUse> u) {
+    double local = double(o.elementBytes);
+    for (unsigned d = 0; d < rank; ++d) {
+      int64_t split = 1;
+      for (unsigned a = 0; a < numAxes; ++a)
+        if (u[a].state == AxisUse::State::Split && u[a].dim == d)
+          split *= config.mesh.axes[a].size;
+      int64_t extent = op.loops[o.dims[d]].extent;
+      local *= double((extent + split - 1) / split);
+    }
+    return local;
+  };
+  SmallVector<AxisUse, 4> f = uses(src, false, false),
+                          t = uses(dst, true, false);
+  double seconds =
+      getRelayoutSeconds(f, t, localBytes(f), config.mesh, placements, cluster);
+  if (o.needsGrad) {
+    SmallVector<AxisUse, 4> grad = uses(dst, true, true),
+                            back = uses(src, true, false);
+    seconds += getRelayoutSeconds(grad, back, localBytes(grad), config.mesh,
+                                  placements, cluster);
+  }
   edgeCache[key] = seconds;
   return seconds;
 }
@@ -670,8 +733,15 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
     double t = I.edgeCost(cons, e.consumerOperand, from, to);
     pc.pipeline += t;
     pc.relayout += t;
-    pc.opSeconds[e.consumer] += I.edgeSeconds(cons, e.consumerOperand, from, to);
+    double tabled = I.edgeSeconds(cons, e.consumerOperand, from, to);
+    pc.opSeconds[e.consumer] += tabled;
     auto [seconds, reductions] = I.edgeParts(cons, e.consumerOperand, from, to);
+    // The DP's tables take a shortcut to the same getRelayoutSeconds; a
+    // plan whose re-layouts they cost differently is a bug, not a plan.
+    if (std::abs(seconds - tabled) > 1e-12 * std::max(1.0, seconds))
+      return err("internal error: re-layout tables disagree on an edge into '" +
+                 g.ops[e.consumer].name + "' (" + std::to_string(tabled) +
+                 " s vs " + std::to_string(seconds) + " s)");
     if (seconds > 0)
       pc.relayoutReductions += t * reductions / seconds;
   }
@@ -986,11 +1056,20 @@ Expected<Plan> Instance::Impl::solve() {
       else
         for (const Cand &c : cands[items[v].op])
           ls.push_back(c.raw->layouts[from]);
+      // Candidates in increasing g: once g alone cannot beat the best, no
+      // later one can (re-layouts >= 0), so few re-layouts are costed.
+      SmallVector<unsigned> order(g.size());
+      std::iota(order.begin(), order.end(), 0u);
+      llvm::stable_sort(order,
+                        [&](unsigned a, unsigned b) { return g[a] < g[b]; });
       for (int l : ls) {
         auto [it, ins] = cb.after[v].try_emplace(l, inf);
         if (!ins)
           continue;
-        for (auto [k, c] : llvm::enumerate(cands[op])) {
+        for (unsigned k : order) {
+          if (g[k] >= it->second)
+            break;
+          const Cand &c = cands[op][k];
           double t = g[k];
           for (const SegEdge *e : chainIn[w])
             t += edgeCost(op, e->toOperand, l, c.raw->layouts[e->toOperand]);

@@ -232,6 +232,25 @@ struct RelayoutCost {
   double receivedBytes = 0;
 };
 
+/// How a tensor uses one mesh axis: replicated over it, split on dim `dim`,
+/// or holding partial sums.
+struct AxisUse {
+  enum class State : uint8_t { Replicated, Split, Partial };
+  State state = State::Replicated;
+  unsigned dim = 0;
+};
+
+/// getRelayoutCost on per-axis uses (one entry per mesh axis), without
+/// building TensorLayouts: `localBytes` is the tensor's bytes per device
+/// under `from`, `placements[a]` the placement of mesh axis a
+/// (Mesh::getPlacement). Returns the seconds; fills `cost` (steps, received
+/// bytes) when given. The search's re-layout tables call this directly.
+double getRelayoutSeconds(llvm::ArrayRef<AxisUse> from,
+                          llvm::ArrayRef<AxisUse> to, double localBytes,
+                          const Mesh &mesh,
+                          llvm::ArrayRef<AxisPlacement> placements,
+                          const Cluster &cluster, RelayoutCost *cost = nullptr);
+
 /// Per axis: partial -> replicated all-reduce, partial -> split
 /// reduce-scatter, split(d) -> split(e) all-to-all, split -> replicated
 /// all-gather, replicated -> split free (local slice). Reductions first,
