@@ -171,6 +171,9 @@ struct Instance::Impl {
   /// Lower bound of any plan's objective (sum of per-operator minima plus
   /// the stage sends; re-layouts >= 0).
   double timeLB = 0;
+  /// The lambda of computeBounds' best Lagrangian bound (0: none beat the
+  /// sum of minima); solve() tries it on the chain bound.
+  double bestLambda = 0;
   /// Only plans strictly faster than this are searched for (seconds).
   double bound = std::numeric_limits<double>::infinity();
 
@@ -367,6 +370,7 @@ void Instance::Impl::computeBounds() {
       items.push_back({c.peak, c.stateBytes + c.actBytes, i});
     }
   timeLB = constantTime;
+  bestLambda = 0;
   peakLB = 0;
   for (unsigned i = 0; i < n; ++i) {
     timeLB += copies[i] * minTime[i];
@@ -391,8 +395,10 @@ void Instance::Impl::computeBounds() {
           best = std::min(best, c.time + lambda * (c.stateBytes + c.actBytes));
         bound += copies[i] * best;
       }
-      if (std::isfinite(bound))
-        timeLB = std::max(timeLB, bound);
+      if (std::isfinite(bound) && bound > timeLB) {
+        timeLB = bound;
+        bestLambda = lambda;
+      }
     }
   }
   // The smallest memory of any plan, exactly: memory is a sum of per-copy
@@ -1007,26 +1013,38 @@ Expected<Plan> Instance::Impl::solve() {
   // re-layout, and at 8 devices the attention's three live tensors reach
   // millions of states that cannot beat the plan already found.
   struct ChainBound {
+    /// A bound and the additive memory of the choices attaining it.
+    struct Value {
+      double time = 0, mem = 0;
+    };
     std::vector<int> chainOperand;
-    std::vector<DenseMap<int, double>> after;
-    std::vector<double> afterAny;
-    /// Lower bound of the whole segment.
-    double total = 0;
-    double rest(unsigned v, const Cand *c, int anchorLayout) const {
+    std::vector<DenseMap<int, Value>> after;
+    std::vector<Value> afterAny;
+    /// Lower bound of the whole segment (and its path's memory).
+    Value total;
+    Value restValue(unsigned v, const Cand *c, int anchorLayout) const {
       if (chainOperand[v] < 0)
         return afterAny[v];
       int l = c ? c->raw->layouts[chainOperand[v]] : anchorLayout;
       auto it = after[v].find(l);
       return it == after[v].end() ? afterAny[v] : it->second;
     }
+    double rest(unsigned v, const Cand *c, int anchorLayout) const {
+      return restValue(v, c, anchorLayout).time;
+    }
   };
+  // With lambda > 0 every candidate's time is charged lambda x its additive
+  // memory as well (the Lagrangian of the memory limit, below).
   auto chainBound = [&](const std::vector<SegItem> &items,
-                        const std::vector<SegEdge> &edges) {
+                        const std::vector<SegEdge> &edges, double lambda = 0) {
+    using Value = ChainBound::Value;
+    auto memOf = [](const Cand &c) { return c.stateBytes + c.actBytes; };
+    auto price = [&](const Cand &c) { return c.time + lambda * memOf(c); };
     unsigned n = unsigned(items.size());
     ChainBound cb;
     cb.chainOperand.assign(n, -1);
     cb.after.resize(n);
-    cb.afterAny.assign(n, 0);
+    cb.afterAny.assign(n, Value{});
     std::vector<SmallVector<const SegEdge *, 2>> chainIn(n);
     for (const SegEdge &e : edges)
       if (e.to == e.from + 1 &&
@@ -1039,12 +1057,14 @@ Expected<Plan> Instance::Impl::solve() {
     for (unsigned v = n - 1; v-- > 0;) {
       unsigned w = v + 1;
       unsigned op = unsigned(items[w].op);
-      // Candidates of w: their time plus the bound of what follows them.
-      SmallVector<double> g;
-      double best = inf;
+      // Candidates of w: their price plus the bound of what follows them.
+      SmallVector<Value> g;
+      Value best{inf, 0};
       for (const Cand &c : cands[op]) {
-        g.push_back(c.time + cb.rest(w, &c, kExternal));
-        best = std::min(best, g.back());
+        Value r = cb.restValue(w, &c, kExternal);
+        g.push_back({price(c) + r.time, memOf(c) + r.mem});
+        if (g.back().time < best.time)
+          best = g.back();
       }
       cb.afterAny[v] = best;
       if (cb.chainOperand[v] < 0)
@@ -1060,33 +1080,40 @@ Expected<Plan> Instance::Impl::solve() {
       // later one can (re-layouts >= 0), so few re-layouts are costed.
       SmallVector<unsigned> order(g.size());
       std::iota(order.begin(), order.end(), 0u);
-      llvm::stable_sort(order,
-                        [&](unsigned a, unsigned b) { return g[a] < g[b]; });
+      llvm::stable_sort(
+          order, [&](unsigned a, unsigned b) { return g[a].time < g[b].time; });
       for (int l : ls) {
-        auto [it, ins] = cb.after[v].try_emplace(l, inf);
+        auto [it, ins] = cb.after[v].try_emplace(l, Value{inf, 0});
         if (!ins)
           continue;
         for (unsigned k : order) {
-          if (g[k] >= it->second)
+          if (g[k].time >= it->second.time)
             break;
           const Cand &c = cands[op][k];
-          double t = g[k];
+          double t = g[k].time;
           for (const SegEdge *e : chainIn[w])
             t += edgeCost(op, e->toOperand, l, c.raw->layouts[e->toOperand]);
-          it->second = std::min(it->second, t);
+          if (t < it->second.time)
+            it->second = {t, g[k].mem};
         }
       }
     }
     if (n > 0 && items[0].op >= 0) {
-      cb.total = inf;
-      for (const Cand &c : cands[items[0].op])
-        cb.total = std::min(cb.total, c.time + cb.rest(0, &c, kExternal));
+      cb.total = {inf, 0};
+      for (const Cand &c : cands[items[0].op]) {
+        Value r = cb.restValue(0, &c, kExternal);
+        if (price(c) + r.time < cb.total.time)
+          cb.total = {price(c) + r.time, memOf(c) + r.mem};
+      }
     } else if (n > 0) {
       cb.total = cb.afterAny[0];
       if (!items[0].anchorLayouts.empty()) {
-        cb.total = inf;
-        for (int l : items[0].anchorLayouts)
-          cb.total = std::min(cb.total, cb.rest(0, nullptr, l));
+        cb.total = {inf, 0};
+        for (int l : items[0].anchorLayouts) {
+          Value r = cb.restValue(0, nullptr, l);
+          if (r.time < cb.total.time)
+            cb.total = r;
+        }
       }
     }
     return cb;
@@ -1131,11 +1158,67 @@ Expected<Plan> Instance::Impl::solve() {
   // replace their sums of per-operator minima.
   if (hasLayers) {
     Segment s = makeSegment(layer, Section::Layer, {});
-    blockTimeLB = std::max(blockTimeLB, chainBound(s.items, s.edges).total);
+    blockTimeLB =
+        std::max(blockTimeLB, chainBound(s.items, s.edges).total.time);
   }
   if (!post.empty()) {
     Segment s = makeSegment(post, Section::Post, {});
-    postTimeLB = std::max(postTimeLB, chainBound(s.items, s.edges).total);
+    postTimeLB = std::max(postTimeLB, chainBound(s.items, s.edges).total.time);
+  }
+
+  // A configuration that cannot beat `bound` is rejected before any DP:
+  // for lambda >= 0 every feasible plan (additive memory <= limit - peakLB)
+  // costs at least the chain bound of time + lambda x memory over the whole
+  // plan (pre, layers x one layer, post) minus lambda (limit - peakLB) --
+  // the per-operator Lagrangian bound of computeBounds with the re-layouts
+  // along the chains counted. Tried at lambda = 0 and at the lambda of
+  // computeBounds' best per-operator bound.
+  if (std::isfinite(bound) && limit - peakLB > 0) {
+    Segment blockSeg = makeSegment(layer, Section::Layer, {});
+    Segment postSeg = makeSegment(post, Section::Post, {});
+    std::vector<SegItem> preItems;
+    std::vector<SegEdge> preEdges;
+    {
+      std::map<unsigned, unsigned> pos;
+      for (unsigned op : pre) {
+        pos[op] = unsigned(preItems.size());
+        preItems.push_back({int(op), {}});
+      }
+      for (const Edge &e : P.edges)
+        if (P.sections[e.producer] == Section::Pre &&
+            P.sections[e.consumer] == Section::Pre)
+          preEdges.push_back({pos[e.producer], e.producerOperand,
+                              pos[e.consumer], e.consumerOperand});
+    }
+    double room = limit - peakLB;
+    // The bound at lambda and the memory of the choices attaining it.
+    auto planBound = [&](double lambda) {
+      ChainBound::Value b{constantTime - lambda * room, 0};
+      auto add = [&](ChainBound::Value v, double k) {
+        b.time += k * v.time;
+        b.mem += k * v.mem;
+      };
+      if (!pre.empty())
+        add(chainBound(preItems, preEdges, lambda).total, 1);
+      if (hasLayers)
+        add(chainBound(blockSeg.items, blockSeg.edges, lambda).total, layers);
+      if (!post.empty())
+        add(chainBound(postSeg.items, postSeg.edges, lambda).total, 1);
+      return b;
+    };
+    ChainBound::Value b0 = planBound(0);
+    if (b0.time >= bound)
+      return err("no plan beats the bound");
+    // Where the choices attaining the lambda = 0 bound fit in the memory,
+    // no lambda > 0 can raise it (they price below it); otherwise try a
+    // geometric grid of lambda around the one that would close the gap.
+    if (b0.mem > room) {
+      double lambda0 =
+          bestLambda > 0 ? bestLambda : (bound - b0.time) / (b0.mem - room);
+      for (int j = -3; j <= 3; ++j)
+        if (planBound(lambda0 * std::ldexp(1.0, j)).time >= bound)
+          return err("no plan beats the bound");
+    }
   }
 
   // Runs the frontier DP over `items`; returns fronts keyed by the layouts of

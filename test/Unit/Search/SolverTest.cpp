@@ -187,6 +187,12 @@ TEST(Exactness, DPMatchesBruteForceOnRandomProblems) {
       ASSERT_NEAR(a2, b2, 1e-9 * std::max(a2, b2));
       EXPECT_LE(dp2->cost.getMemory(), *p.memoryLimit * (1 + 1e-12));
       EXPECT_GE(a2, a * (1 - 1e-12));
+      // The Lagrangian bounds of the memory limit must not prune the
+      // constrained optimum either.
+      Expected<Plan> above2 = (*inst2)->solveDP(nullptr, a2 * (1 + 1e-9));
+      ASSERT_TRUE(bool(above2)) << toString(above2.takeError());
+      ASSERT_NEAR(above2->cost.stepTime, a2, 1e-9 * a2);
+      EXPECT_LE((*inst2)->getLowerBound(), a2 * (1 + 1e-12));
       ++constrained;
     } else {
       consumeError(bf2.takeError());
