@@ -342,7 +342,7 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
 } // namespace
 
 int main(int argc, char **argv) {
-  bool quick = false, progress = false, plans = false;
+  bool quick = false, progress = false, plans = false, space = false;
   // The DP's caps: candidates per operator, states per step, front points
   // (0 = exact).
   SolverOptions caps;
@@ -370,6 +370,8 @@ int main(int argc, char **argv) {
       progress = true;
     else if (!std::strcmp(argv[i], "--plans"))
       plans = true;
+    else if (!std::strcmp(argv[i], "--space"))
+      space = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
     else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc)
@@ -381,7 +383,7 @@ int main(int argc, char **argv) {
           << "stpar-bench-search: unknown option '" << argv[i]
           << "'\nusage: stpar-bench-search [--protocol full|primepar] "
              "[--quick] [--only NAME] [--devices N] [--exact | --caps C,S,F] "
-             "[--progress] [--plans]\n";
+             "[--progress] [--plans] [--space]\n";
       return 1;
     }
   }
@@ -455,6 +457,46 @@ int main(int argc, char **argv) {
     Problem p = buildTransformerProblem(
         makeShape(*r.model, r.model->layers, r.seq, r.batch), r.cluster,
         r.devices);
+    if (space) {
+      // The per-operator partition space (docs/search.md): candidates of
+      // each operator, smallest-largest over the meshes of 1, 2 and 3 axes
+      // (no pipeline, one micro-batch), temporal primitive included.
+      for (unsigned axes = 1; axes <= 3; ++axes) {
+        std::vector<std::pair<size_t, size_t>> range(p.ops.size(),
+                                                     {SIZE_MAX, 0});
+        size_t meshes = 0;
+        for (const std::vector<int64_t> &shape :
+             enumerateMeshShapes(r.devices, 3)) {
+          if (shape.size() != axes)
+            continue;
+          Config c;
+          c.mesh = makeSearchMesh(1, shape);
+          Expected<std::unique_ptr<Instance>> inst =
+              Instance::create(p, *cluster, c, eff, SolverOptions());
+          if (!inst) {
+            errs() << toString(inst.takeError()) << "\n";
+            return 1;
+          }
+          ++meshes;
+          for (unsigned o = 0; o < p.ops.size(); ++o) {
+            size_t n = (*inst)->getNumCandidates(o);
+            range[o] = {std::min(range[o].first, n),
+                        std::max(range[o].second, n)};
+          }
+        }
+        if (!meshes)
+          continue;
+        outs() << format("%-12s %5lld  %u-axis meshes (%zu):", r.model->name,
+                         (long long)r.devices, axes, meshes);
+        for (unsigned o = 0; o < p.ops.size(); ++o)
+          outs() << " " << p.ops[o].name << " " << range[o].first
+                 << (range[o].first == range[o].second
+                         ? std::string()
+                         : "-" + std::to_string(range[o].second));
+        outs() << "\n";
+      }
+      continue;
+    }
     SearchOptions timedOpts = opts;
     timedOpts.microBatchChoices = r.microBatchChoices;
     if (progress)
