@@ -210,6 +210,9 @@ struct Instance::Impl {
     return weight(consumer) * slots * edgeSeconds(consumer, operand, from, to);
   }
   bool insert(Front &front, Point p);
+  /// Solve the time-only relaxation: memory is ignored and every front
+  /// keeps its fastest point (solveDP, exact searches).
+  bool timeOnly = false;
   /// Placement of each mesh axis (edgeSeconds).
   SmallVector<AxisPlacement, 4> placements;
   Expected<Plan> solve();
@@ -848,6 +851,13 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
 }
 
 bool Instance::Impl::insert(Front &front, Point p) {
+  if (timeOnly) {
+    // The time-only relaxation keeps one point per state.
+    if (!front.empty() && front.front().time <= p.time)
+      return false;
+    front.assign(1, p);
+    return true;
+  }
   for (const Point &q : front)
     if (q.time <= p.time && q.mem <= p.mem && q.peak <= p.peak)
       return false;
@@ -999,8 +1009,8 @@ Expected<Plan> Instance::Impl::solve() {
   auto admissible = [&](const Point &p, double restTime, double restMem) {
     if (p.time + restTime + constantTime >= bound)
       return false;
-    return p.mem + restMem + std::max(p.peak, peakLB) <=
-           limit * (1 + 1e-12);
+    return timeOnly ||
+           p.mem + restMem + std::max(p.peak, peakLB) <= limit * (1 + 1e-12);
   };
 
   // Layout-dependent lower bounds of the rest of a segment (an A*-style
@@ -1171,8 +1181,13 @@ Expected<Plan> Instance::Impl::solve() {
   // costs at least the chain bound of time + lambda x memory over the whole
   // plan (pre, layers x one layer, post) minus lambda (limit - peakLB) --
   // the per-operator Lagrangian bound of computeBounds with the re-layouts
-  // along the chains counted. Tried at lambda = 0 and at the lambda of
-  // computeBounds' best per-operator bound.
+  // along the chains counted. Tried at lambda = 0 and, where memory binds,
+  // on a grid of lambda; the section bounds at each lambda > 0 are kept to
+  // prune the layer products (`lagranges`).
+  struct Lagrange {
+    double lambda = 0, pre = 0, layer = 0, post = 0;
+  };
+  std::vector<Lagrange> lagranges;
   if (std::isfinite(bound) && limit - peakLB > 0) {
     Segment blockSeg = makeSegment(layer, Section::Layer, {});
     Segment postSeg = makeSegment(post, Section::Post, {});
@@ -1194,16 +1209,21 @@ Expected<Plan> Instance::Impl::solve() {
     // The bound at lambda and the memory of the choices attaining it.
     auto planBound = [&](double lambda) {
       ChainBound::Value b{constantTime - lambda * room, 0};
-      auto add = [&](ChainBound::Value v, double k) {
+      Lagrange l{lambda};
+      auto add = [&](ChainBound::Value v, double k, double &section) {
         b.time += k * v.time;
         b.mem += k * v.mem;
+        section = v.time;
       };
       if (!pre.empty())
-        add(chainBound(preItems, preEdges, lambda).total, 1);
+        add(chainBound(preItems, preEdges, lambda).total, 1, l.pre);
       if (hasLayers)
-        add(chainBound(blockSeg.items, blockSeg.edges, lambda).total, layers);
+        add(chainBound(blockSeg.items, blockSeg.edges, lambda).total, layers,
+            l.layer);
       if (!post.empty())
-        add(chainBound(postSeg.items, postSeg.edges, lambda).total, 1);
+        add(chainBound(postSeg.items, postSeg.edges, lambda).total, 1, l.post);
+      if (lambda > 0)
+        lagranges.push_back(l);
       return b;
     };
     ChainBound::Value b0 = planBound(0);
@@ -1528,7 +1548,7 @@ Expected<Plan> Instance::Impl::solve() {
   double bestTime = inf;
   auto consider = [&](const Point &pt) {
     double total = pt.time + constantTime;
-    if (pt.mem + pt.peak <= limit && total < bestTime) {
+    if ((timeOnly || pt.mem + pt.peak <= limit) && total < bestTime) {
       bestTime = total;
       bestPoint = pt;
       found = true;
@@ -1566,6 +1586,25 @@ Expected<Plan> Instance::Impl::solve() {
       for (auto &[k, f] : res)
         block[{k[0], k[1]}] = f;
     }
+    // A point standing for `count` layers, with time t, additive memory m
+    // and transient p, leaves the rest at most limit - m - max(p, peakLB)
+    // bytes, so for each kept lambda the rest costs at least its Lagrangian
+    // section bounds minus lambda times that room: the point cannot beat
+    // `bound` when t + lambda m + rest_lambda - lambda (limit - max(p,
+    // peakLB)) >= bound. (Memory-bound problems: the fronts of the products
+    // otherwise grow through the doubling.)
+    auto lagrangeAdmissible = [&](const Point &p, int64_t count) {
+      if (timeOnly)
+        return true;
+      for (const Lagrange &l : lagranges) {
+        double rest = l.pre + (layers - double(count)) * l.layer + l.post;
+        if (p.time + l.lambda * p.mem + rest + constantTime -
+                l.lambda * (limit - std::max(p.peak, peakLB)) >=
+            bound)
+          return false;
+      }
+      return true;
+    };
     // Min-plus product of Pareto matrices (PrimePar Eq. 14); the product
     // stands for `count` layers.
     auto product = [&](const Matrix &A, const Matrix &B, int64_t count) {
@@ -1587,7 +1626,8 @@ Expected<Plan> Instance::Impl::solve() {
             for (const Point &pb : *fb) {
               Point sum{pa.time + pb.time, pa.mem + pb.mem,
                         std::max(pa.peak, pb.peak), -1};
-              if (!admissible(sum, restT, restM))
+              if (!admissible(sum, restT, restM) ||
+                  !lagrangeAdmissible(sum, count))
                 continue;
               if (!dst)
                 dst = &C[{ab.first, c}];
@@ -1650,7 +1690,7 @@ Expected<Plan> Instance::Impl::solve() {
             Point sum{a.time + b.time + c.time, a.mem + b.mem + c.mem,
                       std::max({a.peak, b.peak, c.peak}), -1};
             double total = sum.time + constantTime;
-            if (sum.mem + sum.peak <= limit && total < bestTime) {
+            if ((timeOnly || sum.mem + sum.peak <= limit) && total < bestTime) {
               Point ab2 = concat(a, b);
               bestPoint = concat(ab2, c);
               bestTime = total;
@@ -1684,25 +1724,50 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
   I.stats = {};
   I.nodes.resize(1);
   I.bound = bound;
-  Expected<Plan> plan =
-      I.smallestMemory > I.limit * (1 + 1e-9)
-          ? Expected<Plan>(err("no plan fits in the memory limit"))
-          : I.solve();
+  std::optional<Expected<Plan>> plan;
+  if (I.smallestMemory > I.limit * (1 + 1e-9)) {
+    plan.emplace(err("no plan fits in the memory limit"));
+  } else if (!I.options.isCapped()) {
+    // Exact: first the time-only relaxation (fronts of one point, memory
+    // ignored). It is a lower bound of every plan of this configuration, so
+    // where it finds nothing under `bound` nothing does, and where its plan
+    // fits in memory that plan is the optimum; only otherwise is the
+    // Pareto DP over (time, memory, transient) run.
+    I.timeOnly = true;
+    Expected<Plan> relaxed = I.solve();
+    I.timeOnly = false;
+    if (!relaxed) {
+      plan.emplace(relaxed.takeError());
+    } else {
+      Expected<PlanCost> pc = evaluate(relaxed->partitions);
+      if (!pc)
+        return pc.takeError();
+      if (pc->feasible) {
+        plan.emplace(std::move(*relaxed));
+      } else {
+        ++I.stats.memoryBoundSolves;
+        I.nodes.resize(1);
+        plan.emplace(I.solve());
+      }
+    }
+  } else {
+    plan.emplace(I.solve());
+  }
   if (stats)
     *stats = I.stats;
-  if (!plan) {
-    consumeError(plan.takeError());
+  if (!*plan) {
+    consumeError(plan->takeError());
     if (I.smallestMemory <= I.limit * (1 + 1e-9))
       return err("no plan beats the bound of " + std::to_string(bound) +
                  " s");
     return err("no plan fits in " + std::to_string(I.limit) +
                " bytes per device");
   }
-  Expected<PlanCost> pc = evaluate(plan->partitions);
+  Expected<PlanCost> pc = evaluate((*plan)->partitions);
   if (!pc)
     return pc.takeError();
-  plan->cost = std::move(*pc);
-  return plan;
+  (*plan)->cost = std::move(*pc);
+  return std::move(*plan);
 }
 
 double Instance::getLowerBound() const { return impl->timeLB; }
