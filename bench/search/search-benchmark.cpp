@@ -5,17 +5,17 @@
 //===----------------------------------------------------------------------===//
 //
 // `stpar-bench-search [--protocol full|primepar] [--quick] [--only NAME]
-// [--devices N] [--exact | --caps C,S,F] [--progress] [--plans]`: runs the
-// partition
-// search on PrimePar's models (OPT, Llama-2, BLOOM shapes through the
-// transformer builder) on v100-sxm2-32g-4x8 at 4, 8, 16 and 32 devices,
-// plus GPT-3 175B on 1024 and 1T on 3072 A100s, and prints one table:
-// search time, predicted step time of the chosen plan, of the best Megatron
-// grid (with and without sequence parallelism) and of spatial-only search,
-// the speedups, peak-memory ratios and predicted MFU (stpar's plan and the
-// Megatron grid's). All numbers come from the search
-// objective (docs/search.md). `--protocol primepar` runs PrimePar's
-// comparison instead (runPrimeParProtocol). Not a test.
+// [--devices N] [--exact | --caps C,S,F] [--progress] [--plans] [--space]`:
+// runs the partition search (exact by default; with PrimePar's protocol
+// capped by default, docs/search.md) on PrimePar's models (OPT, Llama-2, BLOOM
+// shapes through the transformer builder) on v100-sxm2-32g-4x8 at 4, 8, 16 and
+// 32 devices, plus GPT-3 175B on 1024 and 1T on 3072 A100s, and prints one
+// table: search time, predicted step time of the chosen plan, of the best
+// Megatron grid (with and without sequence parallelism) and of spatial-only
+// search, the speedups, peak-memory ratios and predicted MFU (stpar's plan and
+// the Megatron grid's). All numbers come from the search objective
+// (docs/search.md). `--protocol primepar` runs PrimePar's comparison instead
+// (runPrimeParProtocol). Not a test.
 //
 //===----------------------------------------------------------------------===//
 
@@ -345,16 +345,20 @@ int main(int argc, char **argv) {
   bool quick = false, progress = false, plans = false, space = false;
   // The DP's caps: candidates per operator, states per step, front points
   // (0 = exact).
+  // Default: exact for the full protocol, the default caps for PrimePar's
+  // (whose exact search does not finish: bench/search/RESULTS.md).
+  std::optional<SolverOptions> capsOption;
   SolverOptions caps;
-  caps.setDefaultCaps();
   std::string only, protocol = "full";
   int64_t onlyDevices = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
     else if (!std::strcmp(argv[i], "--exact"))
-      caps = SolverOptions();
+      capsOption = SolverOptions();
     else if (!std::strcmp(argv[i], "--caps") && i + 1 < argc) {
+      capsOption.emplace();
+      SolverOptions &caps = *capsOption;
       SmallVector<StringRef> parts;
       StringRef(argv[++i]).split(parts, ',');
       if (parts.size() != 3 || parts[0].getAsInteger(10, caps.maxCandidates) ||
@@ -387,6 +391,10 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (capsOption)
+    caps = *capsOption;
+  else if (protocol == "primepar")
+    caps.setDefaultCaps();
   if (protocol == "primepar")
     return runPrimeParProtocol(only, onlyDevices, caps, plans);
   if (protocol != "full") {
@@ -408,23 +416,22 @@ int main(int argc, char **argv) {
       runs.push_back({&m, "v100-sxm2-32g-4x8", n, 2048, 2 * n, 0});
   static const Model gpt3{"GPT-3-175B", 96, 12288, 96, 0, 49152, 51200, false};
   static const Model gpt1t{"GPT-1T", 128, 25600, 160, 0, 102400, 51200, false};
-  runs.push_back({&gpt3, "dgx-a100-80g-128", 1024, 2048, 1536, 3});
-  runs.push_back({&gpt1t, "dgx-a100-80g-384", 3072, 2048, 3072, 3});
+  runs.push_back({&gpt3, "dgx-a100-80g-128", 1024, 2048, 1536, 0});
+  runs.push_back({&gpt1t, "dgx-a100-80g-384", 3072, 2048, 3072, 0});
   // The same two on DGX H100 (same node count; NVLink 4 and 8 x 400 Gb/s
   // NDR per node: docs/cluster-format.md), and the 7B GPT-style model on
   // four DGX H100 nodes.
   runs.push_back({&kModels[0], "dgx-h100-4", 32, 2048, 64, 0});
-  runs.push_back({&gpt3, "dgx-h100-128", 1024, 2048, 1536, 3});
-  runs.push_back({&gpt1t, "dgx-h100-384", 3072, 2048, 3072, 3});
+  runs.push_back({&gpt3, "dgx-h100-128", 1024, 2048, 1536, 0});
+  runs.push_back({&gpt1t, "dgx-h100-384", 3072, 2048, 3072, 0});
 
   SearchOptions opts;
   opts.maxMeshAxes = 3;
   // Micro-batch counts: the Megatron grid (cheap: no DP) tries every
   // p * 2^i dividing the batch, as Megatron runs use up to batch / dp
-  // micro-batches; so does the search on the V100 rows. On the 1024- and
-  // 3072-device rows the search tries m in {p, 2p, 4p} only (p = 1:
-  // gradient accumulation 1, 2, 4) to stay within its time budget, so
-  // there the baseline has the larger pipeline space.
+  // micro-batches; so does the search, on every row (the 1024- and
+  // 3072-device rows tried m in {p, 2p, 4p} only until the exact search
+  // became fast enough).
   SearchOptions megatronOpts = opts;
   megatronOpts.microBatchChoices = 0;
   opts.solver = caps;

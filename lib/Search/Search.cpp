@@ -242,10 +242,16 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
     Expected<Plan> plan = (*inst)->solveDP(&stats, bound);
     ++result.solvedConfigurations;
     result.stats += stats;
-    if (plan)
+    if (plan) {
       keepBest(result, std::move(*plan));
-    else
-      consumeError(plan.takeError());
+    } else {
+      // Only "no plan fits / beats the bound" is an answer; anything else
+      // (an internal error of the tables) must not silently drop a
+      // configuration.
+      std::string message = toString(plan.takeError());
+      if (StringRef(message).starts_with("internal error"))
+        return err(message);
+    }
     if (options.progress && n + 1 < total)
       options.progress(reported = n + 1, total);
   }

@@ -30,6 +30,7 @@
 #include "llvm/Support/Format.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -591,6 +592,8 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
                                       unsigned(tables->tensorIds.size()));
     tid = tables->edgeTensorIds.try_emplace(edge, it->second).first;
   }
+  assert(from < (1 << 21) && to < (1 << 21) && tid->second < (1u << 21) &&
+         "re-layout cache key fields overflow");
   uint64_t key =
       (uint64_t(tid->second) << 42) | (uint64_t(from) << 21) | uint64_t(to);
   auto it = edgeCache.find(key);
@@ -1052,6 +1055,8 @@ Expected<Plan> Instance::Impl::solve() {
     auto price = [&](const Cand &c) { return c.time + lambda * memOf(c); };
     unsigned n = unsigned(items.size());
     ChainBound cb;
+    if (n == 0)
+      return cb;
     cb.chainOperand.assign(n, -1);
     cb.after.resize(n);
     cb.afterAny.assign(n, Value{});
@@ -1155,7 +1160,7 @@ Expected<Plan> Instance::Impl::solve() {
         seg.edges.push_back({0, 0, seg.pos[e.consumer], e.consumerOperand});
       } else if (section == Section::Post ||
                  P.sections[e.producer] == section) {
-        // (A pre operator feeding the post section reads as the anchor.)
+        // (verifyProblem rejects edges from pre to post operators.)
         auto it = seg.pos.find(e.producer);
         seg.edges.push_back({it == seg.pos.end() ? 0u : it->second,
                              e.producerOperand, seg.pos[e.consumer],
@@ -1188,6 +1193,9 @@ Expected<Plan> Instance::Impl::solve() {
     double lambda = 0, pre = 0, layer = 0, post = 0;
   };
   std::vector<Lagrange> lagranges;
+  auto lagrangeSlack = [&](double lambda) {
+    return 1e-9 * (std::abs(bound) + lambda * limit);
+  };
   if (std::isfinite(bound) && limit - peakLB > 0) {
     Segment blockSeg = makeSegment(layer, Section::Layer, {});
     Segment postSeg = makeSegment(post, Section::Post, {});
@@ -1233,11 +1241,18 @@ Expected<Plan> Instance::Impl::solve() {
     // no lambda > 0 can raise it (they price below it); otherwise try a
     // geometric grid of lambda around the one that would close the gap.
     if (b0.mem > room) {
-      double lambda0 =
-          bestLambda > 0 ? bestLambda : (bound - b0.time) / (b0.mem - room);
-      for (int j = -3; j <= 3; ++j)
-        if (planBound(lambda0 * std::ldexp(1.0, j)).time >= bound)
+      // lambda is capped (the largest of computeBounds' grid) and the
+      // Lagrangian bounds must clear `bound` by a margin: lambda x bytes
+      // terms nearly cancel, so their rounding scales with lambda x limit.
+      double lambdaMax = std::max(timeLB, bound) / room * std::ldexp(1.0, 12);
+      double lambda0 = std::min(
+          lambdaMax,
+          bestLambda > 0 ? bestLambda : (bound - b0.time) / (b0.mem - room));
+      for (int j = -3; j <= 3; ++j) {
+        double lambda = std::min(lambdaMax, lambda0 * std::ldexp(1.0, j));
+        if (planBound(lambda).time >= bound + lagrangeSlack(lambda))
           return err("no plan beats the bound");
+      }
     }
   }
 
@@ -1600,7 +1615,7 @@ Expected<Plan> Instance::Impl::solve() {
         double rest = l.pre + (layers - double(count)) * l.layer + l.post;
         if (p.time + l.lambda * p.mem + rest + constantTime -
                 l.lambda * (limit - std::max(p.peak, peakLB)) >=
-            bound)
+            bound + lagrangeSlack(l.lambda))
           return false;
       }
       return true;

@@ -116,7 +116,8 @@ struct DPStats {
   uint64_t candidates = 0, prunedCandidates = 0, statesVisited = 0;
   uint64_t droppedStates = 0, droppedPoints = 0;
   /// Exact DPs whose time-only relaxation's plan did not fit in memory, so
-  /// the Pareto DP over (time, memory, transient) ran too.
+  /// the Pareto DP over (time, memory, transient) ran too (the other counts
+  /// then include both passes).
   uint64_t memoryBoundSolves = 0;
   bool isExact() const { return droppedStates == 0 && droppedPoints == 0; }
   DPStats &operator+=(const DPStats &o) {

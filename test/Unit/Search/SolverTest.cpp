@@ -192,7 +192,20 @@ TEST(Exactness, DPMatchesBruteForceOnRandomProblems) {
       Expected<Plan> above2 = (*inst2)->solveDP(nullptr, a2 * (1 + 1e-9));
       ASSERT_TRUE(bool(above2)) << toString(above2.takeError());
       ASSERT_NEAR(above2->cost.stepTime, a2, 1e-9 * a2);
+      DPStats stats2;
+      Expected<Plan> below2 = (*inst2)->solveDP(&stats2, a2 * (1 - 1e-9));
+      EXPECT_FALSE(bool(below2));
+      if (!below2)
+        consumeError(below2.takeError());
+      EXPECT_TRUE(stats2.isExact());
       EXPECT_LE((*inst2)->getLowerBound(), a2 * (1 + 1e-12));
+      // The unconstrained optimum does not fit here, so the exact DP's
+      // time-only relaxation cannot have answered alone.
+      DPStats stats3;
+      Expected<Plan> again = (*inst2)->solveDP(&stats3);
+      ASSERT_TRUE(bool(again));
+      if (a2 > a * (1 + 1e-9))
+        EXPECT_EQ(stats3.memoryBoundSolves, 1u);
       ++constrained;
     } else {
       consumeError(bf2.takeError());
