@@ -214,8 +214,16 @@ struct Instance::Impl {
   /// Solve the time-only relaxation: memory is ignored and every front
   /// keeps its fastest point (solveDP, exact searches).
   bool timeOnly = false;
-  /// Placement of each mesh axis (edgeSeconds).
-  SmallVector<AxisPlacement, 4> placements;
+  /// Placement of each mesh axis (relayoutEdge; filled on first use).
+  mutable SmallVector<AxisPlacement, 4> placements;
+  /// The re-layouts of an edge into `operand` of problem operator
+  /// `consumer` from the producer's layout `from` to the consumer's `to`
+  /// (getRelayoutSeconds on the layout codes): forward, and when the tensor
+  /// needs a gradient its gradient back. Returns F + B seconds
+  /// (unweighted); fills the steps when asked.
+  double relayoutEdge(unsigned consumer, unsigned operand, int from, int to,
+                      RelayoutCost *forward = nullptr,
+                      RelayoutCost *backward = nullptr) const;
   Expected<Plan> solve();
   void walk(int32_t node, std::vector<std::pair<int, int>> &out) const;
 };
@@ -557,24 +565,6 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
 
 /// `gradient`: the layout of an input's gradient (kPartialGradient axes
 /// hold partial sums); otherwise those axes are replicated.
-static TensorLayout makeLayout(const LayoutCode &code,
-                               const std::vector<int64_t> &shape,
-                               int64_t elementBytes, bool dropPartial,
-                               bool gradient = false) {
-  TensorLayout l;
-  l.shape = shape;
-  l.dimAxes.assign(shape.size(), {});
-  l.elementBytes = elementBytes;
-  for (unsigned a = 0; a < code.size(); ++a) {
-    if (code[a] >= 0 && unsigned(code[a]) < shape.size())
-      l.dimAxes[code[a]].push_back(a);
-    else if ((code[a] == kPartial && !dropPartial) ||
-             (code[a] == kPartialGradient && gradient))
-      l.partialAxes.push_back(a);
-  }
-  return l;
-}
-
 double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
                                    int from, int to) {
   if (from == kExternal)
@@ -599,8 +589,14 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
   auto it = edgeCache.find(key);
   if (it != edgeCache.end())
     return it->second;
-  // edgeRelayouts' F + B seconds, from the layout codes directly (the
-  // same getRelayoutSeconds, without building TensorLayouts).
+  double seconds = relayoutEdge(consumer, operand, from, to);
+  edgeCache[key] = seconds;
+  return seconds;
+}
+
+double Instance::Impl::relayoutEdge(unsigned consumer, unsigned operand,
+                                    int from, int to, RelayoutCost *forward,
+                                    RelayoutCost *backward) const {
   const Operator &op = problem.ops[consumer];
   const Operand &o = op.operands[operand];
   const LayoutCode &src = layouts[from], &dst = layouts[to];
@@ -609,6 +605,9 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
   if (placements.size() != numAxes)
     for (unsigned a = 0; a < numAxes; ++a)
       placements.push_back(config.mesh.getPlacement(a, cluster.devicesPerNode));
+  // Per mesh axis: split on a dim of the tensor, partial sums (kPartial
+  // unless dropped; kPartialGradient in the gradient's layout), or
+  // replicated.
   auto uses = [&](const LayoutCode &code, bool dropPartial, bool gradient) {
     SmallVector<AxisUse, 4> u(numAxes);
     for (unsigned a = 0; a < numAxes && a < code.size(); ++a) {
@@ -634,15 +633,14 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
   };
   SmallVector<AxisUse, 4> f = uses(src, false, false),
                           t = uses(dst, true, false);
-  double seconds =
-      getRelayoutSeconds(f, t, localBytes(f), config.mesh, placements, cluster);
+  double seconds = getRelayoutSeconds(f, t, localBytes(f), config.mesh,
+                                      placements, cluster, forward);
   if (o.needsGrad) {
     SmallVector<AxisUse, 4> grad = uses(dst, true, true),
                             back = uses(src, true, false);
     seconds += getRelayoutSeconds(grad, back, localBytes(grad), config.mesh,
-                                  placements, cluster);
+                                  placements, cluster, backward);
   }
-  edgeCache[key] = seconds;
   return seconds;
 }
 
@@ -650,32 +648,8 @@ std::pair<RelayoutCost, RelayoutCost>
 Instance::Impl::edgeRelayouts(unsigned consumer, unsigned operand, int from,
                               int to) const {
   std::pair<RelayoutCost, RelayoutCost> result;
-  if (from == kExternal)
-    return result;
-  const Operator &op = problem.ops[consumer];
-  const Operand &o = op.operands[operand];
-  std::vector<int64_t> shape;
-  for (unsigned d : o.dims)
-    shape.push_back(op.loops[d].extent);
-  TensorLayout src = makeLayout(layouts[from], shape, o.elementBytes, false);
-  TensorLayout dst = makeLayout(layouts[to], shape, o.elementBytes, true);
-  if (Expected<RelayoutCost> f =
-          getRelayoutCost(src, dst, config.mesh, cluster))
-    result.first = std::move(*f);
-  else
-    consumeError(f.takeError());
-  // Backward: the input gradient (consumer layout, reduced by the consumer's
-  // own collectives) back to the producer's output layout.
-  if (o.needsGrad) {
-    TensorLayout back = makeLayout(layouts[from], shape, o.elementBytes, true);
-    TensorLayout grad =
-        makeLayout(layouts[to], shape, o.elementBytes, true, true);
-    if (Expected<RelayoutCost> b =
-            getRelayoutCost(grad, back, config.mesh, cluster))
-      result.second = std::move(*b);
-    else
-      consumeError(b.takeError());
-  }
+  if (from != kExternal)
+    relayoutEdge(consumer, operand, from, to, &result.first, &result.second);
   return result;
 }
 
@@ -748,8 +722,9 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
     double tabled = I.edgeSeconds(cons, e.consumerOperand, from, to);
     pc.opSeconds[e.consumer] += tabled;
     auto [seconds, reductions] = I.edgeParts(cons, e.consumerOperand, from, to);
-    // The DP's tables take a shortcut to the same getRelayoutSeconds; a
-    // plan whose re-layouts they cost differently is a bug, not a plan.
+    // The DP's tables share cache entries between edges carrying the same
+    // tensor; a cached cost that differs from this edge's own is a bug
+    // (a key collision), not a plan.
     if (std::abs(seconds - tabled) > 1e-12 * std::max(1.0, seconds))
       return err("internal error: re-layout tables disagree on an edge into '" +
                  g.ops[e.consumer].name + "' (" + std::to_string(tabled) +
@@ -1134,9 +1109,10 @@ Expected<Plan> Instance::Impl::solve() {
     return cb;
   };
 
-  // The layer block's and the post section's segments: item 0 is an anchor
-  // (the carry entering the layer; the last layer's output) in one of
-  // `anchors`; `pos` maps problem operators to items.
+  // A section's segment: in the layer block and the post section item 0 is
+  // an anchor (the carry entering the layer; the last layer's output) in
+  // one of `anchors`; the pre section has none. `pos` maps problem
+  // operators to items.
   struct Segment {
     std::vector<SegItem> items;
     std::vector<SegEdge> edges;
@@ -1145,7 +1121,8 @@ Expected<Plan> Instance::Impl::solve() {
   auto makeSegment = [&](const std::vector<unsigned> &ops, Section section,
                          std::vector<int> anchors) {
     Segment seg;
-    seg.items.push_back({-1, std::move(anchors)});
+    if (section != Section::Pre)
+      seg.items.push_back({-1, std::move(anchors)});
     for (unsigned op : ops) {
       seg.pos[op] = unsigned(seg.items.size());
       seg.items.push_back({int(op), {}});
@@ -1169,17 +1146,34 @@ Expected<Plan> Instance::Impl::solve() {
     }
     return seg;
   };
-  // The chain bounds of a layer and of the post section (any anchor layout)
-  // replace their sums of per-operator minima.
-  if (hasLayers) {
-    Segment s = makeSegment(layer, Section::Layer, {});
-    blockTimeLB =
-        std::max(blockTimeLB, chainBound(s.items, s.edges).total.time);
-  }
-  if (!post.empty()) {
-    Segment s = makeSegment(post, Section::Post, {});
-    postTimeLB = std::max(postTimeLB, chainBound(s.items, s.edges).total.time);
-  }
+  // Chain bounds of the sections at a Lagrangian multiplier lambda of the
+  // memory limit (time + lambda x memory; below), each with the memory of
+  // the choices attaining it. Layer and post segments with any anchor
+  // layout.
+  Segment preSeg = makeSegment(pre, Section::Pre, {});
+  Segment blockSeg = makeSegment(layer, Section::Layer, {});
+  Segment postSeg = makeSegment(post, Section::Post, {});
+  struct SectionBounds {
+    double lambda = 0;
+    ChainBound::Value pre, layer, post;
+  };
+  auto sectionBounds = [&](double lambda) {
+    SectionBounds b{lambda, {}, {}, {}};
+    if (!pre.empty())
+      b.pre = chainBound(preSeg.items, preSeg.edges, lambda).total;
+    if (hasLayers)
+      b.layer = chainBound(blockSeg.items, blockSeg.edges, lambda).total;
+    if (!post.empty())
+      b.post = chainBound(postSeg.items, postSeg.edges, lambda).total;
+    return b;
+  };
+  // At lambda = 0 the bounds of a layer and of the post section replace
+  // their sums of per-operator minima.
+  SectionBounds zero = sectionBounds(0);
+  if (hasLayers)
+    blockTimeLB = std::max(blockTimeLB, zero.layer.time);
+  if (!post.empty())
+    postTimeLB = std::max(postTimeLB, zero.post.time);
 
   // A configuration that cannot beat `bound` is rejected before any DP:
   // for lambda >= 0 every feasible plan (additive memory <= limit - peakLB)
@@ -1189,52 +1183,20 @@ Expected<Plan> Instance::Impl::solve() {
   // along the chains counted. Tried at lambda = 0 and, where memory binds,
   // on a grid of lambda; the section bounds at each lambda > 0 are kept to
   // prune the layer products (`lagranges`).
-  struct Lagrange {
-    double lambda = 0, pre = 0, layer = 0, post = 0;
-  };
-  std::vector<Lagrange> lagranges;
+  std::vector<SectionBounds> lagranges;
   auto lagrangeSlack = [&](double lambda) {
     return 1e-9 * (std::abs(bound) + lambda * limit);
   };
   if (std::isfinite(bound) && limit - peakLB > 0) {
-    Segment blockSeg = makeSegment(layer, Section::Layer, {});
-    Segment postSeg = makeSegment(post, Section::Post, {});
-    std::vector<SegItem> preItems;
-    std::vector<SegEdge> preEdges;
-    {
-      std::map<unsigned, unsigned> pos;
-      for (unsigned op : pre) {
-        pos[op] = unsigned(preItems.size());
-        preItems.push_back({int(op), {}});
-      }
-      for (const Edge &e : P.edges)
-        if (P.sections[e.producer] == Section::Pre &&
-            P.sections[e.consumer] == Section::Pre)
-          preEdges.push_back({pos[e.producer], e.producerOperand,
-                              pos[e.consumer], e.consumerOperand});
-    }
     double room = limit - peakLB;
-    // The bound at lambda and the memory of the choices attaining it.
-    auto planBound = [&](double lambda) {
-      ChainBound::Value b{constantTime - lambda * room, 0};
-      Lagrange l{lambda};
-      auto add = [&](ChainBound::Value v, double k, double &section) {
-        b.time += k * v.time;
-        b.mem += k * v.mem;
-        section = v.time;
-      };
-      if (!pre.empty())
-        add(chainBound(preItems, preEdges, lambda).total, 1, l.pre);
-      if (hasLayers)
-        add(chainBound(blockSeg.items, blockSeg.edges, lambda).total, layers,
-            l.layer);
-      if (!post.empty())
-        add(chainBound(postSeg.items, postSeg.edges, lambda).total, 1, l.post);
-      if (lambda > 0)
-        lagranges.push_back(l);
-      return b;
+    // The bound of the whole plan and the memory of the choices attaining
+    // it.
+    auto planBound = [&](const SectionBounds &s) {
+      return ChainBound::Value{constantTime - s.lambda * room + s.pre.time +
+                                   layers * s.layer.time + s.post.time,
+                               s.pre.mem + layers * s.layer.mem + s.post.mem};
     };
-    ChainBound::Value b0 = planBound(0);
+    ChainBound::Value b0 = planBound(zero);
     if (b0.time >= bound)
       return err("no plan beats the bound");
     // Where the choices attaining the lambda = 0 bound fit in the memory,
@@ -1250,7 +1212,8 @@ Expected<Plan> Instance::Impl::solve() {
           bestLambda > 0 ? bestLambda : (bound - b0.time) / (b0.mem - room));
       for (int j = -3; j <= 3; ++j) {
         double lambda = std::min(lambdaMax, lambda0 * std::ldexp(1.0, j));
-        if (planBound(lambda).time >= bound + lagrangeSlack(lambda))
+        lagranges.push_back(sectionBounds(lambda));
+        if (planBound(lagranges.back()).time >= bound + lagrangeSlack(lambda))
           return err("no plan beats the bound");
       }
     }
@@ -1528,23 +1491,11 @@ Expected<Plan> Instance::Impl::solve() {
   std::map<int, Front> preFront; // carry layout -> front
   Front noLayerFront;
   {
-    std::vector<SegItem> items;
-    std::vector<SegEdge> edges;
-    std::map<unsigned, unsigned> pos;
-    for (unsigned op : pre) {
-      pos[op] = unsigned(items.size());
-      items.push_back({int(op), {}});
-    }
-    for (const Edge &e : P.edges)
-      if (P.sections[e.producer] == Section::Pre &&
-          P.sections[e.consumer] == Section::Pre)
-        edges.push_back({pos[e.producer], e.producerOperand, pos[e.consumer],
-                         e.consumerOperand});
     if (!pre.empty()) {
       std::vector<std::pair<unsigned, unsigned>> sticky;
       if (hasLayers)
-        sticky.push_back({pos[pre.back()], preOutOperand});
-      StateMap res = runSegment(items, edges, sticky,
+        sticky.push_back({preSeg.pos[pre.back()], preOutOperand});
+      StateMap res = runSegment(preSeg.items, preSeg.edges, sticky,
                                 layers * blockTimeLB + postTimeLB,
                                 layers * blockMemLB + postMemLB);
       for (auto &[k, f] : res) {
@@ -1611,8 +1562,9 @@ Expected<Plan> Instance::Impl::solve() {
     auto lagrangeAdmissible = [&](const Point &p, int64_t count) {
       if (timeOnly)
         return true;
-      for (const Lagrange &l : lagranges) {
-        double rest = l.pre + (layers - double(count)) * l.layer + l.post;
+      for (const SectionBounds &l : lagranges) {
+        double rest =
+            l.pre.time + (layers - double(count)) * l.layer.time + l.post.time;
         if (p.time + l.lambda * p.mem + rest + constantTime -
                 l.lambda * (limit - std::max(p.peak, peakLB)) >=
             bound + lagrangeSlack(l.lambda))
