@@ -437,17 +437,20 @@ int main(int argc, char **argv) {
   opts.solver = caps;
   if (quick)
     opts.maxMeshAxes = 2;
-  outs() << "caps: candidates/op " << opts.solver.maxCandidates
-         << ", states " << opts.solver.maxStates << ", front "
-         << opts.solver.maxFront << " (0 = exact), mesh axes <= "
-         << opts.maxMeshAxes << "\n";
-  outs() << format("%-12s %5s %7s %7s %10s %10s %10s %10s %6s %6s %6s "
-                   "%6s %6s %5s %5s %5s %11s  %s\n",
-                   "model", "devs", "wall s", "cpu s", "plan ms", "megatron",
-                   "zero-3", "spatial", "x mega", "x z3", "x spat", "mem/mg",
-                   "mem/sp", "mfu", "mfu_m", "mfu_z", "configs",
-                   "plan (pp x mesh, micro-batches, ZeRO, "
-                   "recompute, temporal ops)");
+  if (space)
+    outs() << "candidate partitions per operator (smallest-largest over the "
+              "meshes; no pipeline, one micro-batch)\n";
+  else
+    outs() << "caps: candidates/op " << opts.solver.maxCandidates << ", states "
+           << opts.solver.maxStates << ", front " << opts.solver.maxFront
+           << " (0 = exact), mesh axes <= " << opts.maxMeshAxes << "\n"
+           << format("%-12s %5s %7s %7s %10s %10s %10s %10s %6s %6s %6s "
+                     "%6s %6s %5s %5s %5s %11s  %s\n",
+                     "model", "devs", "wall s", "cpu s", "plan ms", "megatron",
+                     "zero-3", "spatial", "x mega", "x z3", "x spat", "mem/mg",
+                     "mem/sp", "mfu", "mfu_m", "mfu_z", "configs",
+                     "plan (pp x mesh, micro-batches, ZeRO, "
+                     "recompute, temporal ops)");
   std::vector<double> speedups32, speedupsZ3;
   for (const Run &r : runs) {
     if (!only.empty() && !StringRef(r.model->name).contains(only))
