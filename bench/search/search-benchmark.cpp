@@ -97,7 +97,9 @@ std::string describePlan(const Problem &p, const Plan &plan) {
     desc += (desc.empty() ? "" : "x") + std::to_string(a.size);
   return desc + " m=" + std::to_string(plan.config.microBatches) +
          " z=" + std::to_string(plan.config.zeroStage) +
-         (plan.config.recompute ? " rc" : "") +
+         (plan.config.recompute == Recompute::Full        ? " rc"
+          : plan.config.recompute == Recompute::Selective ? " rc=sel"
+                                                          : "") +
          " t=" + std::to_string(countTemporal(p, plan));
 }
 

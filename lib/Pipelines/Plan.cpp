@@ -399,11 +399,17 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
       {"model", model},
       {"cluster", cluster.name},
       {"devices", problem.devices},
-      {"mesh", json::Object{{"axes", std::move(axes)},
-                            {"pipeline_stages", plan.config.getStages()},
-                            {"micro_batches", plan.config.microBatches},
-                            {"zero_stage", plan.config.zeroStage},
-                            {"recompute", plan.config.recompute}}},
+      {"mesh",
+       json::Object{
+           {"axes", std::move(axes)},
+           {"pipeline_stages", plan.config.getStages()},
+           {"micro_batches", plan.config.microBatches},
+           {"zero_stage", plan.config.zeroStage},
+           {"recompute", plan.config.recompute == stpar::cost::Recompute::Full},
+           {"recompute_mode",
+            stpar::cost::getRecomputeName(plan.config.recompute)},
+           {"interleave", plan.config.interleave},
+           {"overlap_grad_sync", plan.config.overlapGradSync}}},
       {"search",
        json::Object{{"configurations", int64_t(result.configurations)},
                     {"exact", result.stats.isExact()},
@@ -501,11 +507,9 @@ Expected<int64_t> stpar::pipelines::checkPlanOptions(const PlanOptions &o,
     if (!o.mesh.empty())
       return makeError("--strategy " + o.strategy +
                        " gives the grid (dp, tp, pp); drop --mesh");
-    if (grid->megatron.interleave > 1)
+    if (grid->megatron.interleave > 1 && grid->megatron.pp < 2)
       return makeError("megatron: vp=" + Twine(grid->megatron.interleave) +
-                       ": the search's pipeline model is 1F1B without "
-                       "virtual stages; `stpar cost` costs interleaved "
-                       "schedules");
+                       " needs pipeline stages (pp >= 2)");
   } else if (!is_contained(known, o.strategy)) {
     return makeError("unknown --strategy '" + o.strategy + "' (" +
                      kStrategyHelp + ")");
@@ -711,6 +715,12 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
           "stages hold equal blocks of repeated layers" +
           (problem.layers < 2 ? "; the layers were not folded into one" : "") +
           ")");
+    if (m.interleave > 1 && problem.layers % (m.pp * m.interleave))
+      return makeError("megatron: vp=" + Twine(m.interleave) +
+                       ": pp*vp = " + Twine(m.pp * m.interleave) +
+                       " must divide the " + Twine(layers) +
+                       " transformer layers (each device holds vp equal "
+                       "chunks of layers)");
     if (m.pp > 1 && !o.pipeline)
       return makeError("megatron: pp=" + Twine(m.pp) +
                        ": this plan is made without pipeline stages (the "
@@ -731,16 +741,14 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     opts.megatron.dp = m.dp;
     opts.megatron.microBatches = batch / (mb * m.dp);
     opts.megatron.zeroStage = m.zeroStage;
-    if (!m.overlapGradSync)
-      return makeError("megatron: overlap=0 is costed by `stpar cost` only; "
-                       "the search objective overlaps the gradient sync "
-                       "with the backward pass");
-    if (m.recompute == cost::Recompute::Selective)
-      return makeError("megatron: recompute=selective is costed by `stpar "
-                       "cost` only; the search objective and the emitted "
-                       "program recompute fully or not at all (use "
-                       "recompute=full or none)");
-    opts.recompute = {m.recompute == cost::Recompute::Full};
+    if (m.recompute == cost::Recompute::Selective && !o.pipeline)
+      return makeError("megatron: recompute=selective: the emitted program "
+                       "recomputes fully or not at all (use recompute=full "
+                       "or none); `stpar plan` costs selective "
+                       "recomputation");
+    opts.megatron.interleave = m.interleave;
+    opts.megatron.overlapGradSync = m.overlapGradSync;
+    opts.recompute = {m.recompute};
     sequenceParallel = m.sequenceParallel;
   }
   if (o.zeroStage >= 0)

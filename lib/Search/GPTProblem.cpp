@@ -150,6 +150,16 @@ Problem buildTransformerProblem(const TransformerShape &shape,
   b.operand(loss, "logits", In, {"b", "s", "v"});
   b.operand(loss, "probs", Out, {"b", "s", "v"}, 4);
 
+  // Layer operators re-run under full recomputation; selective
+  // recomputation re-runs QK^T and the softmax and regenerates the softmax
+  // output and the context's probabilities (cost::Operator::attentionCore).
+  for (unsigned i = 0; i < p.ops.size(); ++i)
+    p.ops[i].recomputable = p.sections[i] == Section::Layer;
+  p.ops[scores].attentionCore = true;
+  p.ops[softmax].attentionCore = true;
+  p.ops[softmax].operands[1].selectiveRecomputed = true;
+  p.ops[context].operands[0].selectiveRecomputed = true;
+
   // Operand indices: norm x0 w1 y2; linear x0 w1 y2; qkv x0 w1 y2;
   // scores q0 k1 s2; softmax s0 p1; context p0 v1 c2; proj x0 w1 y2;
   // elementwise x0 [x1] y.

@@ -22,6 +22,19 @@ using namespace stpar::cost;
 
 namespace stpar::search {
 
+/// "" for none, else " recompute" (full) or " recompute=selective".
+static std::string getRecomputeLabel(Recompute r) {
+  switch (r) {
+  case Recompute::None:
+    return "";
+  case Recompute::Full:
+    return " recompute";
+  case Recompute::Selective:
+    return " recompute=selective";
+  }
+  return "";
+}
+
 static Error err(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);
 }
@@ -122,9 +135,9 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
                                    options.maxMeshAxes)
              : (stages == 1 ? options.meshShapes
                             : std::vector<std::vector<int64_t>>{}))
-      for (bool rc : options.recompute)
+      for (Recompute rc : options.recompute)
         for (int z : options.zeroStages) {
-          if (rc && !hasLayers(problem))
+          if (rc != Recompute::None && !hasLayers(problem))
             continue;
           if (options.squareMeshesOnly && !hasSquare(shape))
             continue;
@@ -382,80 +395,85 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
         choices.push_back({pp, m});
   for (auto [pp, m] : choices) {
     for (int64_t tp = 1; tp <= n / pp; ++tp)
-    for (bool rc : options.recompute) {
-      if ((n / pp) % tp || (grid.tp && tp != grid.tp))
-        continue;
-      int64_t dp = n / pp / tp;
-      if (grid.dp && dp != grid.dp)
-        continue;
-      if (!options.meshShapes.empty() &&
-          !any_of(options.meshShapes, [&](ArrayRef<int64_t> shape) {
-            return pp == 1 && (shape.size() == 1
-                                   ? dp == 1 && tp == shape[0]
-                                   : shape.size() == 2 && dp == shape[0] &&
-                                         tp == shape[1]);
-          }))
-        continue;
-      Config c;
-      c.mesh.axes = {{"pp", pp}, {"dp", dp}, {"tp", tp}};
-      c.microBatches = m;
-      c.zeroStage = grid.zeroStage;
-      c.recompute = rc;
-      // Enumerating candidates is not needed: the rule fixes the plan.
-      Problem tiny = problem;
-      Expected<std::unique_ptr<Instance>> inst =
-          Instance::create(tiny, cluster, c, eff, solver);
-      if (!inst)
-        return inst.takeError();
-      const FlatGraph &g = (*inst)->getFlatGraph();
-      std::vector<Partition> parts;
-      if (options.megatronPartitions) {
-        Expected<std::optional<std::vector<Partition>>> given =
-            options.megatronPartitions(g, c.mesh, sequenceParallel);
-        if (!given)
-          return given.takeError();
-        if (!*given)
-          continue; // the grid does not apply (e.g. tp and the heads)
-        parts = std::move(**given);
-        if (parts.size() != g.ops.size())
-          return err("internal: the Megatron layout has " +
-                     Twine(parts.size()) + " operators, the problem " +
-                     Twine(g.ops.size()));
-      } else {
-        std::optional<std::vector<Partition>> rule =
-            megatronPartitions(problem, g, c.mesh, sequenceParallel);
-        if (!rule)
+      for (Recompute rc : options.recompute) {
+        if ((n / pp) % tp || (grid.tp && tp != grid.tp))
           continue;
-        parts = std::move(*rule);
-      }
-      // dp must split the batch everywhere.
-      bool ok = dp == 1 || all_of(parts, [](const Partition &p) {
-                  return any_of(p.loopAxes, [](const auto &axes) {
-                    return is_contained(axes, 1u);
+        int64_t dp = n / pp / tp;
+        if (grid.dp && dp != grid.dp)
+          continue;
+        if (!options.meshShapes.empty() &&
+            !any_of(options.meshShapes, [&](ArrayRef<int64_t> shape) {
+              return pp == 1 &&
+                     (shape.size() == 1 ? dp == 1 && tp == shape[0]
+                                        : shape.size() == 2 && dp == shape[0] &&
+                                              tp == shape[1]);
+            }))
+          continue;
+        Config c;
+        c.mesh.axes = {{"pp", pp}, {"dp", dp}, {"tp", tp}};
+        c.microBatches = m;
+        c.zeroStage = grid.zeroStage;
+        c.recompute = rc;
+        c.interleave = pp > 1 ? grid.interleave : 1;
+        c.overlapGradSync = grid.overlapGradSync;
+        // Enumerating candidates is not needed: the rule fixes the plan.
+        Problem tiny = problem;
+        Expected<std::unique_ptr<Instance>> inst =
+            Instance::create(tiny, cluster, c, eff, solver);
+        if (!inst)
+          return inst.takeError();
+        const FlatGraph &g = (*inst)->getFlatGraph();
+        std::vector<Partition> parts;
+        if (options.megatronPartitions) {
+          Expected<std::optional<std::vector<Partition>>> given =
+              options.megatronPartitions(g, c.mesh, sequenceParallel);
+          if (!given)
+            return given.takeError();
+          if (!*given)
+            continue; // the grid does not apply (e.g. tp and the heads)
+          parts = std::move(**given);
+          if (parts.size() != g.ops.size())
+            return err("internal: the Megatron layout has " +
+                       Twine(parts.size()) + " operators, the problem " +
+                       Twine(g.ops.size()));
+        } else {
+          std::optional<std::vector<Partition>> rule =
+              megatronPartitions(problem, g, c.mesh, sequenceParallel);
+          if (!rule)
+            continue;
+          parts = std::move(*rule);
+        }
+        // dp must split the batch everywhere.
+        bool ok = dp == 1 || all_of(parts, [](const Partition &p) {
+                    return any_of(p.loopAxes, [](const auto &axes) {
+                      return is_contained(axes, 1u);
+                    });
                   });
-                });
-      if (!ok)
-        continue;
-      ++result.configurations;
-      Expected<PlanCost> pc = (*inst)->evaluate(parts);
-      if (!pc)
-        return pc.takeError();
-      result.memoryLimit = (*inst)->getMemoryLimit();
-      result.smallestMemory =
-          std::min(result.smallestMemory, pc->getMemory());
-      if (!pc->feasible)
-        continue;
-      Plan plan;
-      plan.config = c;
-      plan.partitions = std::move(parts);
-      plan.cost = std::move(*pc);
-      plan.label = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
-                   " dp=" + std::to_string(dp) + " m=" + std::to_string(m) +
-                   (c.zeroStage ? " zero-" + std::to_string(c.zeroStage)
-                                : std::string()) +
-                   (rc ? " recompute" : "") + (sequenceParallel ? " sp" : "");
-      keepBest(result, std::move(plan));
-    }
+        if (!ok)
+          continue;
+        ++result.configurations;
+        Expected<PlanCost> pc = (*inst)->evaluate(parts);
+        if (!pc)
+          return pc.takeError();
+        result.memoryLimit = (*inst)->getMemoryLimit();
+        result.smallestMemory =
+            std::min(result.smallestMemory, pc->getMemory());
+        if (!pc->feasible)
+          continue;
+        Plan plan;
+        plan.config = c;
+        plan.partitions = std::move(parts);
+        plan.cost = std::move(*pc);
+        plan.label = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
+                     " dp=" + std::to_string(dp) + " m=" + std::to_string(m) +
+                     (c.zeroStage ? " zero-" + std::to_string(c.zeroStage)
+                                  : std::string()) +
+                     (c.interleave > 1 ? " vp=" + std::to_string(c.interleave)
+                                       : std::string()) +
+                     getRecomputeLabel(rc) + (sequenceParallel ? " sp" : "") +
+                     (c.overlapGradSync ? "" : " overlap=0");
+        keepBest(result, std::move(plan));
+      }
   }
   return result;
 }
@@ -465,7 +483,7 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
 static Error addZeROPlan(SearchResult &result, const Problem &problem,
                          const Cluster &cluster, const EfficiencyModel &eff,
                          int zeroStage, ArrayRef<int64_t> meshShape,
-                         int64_t microBatches, bool recompute) {
+                         int64_t microBatches, Recompute recompute) {
   Config c;
   c.microBatches = microBatches;
   c.recompute = recompute;
@@ -523,8 +541,7 @@ static Error addZeROPlan(SearchResult &result, const Problem &problem,
                  std::to_string(problem.devices);
     if (microBatches > 1)
       plan.label += " m=" + std::to_string(microBatches);
-    if (recompute)
-      plan.label += " recompute";
+    plan.label += getRecomputeLabel(recompute);
     keepBest(result, std::move(plan));
   }
   return Error::success();
@@ -537,7 +554,7 @@ Expected<SearchResult> searchZeRO(const Problem &problem,
   SearchResult result;
   result.smallestMemory = std::numeric_limits<double>::infinity();
   if (Error e = addZeROPlan(result, problem, cluster, eff, zeroStage, meshShape,
-                            1, false))
+                            1, Recompute::None))
     return std::move(e);
   return result;
 }
@@ -551,8 +568,8 @@ Expected<SearchResult> searchZeRO(const Problem &problem,
   for (auto [stages, m] :
        getPipelineChoices(problem, problem.devices,
                           /*pipeline=*/false, options.microBatchChoices))
-    for (bool rc : options.recompute) {
-      if (rc && !hasLayers(problem))
+    for (Recompute rc : options.recompute) {
+      if (rc != Recompute::None && !hasLayers(problem))
         continue;
       if (Error e =
               addZeROPlan(result, problem, cluster, eff, zeroStage, {}, m, rc))
@@ -570,8 +587,14 @@ void printPlanConfig(raw_ostream &os, const Config &config) {
   for (const MeshAxis &a : config.mesh.axes)
     os << " " << a.name << "=" << a.size;
   os << ", micro-batches " << config.microBatches << ", ZeRO stage "
-     << config.zeroStage << (config.recompute ? ", recomputation" : "")
-     << "\n";
+     << config.zeroStage;
+  if (config.recompute != Recompute::None)
+    os << ", " << getRecomputeName(config.recompute) << " recomputation";
+  if (config.interleave > 1)
+    os << ", " << config.interleave << " virtual stages per device";
+  if (!config.overlapGradSync)
+    os << ", gradient sync not overlapped";
+  os << "\n";
 }
 
 void printPlan(raw_ostream &os, const Problem &problem, const Plan &plan,

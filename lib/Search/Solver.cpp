@@ -11,11 +11,13 @@
 //           axes of the loops its parameters do not index
 //   exp_o = max(0, sync - (B + G))      (bucketed overlap with its backward)
 //   opt_o = 28 bytes x locally updated parameters / HBM bandwidth
-//   time  = w (m + p - 1) t_o + w (exp_o + opt_o)
+//   time  = w (m + (p - 1)/v) t_o + w (exp_o + opt_o)
 //   mem   = w (ZeRO model states + min(m, p) x stash), peak = transient
 // with w = 1/p for layer operators (a stage holds layers/p of them) and 1
-// for pre/post operators (charged to the critical stage in full); per edge
-// w_consumer (m + p - 1) x (forward + backward re-layout seconds). A
+// for pre/post operators (charged to the critical stage in full), v the
+// interleaved schedule's model chunks per device (1: plain 1F1B); per edge
+// w_consumer (m + (p - 1)/v) x (forward + backward re-layout seconds).
+// Without overlap (Config::overlapGradSync) exp_o = sync. A
 // matmul/embedding output with partial sums that feeds an edge leaves the
 // reduction to the edge (all-reduce or reduce-scatter, as the consumer
 // needs), so costOperator's forward all-reduce is not charged twice.
@@ -70,6 +72,9 @@ struct Raw {
   std::vector<Sync> syncs;
   /// Bytes of the first input (the layer checkpoint when recomputing).
   double firstInputBytes = 0;
+  /// Bytes of the stash selective recomputation regenerates (the attention
+  /// core's score-sized operands; cost::Operand::selectiveRecomputed).
+  double selectiveBytes = 0;
   /// Global layout id per operand (-1 where not an Input/Output).
   std::vector<int> layouts;
 };
@@ -274,7 +279,14 @@ Error Instance::Impl::init(bool fresh) {
     return err("the mesh has " + Twine(config.mesh.getNumDevices()) +
                " devices but the cluster '" + cluster.name + "' only " +
                Twine(cluster.getNumDevices()));
-  slots = double(m + p - 1);
+  if (config.interleave < 1)
+    return err("interleave (virtual stages per device) must be >= 1");
+  if (config.interleave > 1 &&
+      (p == 1 || problem.layers % (p * config.interleave)))
+    return err("interleave " + Twine(config.interleave) +
+               " needs pipeline stages that hold equal chunks of the " +
+               Twine(problem.layers) + " layers");
+  slots = config.getSlots();
   limit = problem.memoryLimit ? *problem.memoryLimit
                               : double(cluster.device.hbmCapacity);
   if (fresh) {
@@ -342,7 +354,8 @@ Error Instance::Impl::init(bool fresh) {
           AxisPlacement pl = config.mesh.getPlacement(0, cluster.devicesPerNode);
           double one =
               getCollectiveTime(Collective::PointToPoint, bytes, pl, cluster);
-          constantTime = slots * 2 * one;
+          // v model chunks per device: v boundaries each way.
+          constantTime = slots * 2 * one * double(config.interleave);
           break;
         }
     }
@@ -505,6 +518,13 @@ Expected<Raw> Instance::Impl::costRaw(unsigned i, Operator &op,
                                              g.axes, config.mesh, cluster);
     raw.syncs.push_back(s);
   }
+  if (op.recomputable)
+    for (const Operand &o : op.operands)
+      if (o.selectiveRecomputed &&
+          (op.kind == OpKind::Softmax ? o.role == OperandRole::Output
+                                      : o.role == OperandRole::Input))
+        raw.selectiveBytes +=
+            getLocalElements(op, o, config.mesh) * double(o.elementBytes);
   for (const Operand &o : op.operands)
     if (o.role == OperandRole::Input) {
       raw.firstInputBytes =
@@ -525,8 +545,11 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   cand.raw = &raw;
   double t = c.forward + c.backwardInput + c.backwardWeight + raw.fwdComm +
              c.backwardComm;
+  const Operator &op = problem.ops[i];
+  bool layer = problem.sections[i] == Section::Layer;
   bool recompute =
-      config.recompute && problem.sections[i] == Section::Layer;
+      layer && (config.recompute == Recompute::Full ||
+                (config.recompute == Recompute::Selective && op.attentionCore));
   cand.ring = c.ring;
   cand.collectives = raw.fwdComm + c.backwardComm;
   if (recompute) {
@@ -542,7 +565,10 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
     opt += updated * kAdamBytesPerParam /
            (cluster.device.hbmBandwidth * eff.hbmEfficiency);
   }
-  double exposed = std::max(0.0, sync - (c.backwardInput + c.backwardWeight));
+  double exposed =
+      config.overlapGradSync
+          ? std::max(0.0, sync - (c.backwardInput + c.backwardWeight))
+          : sync;
   double w = weight(i);
   double inFlight = double(std::min<int64_t>(config.microBatches,
                                              config.getStages()));
@@ -552,10 +578,15 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   cand.time = cand.pipe + cand.sync + cand.opt;
   cand.stateBytes = w * states;
   cand.actBytes = w * inFlight * c.stashBytes;
-  if (recompute) {
+  double layers = double(std::max<int64_t>(1, problem.layers));
+  if (recompute && config.recompute == Recompute::Full) {
     double checkpoint = isCheckpoint[i] ? raw.firstInputBytes : 0;
-    cand.actBytes = w * inFlight * checkpoint +
-                    c.stashBytes / double(std::max<int64_t>(1, problem.layers));
+    cand.actBytes = w * inFlight * checkpoint + c.stashBytes / layers;
+  } else if (recompute) {
+    // Selective: the core's score-sized tensors are regenerated (one
+    // layer's at a time), the rest stashed.
+    double dropped = std::min(raw.selectiveBytes, c.stashBytes);
+    cand.actBytes = w * inFlight * (c.stashBytes - dropped) + dropped / layers;
   }
   cand.peak = c.transientBytes;
   cand.seconds = t;
@@ -734,7 +765,8 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
   }
   pc.pipeline += I.constantTime;
   int64_t p = I.config.getStages(), m = I.config.microBatches;
-  pc.bubble = pc.pipeline * double(p - 1) / double(m + p - 1);
+  double idle = double(p - 1) / double(I.config.interleave);
+  pc.bubble = pc.pipeline * idle / (double(m) + idle);
   pc.stepTime = pc.pipeline + pc.exposedSync + pc.optimizer;
   pc.feasible = pc.getMemory() <= I.limit;
   return pc;

@@ -21,11 +21,13 @@
 #include "stpar/Cost/Cluster.h"
 #include "stpar/Cost/Mesh.h"
 #include "stpar/Cost/OperatorCost.h"
+#include "stpar/Cost/TrainingStep.h"
 #include "stpar/Search/Problem.h"
 #include "stpar/Search/Space.h"
 
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -41,12 +43,27 @@ struct Config {
   cost::Mesh mesh;
   int64_t microBatches = 1;
   int zeroStage = 0;
-  /// Full activation recomputation of the layer operators: each re-runs its
-  /// forward (and forward collectives) before backward; a layer stashes only
-  /// the carry it reads, plus one layer's stash while it is recomputed
-  /// (charged as stash / layers per operator).
-  bool recompute = false;
+  /// Activation recomputation of the layer operators. Full: each re-runs
+  /// its forward (and forward collectives) before backward; a layer stashes
+  /// only the carry it reads, plus one layer's stash while it is recomputed
+  /// (charged as stash / layers per operator). Selective (Korthikanti et
+  /// al., MLSys 2023, Sec. 5): only the attention core
+  /// (cost::Operator::attentionCore) re-runs, and only its score-sized
+  /// tensors (cost::Operand::selectiveRecomputed) are not stashed.
+  cost::Recompute recompute = cost::Recompute::None;
+  /// Interleaved 1F1B: model chunks per device (v >= 1; 1 = plain 1F1B).
+  /// The bubble is (p - 1) / v micro-batch slots and the stage-boundary
+  /// sends are v times as many (Narayanan et al., SC'21, Sec. 2.2).
+  int64_t interleave = 1;
+  /// Each operator's gradient sync overlaps its own backward (exposed:
+  /// max(0, sync - (B + G))); off: all of it is exposed.
+  bool overlapGradSync = true;
   int64_t getStages() const { return mesh.axes.front().size; }
+  /// Micro-batch slots of one step: m + (p - 1) / v.
+  double getSlots() const {
+    return double(microBatches) +
+           double(getStages() - 1) / double(std::max<int64_t>(1, interleave));
+  }
 };
 
 /// What a plan costs under the search objective (seconds, bytes per device).
@@ -225,7 +242,8 @@ struct SearchOptions {
   std::vector<int> zeroStages = {0, 1, 2, 3};
   bool pipeline = true;
   /// Recomputation settings tried.
-  std::vector<bool> recompute = {false, true};
+  std::vector<cost::Recompute> recompute = {cost::Recompute::None,
+                                            cost::Recompute::Full};
   /// Micro-batch counts tried per pipeline depth p: p * 2^i (i < this; 0 =
   /// every i) when they divide the batch (p = 1, m > 1: gradient
   /// accumulation).
@@ -279,9 +297,13 @@ struct SearchOptions {
   /// megatron:tp=..,pp=..,dp=..`): each field > 0 fixes that value of the
   /// grid (micro-batches: per step); 0 leaves it searched. The ZeRO stage of
   /// the dp axis (Megatron's distributed optimizer is stage 1).
+  /// `interleave` and `overlapGradSync` are the configuration's
+  /// (Config), not searched.
   struct MegatronGrid {
     int64_t tp = 0, pp = 0, dp = 0, microBatches = 0;
     int zeroStage = 0;
+    int64_t interleave = 1;
+    bool overlapGradSync = true;
   } megatron;
 };
 

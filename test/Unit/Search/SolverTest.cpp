@@ -347,7 +347,7 @@ TEST(Communication, MegatronAllReducesPerBlock) {
   opts.megatron.dp = 2;
   opts.megatron.pp = 1;
   opts.megatron.microBatches = 1;
-  opts.recompute = {false};
+  opts.recompute = {Recompute::None};
   Expected<SearchResult> r = searchMegatron(p, cluster(), eff, false, opts);
   ASSERT_TRUE(r && r->best) << (r ? "no plan" : toString(r.takeError()));
   const Plan &plan = *r->best;
@@ -428,7 +428,8 @@ TEST(Baselines, ZeROSearchesAccumulationAndRecomputation) {
   EXPECT_FALSE(f2->best.has_value());
   ASSERT_TRUE(s2->best.has_value());
   EXPECT_LE(s2->best->cost.getMemory(), *tight.memoryLimit);
-  EXPECT_TRUE(s2->best->config.recompute || s2->best->config.microBatches > 1)
+  EXPECT_TRUE(s2->best->config.recompute != Recompute::None ||
+              s2->best->config.microBatches > 1)
       << s2->best->label;
 }
 
@@ -497,7 +498,7 @@ TEST(Objective, BreakdownAddsUpToThePipeline) {
   // its linear layers' outputs.
   EfficiencyModel eff = getDefaultEfficiency();
   Problem p = tinyGPT(4);
-  for (bool recompute : {false, true}) {
+  for (Recompute recompute : {Recompute::None, Recompute::Full}) {
     SearchOptions opts;
     opts.pipeline = false;
     opts.zeroStages = {0};
@@ -517,7 +518,8 @@ TEST(Objective, BreakdownAddsUpToThePipeline) {
     }
     const PlanCost &m = mega->best->cost, &t = forced->best->cost;
     EXPECT_EQ(m.ring.getTotal(), 0);
-    EXPECT_GT(m.relayoutReductions, 0) << "recompute " << recompute;
+    EXPECT_GT(m.relayoutReductions, 0)
+        << "recompute " << getRecomputeName(recompute);
     EXPECT_GT(t.ring.startup, 0);
     EXPECT_GT(t.ring.alignment, 0);
     EXPECT_LT(t.relayoutReductions, m.relayoutReductions);
@@ -567,3 +569,52 @@ TEST(Exactness, BranchAndBoundMatchesSolvingEveryConfiguration) {
 }
 
 } // namespace
+
+// The objective's Megatron-LM settings (Config): interleaved 1F1B divides
+// the bubble by v and multiplies the stage sends by v; without overlap the
+// whole gradient sync is exposed; selective recomputation re-runs only the
+// attention core, so it costs less time than full recomputation and keeps
+// less activation memory than none.
+TEST(Objective, InterleaveOverlapAndSelectiveRecomputation) {
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = tinyGPT(8);
+  auto plan = [&](int64_t pp, int64_t v, bool overlap, Recompute rc) {
+    SearchOptions opts;
+    opts.megatron.tp = 2;
+    opts.megatron.pp = pp;
+    opts.megatron.dp = 8 / 2 / pp;
+    opts.megatron.microBatches = 4;
+    opts.megatron.interleave = v;
+    opts.megatron.overlapGradSync = overlap;
+    opts.recompute = {rc};
+    Expected<SearchResult> r = searchMegatron(p, cluster(), eff, false, opts);
+    EXPECT_TRUE(r && r->best) << (r ? "no plan" : toString(r.takeError()));
+    return r && r->best ? r->best->cost : PlanCost();
+  };
+  PlanCost one = plan(2, 1, true, Recompute::None);
+  PlanCost two = plan(2, 2, true, Recompute::None);
+  // 1F1B: bubble = (p - 1) / (m + p - 1) of the pipeline; interleaved with
+  // v = 2: (p - 1) / v of a micro-batch's slot out of m + (p - 1) / v.
+  EXPECT_NEAR(one.bubble, one.pipeline * 1 / 5.0, 1e-12 * one.pipeline);
+  EXPECT_NEAR(two.bubble, two.pipeline * 0.5 / 4.5, 1e-12 * two.pipeline);
+  EXPECT_LT(two.bubble, one.bubble);
+  // Without the stage sends the per-slot time is the same; v = 2 sends
+  // twice as often, so the v = 2 slot is longer.
+  EXPECT_GT(two.pipeline / 4.5, one.pipeline / 5.0);
+  EXPECT_LT(two.stepTime, one.stepTime);
+
+  PlanCost overlapped = plan(1, 1, true, Recompute::None);
+  PlanCost exposed = plan(1, 1, false, Recompute::None);
+  EXPECT_GT(exposed.exposedSync, overlapped.exposedSync);
+  EXPECT_NEAR(exposed.stepTime - exposed.exposedSync,
+              overlapped.stepTime - overlapped.exposedSync,
+              1e-12 * exposed.stepTime);
+
+  PlanCost full = plan(1, 1, true, Recompute::Full);
+  PlanCost selective = plan(1, 1, true, Recompute::Selective);
+  EXPECT_LT(overlapped.stepTime, selective.stepTime);
+  EXPECT_LT(selective.stepTime, full.stepTime);
+  EXPECT_LT(selective.activationBytes, overlapped.activationBytes);
+  EXPECT_GT(selective.activationBytes, full.activationBytes);
+  EXPECT_EQ(selective.stateBytes, overlapped.stateBytes);
+}

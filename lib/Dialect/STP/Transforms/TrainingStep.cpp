@@ -2165,9 +2165,16 @@ LogicalResult TrainingStepBuilder::run() {
                      : std::max<int64_t>(planInteger("micro_batches", 1), 1);
   // Recomputation: the option, else the plan's.
   recompute = options.recompute == "on";
-  if (options.recompute == "plan" && planMesh)
+  if (options.recompute == "plan" && planMesh) {
     if (auto r = planMesh.getAs<BoolAttr>("recompute"))
       recompute = r.getValue();
+    if (auto mode = planMesh.getAs<StringAttr>("recompute_mode"))
+      if (mode.getValue() == "selective")
+        return emitError(loc)
+               << "the plan recomputes selectively (the attention core "
+                  "only), which the training step does not emit yet; "
+                  "recompute fully or not at all (recompute=on or off)";
+  }
   if (zeroStage > 3)
     return emitError(loc) << "ZeRO stage " << zeroStage
                           << " does not exist (0, 1, 2 or 3)";
