@@ -22,6 +22,7 @@
 #include "stpar/Cost/Cluster.h"
 #include "stpar/Cost/GPTModel.h"
 #include "stpar/Cost/TrainingStep.h"
+#include "stpar/Search/GPTProblem.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
@@ -116,22 +117,20 @@ static double predict(const Row &r, const EfficiencyModel &eff) {
   s.recompute = Recompute::Full;
   Expected<Cluster> cluster =
       getPreset("dgx-a100-80g-" + std::to_string(r.gpus / 8));
-  Expected<CostProblem> p = buildMegatronGPT(m, s);
-  if (!cluster || !p) {
+  if (!cluster) {
     errs() << "stpar-calibration: " << r.model << ": "
-           << (cluster ? toString(p.takeError())
-                       : toString(cluster.takeError()))
-           << "\n";
+           << toString(cluster.takeError()) << "\n";
     return -1;
   }
-  Expected<StepBreakdown> b =
-      evaluateTrainingStep(p->ops, p->mesh, *cluster, p->config, eff);
-  if (!b) {
+  Expected<stpar::search::CostedPlan> costed =
+      stpar::search::costMegatronGPT(m, s, *cluster, eff);
+  if (!costed) {
     errs() << "stpar-calibration: " << r.model << ": "
-           << toString(b.takeError()) << "\n";
+           << toString(costed.takeError()) << "\n";
     return -1;
   }
-  return megatronFlops(r) / b->stepTime / double(r.gpus) / 1e12;
+  double stepTime = costed->step.stepTime;
+  return megatronFlops(r) / stepTime / double(r.gpus) / 1e12;
 }
 
 static double median(std::vector<double> v) {

@@ -272,7 +272,11 @@ void printBreakdown(raw_ostream &os, const StepBreakdown &b) {
   os << "devices " << b.numDevices << ", pipeline stages " << b.pipelineStages
      << ", micro-batches " << b.microBatches << ", interleave " << b.interleave
      << "\n";
-  os << "per micro-batch, critical stage " << b.criticalStageIndex << ":\n";
+  if (b.boundStage)
+    os << "per micro-batch, critical stage (layers/p of the layers, "
+          "embedding and head in full):\n";
+  else
+    os << "per micro-batch, critical stage " << b.criticalStageIndex << ":\n";
   row(os, "forward", b.criticalStage.forward);
   row(os, "recompute", b.criticalStage.recompute);
   row(os, "backward (input gradient)", b.criticalStage.backwardInput);
@@ -298,7 +302,10 @@ void printBreakdown(raw_ostream &os, const StepBreakdown &b) {
   os << format("model TFLOP/s per device:           %.1f TFLOP/s\n",
                b.modelFlopsPerDevice / 1e12);
   os << format("MFU:                                %.1f %%\n", b.mfu * 100);
-  os << "peak memory per device (stage " << b.peakMemoryStage << "):\n";
+  if (b.boundStage)
+    os << "peak memory per device (critical stage):\n";
+  else
+    os << "peak memory per device (stage " << b.peakMemoryStage << "):\n";
   rowBytes(os, "parameters", b.peakMemory.parameters);
   rowBytes(os, "gradients", b.peakMemory.gradients);
   rowBytes(os, "optimizer states", b.peakMemory.optimizer);
@@ -328,7 +335,8 @@ json::Value toJSON(const StepBreakdown &b) {
       {"pipeline_stages", b.pipelineStages},
       {"micro_batches", b.microBatches},
       {"interleave", b.interleave},
-      {"critical_stage", b.criticalStageIndex},
+      {"critical_stage",
+       b.boundStage ? json::Value(nullptr) : json::Value(b.criticalStageIndex)},
       {"micro_batch", toJSON(b.criticalStage)},
       {"pipeline_send_s", b.pipelineSend},
       {"micro_batch_s", b.microBatchTime},
@@ -343,15 +351,17 @@ json::Value toJSON(const StepBreakdown &b) {
       {"model_flops_per_device", b.modelFlopsPerDevice},
       {"mfu", b.mfu},
       {"per_layer_kind", std::move(kinds)},
-      {"peak_memory", json::Object{{"stage", b.peakMemoryStage},
-                                   {"parameters_bytes", m.parameters},
-                                   {"gradients_bytes", m.gradients},
-                                   {"optimizer_bytes", m.optimizer},
-                                   {"activations_bytes", m.activations},
-                                   {"transient_bytes", m.transient},
-                                   {"total_bytes", m.getTotal()},
-                                   {"capacity_bytes", b.deviceCapacity},
-                                   {"fits", b.fitsMemory}}}};
+      {"peak_memory",
+       json::Object{{"stage", b.boundStage ? json::Value(nullptr)
+                                           : json::Value(b.peakMemoryStage)},
+                    {"parameters_bytes", m.parameters},
+                    {"gradients_bytes", m.gradients},
+                    {"optimizer_bytes", m.optimizer},
+                    {"activations_bytes", m.activations},
+                    {"transient_bytes", m.transient},
+                    {"total_bytes", m.getTotal()},
+                    {"capacity_bytes", b.deviceCapacity},
+                    {"fits", b.fitsMemory}}}};
 }
 
 } // namespace stpar::cost

@@ -6,6 +6,8 @@
 
 #include "stpar/Search/GPTProblem.h"
 
+#include <limits>
+
 using namespace llvm;
 using namespace stpar::cost;
 
@@ -183,6 +185,71 @@ Problem buildTransformerProblem(const TransformerShape &shape,
   b.edge(lnf, 2, head, 0);
   b.edge(head, 2, loss, 0);
   return p;
+}
+
+Expected<CostedPlan> costMegatronGPT(const GPTConfig &m,
+                                     const MegatronStrategy &s,
+                                     const Cluster &cluster,
+                                     const EfficiencyModel &eff) {
+  auto fail = [](const Twine &msg) {
+    return createStringError(inconvertibleErrorCode(), msg);
+  };
+  if (s.tp < 1 || s.pp < 1 || s.dp < 1 || s.mb < 1 || s.interleave < 1)
+    return fail("megatron: tp, pp, dp, mb and vp must be >= 1");
+  if (m.heads % s.tp || m.hidden % s.tp || m.ffn % s.tp || m.vocab % s.tp)
+    return fail("megatron: tp=" + Twine(s.tp) +
+                " must divide heads, hidden, ffn and vocab");
+  if (s.sequenceParallel && m.seq % s.tp)
+    return fail("megatron: sp=1 needs tp=" + Twine(s.tp) +
+                " to divide seq=" + Twine(m.seq));
+  if (m.layers % s.pp)
+    return fail("megatron: pp=" + Twine(s.pp) +
+                " must divide layers=" + Twine(m.layers));
+  if (m.batch % (s.mb * s.dp))
+    return fail("megatron: mb*dp=" + Twine(s.mb * s.dp) +
+                " must divide batch=" + Twine(m.batch));
+  if ((m.layers / s.pp) % s.interleave)
+    return fail("megatron: vp=" + Twine(s.interleave) +
+                " must divide the layers per stage");
+  if (s.interleave > 1 && s.pp < 2)
+    return fail("megatron: vp=" + Twine(s.interleave) +
+                " needs pipeline stages (pp >= 2)");
+  int64_t devices = s.tp * s.pp * s.dp;
+  if (devices > cluster.getNumDevices())
+    return fail("the mesh has " + Twine(devices) +
+                " devices but the cluster only " +
+                Twine(cluster.getNumDevices()));
+  TransformerShape shape;
+  shape.model = m;
+  Problem problem = buildTransformerProblem(shape, cluster.name, devices);
+  problem.memoryLimit = std::numeric_limits<double>::infinity();
+  SearchOptions opts;
+  opts.megatron.tp = s.tp;
+  opts.megatron.pp = s.pp;
+  opts.megatron.dp = s.dp;
+  opts.megatron.microBatches = m.batch / (s.mb * s.dp);
+  opts.megatron.zeroStage = s.zeroStage;
+  opts.megatron.interleave = s.interleave;
+  opts.megatron.overlapGradSync = s.overlapGradSync;
+  opts.recompute = {s.recompute};
+  Expected<SearchResult> r =
+      searchMegatron(problem, cluster, eff, s.sequenceParallel, opts);
+  if (!r)
+    return r.takeError();
+  if (!r->best)
+    return fail("megatron: the configuration tp=" + Twine(s.tp) +
+                ", pp=" + Twine(s.pp) + ", dp=" + Twine(s.dp) +
+                " does not apply to this model");
+  Expected<std::unique_ptr<Instance>> inst =
+      Instance::create(problem, cluster, r->best->config, eff, {});
+  if (!inst)
+    return inst.takeError();
+  Expected<StepBreakdown> step = (*inst)->getBreakdown(r->best->partitions);
+  if (!step)
+    return step.takeError();
+  step->deviceCapacity = double(cluster.device.hbmCapacity);
+  step->fitsMemory = step->peakMemory.getTotal() <= step->deviceCapacity;
+  return CostedPlan{std::move(*r->best), std::move(*step)};
 }
 
 } // namespace stpar::search

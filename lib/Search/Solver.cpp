@@ -582,9 +582,10 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   if (recompute && config.recompute == Recompute::Full) {
     double checkpoint = isCheckpoint[i] ? raw.firstInputBytes : 0;
     cand.actBytes = w * inFlight * checkpoint + c.stashBytes / layers;
-  } else if (recompute) {
+  } else if (layer && config.recompute == Recompute::Selective) {
     // Selective: the core's score-sized tensors are regenerated (one
-    // layer's at a time), the rest stashed.
+    // layer's at a time), also those its consumers read (the context's
+    // probabilities); the rest stashed.
     double dropped = std::min(raw.selectiveBytes, c.stashBytes);
     cand.actBytes = w * inFlight * (c.stashBytes - dropped) + dropped / layers;
   }
@@ -770,6 +771,124 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
   pc.stepTime = pc.pipeline + pc.exposedSync + pc.optimizer;
   pc.feasible = pc.getMemory() <= I.limit;
   return pc;
+}
+
+Expected<StepBreakdown> Instance::getBreakdown(ArrayRef<Partition> partitions) {
+  Expected<PlanCost> pc = evaluate(partitions);
+  if (!pc)
+    return pc.takeError();
+  Impl &I = *impl;
+  const FlatGraph &g = I.getFlat();
+  const Config &config = I.config;
+  int64_t p = config.getStages(), m = config.microBatches;
+  StepBreakdown b;
+  b.numDevices = config.mesh.getNumDevices();
+  b.microBatches = m;
+  b.pipelineStages = p;
+  b.interleave = config.interleave;
+  b.boundStage = true;
+  std::map<std::string, PhaseTimes> kinds;
+  std::vector<std::unique_ptr<Raw>> raws;
+  double modelFlops = 0, recomputeFlops = 0;
+  // Per micro-batch, unweighted: each flattened operator's own seconds plus
+  // the re-layouts of its inputs.
+  std::vector<PhaseTimes> perOp(g.ops.size());
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    unsigned op = g.original[i];
+    Operator work = I.problem.ops[op];
+    Expected<Raw> r = I.costRaw(op, work, partitions[i]);
+    if (!r)
+      return r.takeError();
+    raws.push_back(std::make_unique<Raw>(std::move(*r)));
+    const Raw &raw = *raws.back();
+    Cand c = I.derive(op, raw);
+    const OperatorCost &oc = raw.cost;
+    const Operator &o = I.problem.ops[op];
+    bool recompute =
+        I.problem.sections[op] == Section::Layer &&
+        (config.recompute == Recompute::Full ||
+         (config.recompute == Recompute::Selective && o.attentionCore));
+    PhaseTimes &t = perOp[i];
+    t.forward = oc.forward;
+    t.recompute = recompute ? oc.forward : 0;
+    t.backwardInput = oc.backwardInput;
+    t.backwardWeight = oc.backwardWeight;
+    t.communication = c.seconds - t.forward - t.recompute - t.backwardInput -
+                      t.backwardWeight;
+    double w = I.weight(op);
+    double sync = 0;
+    for (const Raw::Sync &s : raw.syncs) {
+      sync += s.allReduce + (config.zeroStage == 3 ? s.allGather : 0);
+      ModelStateBytes st = getModelStateBytes(s.psi, s.ranks, config.zeroStage);
+      b.peakMemory.parameters += w * st.parameters;
+      b.peakMemory.gradients += w * st.gradients;
+      b.peakMemory.optimizer += w * st.optimizer;
+    }
+    b.gradSync += w * sync;
+    // Whole mesh: the local FLOPs times the devices of one stage.
+    double share = double(b.numDevices) / double(p);
+    modelFlops +=
+        (oc.forwardFlops + oc.backwardInputFlops + oc.backwardWeightFlops) *
+        share;
+    if (recompute)
+      recomputeFlops += oc.forwardFlops * share;
+  }
+  for (const Edge &e : g.edges) {
+    unsigned cons = g.original[e.consumer];
+    int from = raws[e.producer]->layouts[e.producerOperand];
+    int to = raws[e.consumer]->layouts[e.consumerOperand];
+    perOp[e.consumer].communication +=
+        I.edgeSeconds(cons, e.consumerOperand, from, to);
+  }
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    unsigned op = g.original[i];
+    double w = I.weight(op);
+    const PhaseTimes &t = perOp[i];
+    b.criticalStage.forward += w * t.forward;
+    b.criticalStage.recompute += w * t.recompute;
+    b.criticalStage.backwardInput += w * t.backwardInput;
+    b.criticalStage.backwardWeight += w * t.backwardWeight;
+    b.criticalStage.communication += w * t.communication;
+    PhaseTimes step = t;
+    step.forward *= double(m);
+    step.recompute *= double(m);
+    step.backwardInput *= double(m);
+    step.backwardWeight *= double(m);
+    step.communication *= double(m);
+    kinds[I.problem.ops[op].layerKind] += step;
+  }
+  double slots = config.getSlots();
+  b.pipelineSend = I.constantTime / slots;
+  b.microBatchTime = b.criticalStage.getTotal() + b.pipelineSend;
+  b.pipelineTime = pc->pipeline;
+  b.bubble = pc->bubble;
+  b.gradSyncExposed = pc->exposedSync;
+  b.optimizer = pc->optimizer;
+  b.stepTime = pc->stepTime;
+  b.modelFlops = modelFlops * double(m);
+  b.hardwareFlops = (modelFlops + recomputeFlops) * double(m);
+  b.modelFlopsPerDevice = b.modelFlops / b.stepTime / double(b.numDevices);
+  double peak = I.cluster.device.getPeak(I.eff.dtype);
+  if (peak <= 0)
+    peak = I.cluster.device.fp32;
+  b.mfu = b.modelFlopsPerDevice / peak;
+  b.peakMemory.activations = pc->activationBytes;
+  b.peakMemory.transient = pc->transientBytes;
+  b.deviceCapacity = I.limit;
+  b.fitsMemory = pc->feasible;
+  for (auto &[name, t] : kinds)
+    b.perLayerKind.emplace_back(name, t);
+  // The breakdown is evaluate's cost, not a second composition.
+  double states =
+      b.peakMemory.parameters + b.peakMemory.gradients + b.peakMemory.optimizer;
+  if (std::abs(b.microBatchTime * slots - b.pipelineTime) >
+          1e-9 * b.pipelineTime ||
+      std::abs(states - pc->stateBytes) > 1e-9 * std::max(1.0, states))
+    return err("internal error: the step breakdown does not add up to the "
+               "plan's cost (" +
+               std::to_string(b.microBatchTime * slots) + " s vs " +
+               std::to_string(b.pipelineTime) + " s)");
+  return b;
 }
 
 Expected<std::vector<PlannedCommunication>>

@@ -29,6 +29,7 @@
 #include "stpar/Cost/TrainingStep.h"
 #include "stpar/Import/ONNX/ONNXImporter.h"
 #include "stpar/InitAll.h"
+#include "stpar/Search/GPTProblem.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
@@ -128,13 +129,14 @@ static int runGPT(const Cluster &cluster) {
   Expected<MegatronStrategy> strategy = parseMegatronSpec(costStrategy);
   if (!strategy)
     return fail(strategy.takeError());
-  Expected<CostProblem> problem = buildMegatronGPT(*model, *strategy);
-  if (!problem)
-    return fail(problem.takeError());
-  Expected<StepBreakdown> b =
-      evaluate(*problem, cluster, getDefaultEfficiency());
-  if (!b)
-    return fail(b.takeError());
+  EfficiencyModel eff = getDefaultEfficiency();
+  if (cluster.device.bf16 <= 0)
+    eff.dtype = DType::FP16;
+  Expected<stpar::search::CostedPlan> costed =
+      stpar::search::costMegatronGPT(*model, *strategy, cluster, eff);
+  if (!costed)
+    return fail(costed.takeError());
+  const StepBreakdown *b = &costed->step;
   if (costJSON) {
     json::Value v = toJSON(*b);
     (*v.getAsObject())["parameters"] = getGPTParameterCount(*model);

@@ -89,6 +89,11 @@ struct StepBreakdown {
   /// Per micro-batch on the slowest stage.
   PhaseTimes criticalStage;
   unsigned criticalStageIndex = 0;
+  /// The critical stage is the search objective's bound (Instance::
+  /// getBreakdown): layers / p of the layers plus the embedding and the
+  /// head in full, not one stage of the plan; criticalStageIndex and
+  /// peakMemoryStage are then meaningless.
+  bool boundStage = false;
   /// Stage-boundary sends per micro-batch on the critical stage (forward
   /// activation + backward gradient, times v).
   double pipelineSend = 0;

@@ -16,6 +16,7 @@
 
 #include "stpar/Cost/GPTModel.h"
 #include "stpar/Search/Problem.h"
+#include "stpar/Search/Solver.h"
 
 namespace stpar::search {
 
@@ -32,6 +33,26 @@ struct TransformerShape {
 /// lm_head, loss (post). Batch loop "b", sequence loop "s".
 Problem buildTransformerProblem(const TransformerShape &shape,
                                 llvm::StringRef cluster, int64_t devices);
+
+/// One Megatron-LM configuration of a GPT, costed by the search objective
+/// (the one step composition `stpar cost`, `stpar plan --compare`, the
+/// benchmark and the calibration share): the plan searchMegatron makes at
+/// exactly the grid point of `strategy` (tp, pp, dp; m = batch / (mb * dp)
+/// micro-batches; its ZeRO stage, recomputation, interleave, sequence
+/// parallelism and overlap) on `model.batch` sequences per step, with
+/// Instance::getBreakdown. Memory is not a constraint here: the
+/// breakdown's `fitsMemory` compares it with the device capacity. Fails
+/// when tp does not divide heads, hidden, ffn and vocab (or seq with
+/// sp=1), pp * interleave does not divide the layers, or mb * dp does not
+/// divide the batch; the error names the key.
+struct CostedPlan {
+  Plan plan;
+  cost::StepBreakdown step;
+};
+llvm::Expected<CostedPlan>
+costMegatronGPT(const cost::GPTConfig &model,
+                const cost::MegatronStrategy &strategy,
+                const cost::Cluster &cluster, const cost::EfficiencyModel &eff);
 
 } // namespace stpar::search
 

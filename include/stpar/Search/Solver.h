@@ -181,6 +181,22 @@ public:
   /// Costs a full plan (partitions per flattened operator).
   llvm::Expected<PlanCost> evaluate(llvm::ArrayRef<Partition> partitions);
 
+  /// The same cost as evaluate (stepTime, pipeline, bubble, exposed sync,
+  /// optimizer and memory are evaluate's), broken down the way `stpar cost`
+  /// prints it: per micro-batch on the critical stage (layer operators
+  /// weighted 1/p, pre/post in full) the forward, recomputed forward, input-
+  /// and weight-gradient kernels and the rest as communication (operator
+  /// collectives, re-layouts, the temporal primitive's ring overhead); the
+  /// stage sends; per step the gradient sync (all of it and the exposed
+  /// part), the optimizer; model FLOPs (F + B + G of every operator,
+  /// recomputation not counted) and MFU against the device's peak for the
+  /// efficiency model's dtype; per-device memory split into parameters,
+  /// gradients, optimizer states (ZeRO), activations and transient; per
+  /// layer kind the unweighted seconds per step (m micro-batches, all
+  /// layers). Errors: as evaluate.
+  llvm::Expected<cost::StepBreakdown>
+  getBreakdown(llvm::ArrayRef<Partition> partitions);
+
   /// What evaluate charges as communication, one entry per collective:
   /// each operator's (the partial sums and statistics it reduces itself,
   /// not those a consuming edge reduces; its input gradients' reductions

@@ -9,5 +9,12 @@ print("communication " + ("equal" if abs(comm[0] - comm[1]) <= 1e-12 * max(comm)
 act = (tp["peak_memory"]["activations_bytes"], sp["peak_memory"]["activations_bytes"])
 print(f"activations {act[1] / act[0]:.3f} of tp's" if act[1] < act[0]
       else f"activations not smaller: {act}")
-print("step faster" if sp["step_s"] < tp["step_s"]
-      else f"step not faster: {tp['step_s']} -> {sp['step_s']}")
+kernels = [sum(r["micro_batch"][k] for k in
+               ("forward_s", "backward_input_s", "backward_weight_s"))
+           for r in (tp, sp)]
+print("kernels faster" if kernels[1] < kernels[0]
+      else f"kernels not faster: {kernels}")
+# The norms' weights are replicated over tp but see only their sequence
+# slice: their gradients are summed over tp too.
+print("gradient sync larger" if sp["grad_sync_s"] > tp["grad_sync_s"]
+      else f"gradient sync not larger: {tp['grad_sync_s']} -> {sp['grad_sync_s']}")

@@ -618,3 +618,39 @@ TEST(Objective, InterleaveOverlapAndSelectiveRecomputation) {
   EXPECT_GT(selective.activationBytes, full.activationBytes);
   EXPECT_EQ(selective.stateBytes, overlapped.stateBytes);
 }
+
+// `stpar cost`'s breakdown is the objective's cost, split: the same step
+// time and memory as evaluate, phases that add up to the pipeline.
+TEST(Objective, BreakdownIsTheEvaluatedCost) {
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = tinyGPT(8);
+  for (int64_t pp : {1, 2})
+    for (Recompute rc :
+         {Recompute::None, Recompute::Full, Recompute::Selective}) {
+      SearchOptions opts;
+      opts.megatron.tp = 2;
+      opts.megatron.pp = pp;
+      opts.megatron.dp = 4 / pp;
+      opts.megatron.microBatches = 4;
+      opts.megatron.zeroStage = 1;
+      opts.recompute = {rc};
+      Expected<SearchResult> r = searchMegatron(p, cluster(), eff, false, opts);
+      ASSERT_TRUE(r && r->best) << (r ? "no plan" : toString(r.takeError()));
+      auto inst = Instance::create(p, cluster(), r->best->config, eff, {});
+      ASSERT_TRUE(bool(inst));
+      Expected<PlanCost> c = (*inst)->evaluate(r->best->partitions);
+      Expected<StepBreakdown> b = (*inst)->getBreakdown(r->best->partitions);
+      ASSERT_TRUE(c && b);
+      EXPECT_DOUBLE_EQ(b->stepTime, c->stepTime);
+      EXPECT_NEAR(b->pipelineTime + b->gradSyncExposed + b->optimizer,
+                  b->stepTime, 1e-12 * b->stepTime);
+      EXPECT_NEAR(b->peakMemory.getTotal(), c->getMemory(),
+                  1e-9 * c->getMemory());
+      EXPECT_NEAR(b->microBatchTime * r->best->config.getSlots(),
+                  b->pipelineTime, 1e-9 * b->pipelineTime);
+      EXPECT_EQ(b->criticalStage.recompute > 0, rc != Recompute::None);
+      EXPECT_GT(b->modelFlops, 0);
+      EXPECT_GE(b->hardwareFlops, b->modelFlops);
+      EXPECT_GT(b->peakMemory.optimizer, b->peakMemory.parameters);
+    }
+}
