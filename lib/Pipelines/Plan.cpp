@@ -452,8 +452,9 @@ const char *const stpar::pipelines::kStrategyHelp =
     "primitive), temporal (temporal primitive wherever it applies), "
     "megatron, megatron-sp (with sequence parallelism), dp (data "
     "parallelism), or one Megatron-LM configuration "
-    "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,sp=0|1][,recompute=none|full]"
-    "[,zero=Z][,distopt=0|1] (docs/plan-format.md)";
+    "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,vp=V][,sp=0|1]"
+    "[,recompute=none|selective|full][,zero=Z][,distopt=0|1][,overlap=0|1] "
+    "(docs/plan-format.md)";
 
 Expected<std::vector<int64_t>> stpar::pipelines::parseMeshShape(StringRef text) {
   std::vector<int64_t> shape;
@@ -627,6 +628,7 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
 
   stpar::analysis::ConversionOptions conversion;
   conversion.batchSize = batch;
+  conversion.fp32 = o.fp32;
   mlir::FailureOr<stpar::analysis::OperatorGraph> graph =
       stpar::analysis::convertToOperatorGraph(func, conversion);
   if (mlir::failed(graph))
@@ -682,6 +684,8 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
   EfficiencyModel eff = getDefaultEfficiency();
   if (cluster.device.bf16 <= 0)
     eff.dtype = DType::FP16;
+  if (o.fp32)
+    eff.dtype = DType::FP32;
   if (o.zeroStage < -1 || o.zeroStage > 3)
     return makeError("ZeRO stage " + Twine(o.zeroStage) +
                      " does not exist (0, 1, 2 or 3)");
@@ -805,15 +809,21 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
   }
   const Plan &plan = *result->best;
   // The Megatron plan's operators that stay replicated across tp, and why
-  // (as `stpar cost` warns).
+  // (warnings; also in the plan's "warnings").
+  json::Array warnings;
   if (megatron && plan.config.mesh.axes.size() == 3 &&
       plan.config.mesh.axes[2].size > 1) {
     Expected<stpar::analysis::MegatronLoops> loops =
         stpar::analysis::chooseMegatronLoops(
             *graph, plan.config.mesh.axes[2].size, sequenceParallel);
     if (loops)
-      for (const std::string &text : loops->warnings)
-        note(text);
+      for (const std::string &text : loops->warnings) {
+        if (o.notes)
+          *o.notes << model << ": warning: " << text << "\n";
+        else
+          mlir::emitWarning(module.getLoc()) << text;
+        warnings.push_back(text);
+      }
     else
       consumeError(loops.takeError());
   }
@@ -858,8 +868,24 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
       (*inst)->getCommunication(plan.partitions);
   if (!planned)
     return planned.takeError();
+  // The objective's cost split as `stpar cost` prints it (memory against
+  // the device capacity, also where a lifted limit let the plan through).
+  Expected<StepBreakdown> step = (*inst)->getBreakdown(plan.partitions);
+  if (!step)
+    return step.takeError();
+  step->deviceCapacity = double(cluster.device.hbmCapacity);
+  step->fitsMemory = step->peakMemory.getTotal() <= step->deviceCapacity;
   json::Value searched = planJSON(model, cluster, problem, g, *bridged, *graph,
                                   irNames, *result, *reports, *planned);
+  {
+    json::Object &root = *searched.getAsObject();
+    root["step"] = toJSON(*step);
+    root["warnings"] = std::move(warnings);
+    root["graph"] = json::Object{{"operators", int64_t(graph->ops.size())},
+                                 {"layers", int64_t(graph->layers.size())},
+                                 {"parameters", graph->getParameterCount()},
+                                 {"batch", batch}};
+  }
   if (Error error = stpar::stp::applyPlan(module, searched, cluster,
                                           stpar::stp::ApplyPlanOptions()))
     return error;

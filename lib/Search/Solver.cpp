@@ -815,6 +815,8 @@ Expected<StepBreakdown> Instance::getBreakdown(ArrayRef<Partition> partitions) {
     t.backwardWeight = oc.backwardWeight;
     t.communication = c.seconds - t.forward - t.recompute - t.backwardInput -
                       t.backwardWeight;
+    if (std::abs(t.communication) <= 1e-12 * c.seconds)
+      t.communication = 0; // rounding of a difference, not a time
     double w = I.weight(op);
     double sync = 0;
     for (const Raw::Sync &s : raw.syncs) {

@@ -10,18 +10,20 @@
 //       --cluster C --strategy megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G]...
 //   stpar cost --model gpt:layers=L,... --cluster C --strategy megatron:...
 //
-// The first imports the model (stpar/Import/ONNX), converts it into an
-// operator graph and partitions that (stpar/Analysis); the bound batch dim
-// is the micro-batch size and `gb=` the global batch (default mb * dp, one
-// micro-batch per step). The second builds a GPT from its dimensions
-// (stpar/Cost/GPTModel.h). Both print the same breakdown (table or
-// `--json`). docs/cost-model.md, "The IR route".
+// Both are costed by the search objective, the one step composition
+// (docs/cost-model.md): the first plans the model as `stpar plan
+// --strategy megatron:...` does (lib/Pipelines/Plan.cpp; the bound batch
+// dim is the micro-batch size here and `gb=` the global batch, default
+// mb * dp), the second costs the plan search::costMegatronGPT makes
+// (stpar/Search/GPTProblem.h). Both print the same breakdown (table or
+// `--json`).
 //
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
 #include "Diagnostics.h"
 #include "ModelInput.h"
+#include "ModelPlan.h"
 
 #include "stpar/Analysis/CostModel.h"
 #include "stpar/Cost/Cluster.h"
@@ -29,12 +31,15 @@
 #include "stpar/Cost/TrainingStep.h"
 #include "stpar/Import/ONNX/ONNXImporter.h"
 #include "stpar/InitAll.h"
+#include "stpar/Pipelines/Plan.h"
 #include "stpar/Search/GPTProblem.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
 
 using namespace llvm;
 using namespace stpar::cost;
@@ -90,38 +95,6 @@ static int fail(const Twine &msg) {
   return fail(createStringError(inconvertibleErrorCode(), msg));
 }
 
-static Expected<StepBreakdown> evaluate(const CostProblem &problem,
-                                        const Cluster &cluster,
-                                        const EfficiencyModel &eff) {
-  if (problem.mesh.getNumDevices() > cluster.getNumDevices())
-    return createStringError(
-        inconvertibleErrorCode(),
-        "the mesh has " + Twine(problem.mesh.getNumDevices()) +
-            " devices but the cluster only " + Twine(cluster.getNumDevices()));
-  return evaluateTrainingStep(problem.ops, problem.mesh, cluster,
-                              problem.config, eff);
-}
-
-/// One line per operator: kind, layer kind, stage, loops as
-/// `EXTENT[r]{AXES}` (r: reduction).
-static void printOperators(raw_ostream &os, const CostProblem &problem) {
-  for (const Operator &op : problem.ops) {
-    os << "  op " << op.name << ": " << getOpKindName(op.kind) << ", "
-       << op.layerKind << ", stage " << op.stage << ", loops [";
-    for (auto [i, loop] : llvm::enumerate(op.loops)) {
-      os << (i ? " " : "") << loop.extent
-         << (loop.kind == LoopKind::Reduction ? "r" : "");
-      if (!loop.axes.empty()) {
-        os << "{";
-        for (auto [k, axis] : llvm::enumerate(loop.axes))
-          os << (k ? "," : "") << problem.mesh.axes[axis].name;
-        os << "}";
-      }
-    }
-    os << "]\n";
-  }
-}
-
 static int runGPT(const Cluster &cluster) {
   Expected<GPTConfig> model = parseGPTSpec(costModel);
   if (!model)
@@ -150,8 +123,10 @@ static int runGPT(const Cluster &cluster) {
   return 0;
 }
 
-/// The symbolic dim holding the batch: --batch-dim, else the only bound
-/// dim whose name contains "batch".
+/// The IR route: the model is planned as `stpar plan MODEL.onnx --strategy
+/// megatron:...` plans it (the same pipeline, search problem and
+/// objective), with the bound batch dim, here the micro-batch size,
+/// rebound to the global batch of one step (mb * dp * micro-batches).
 static int runONNX(const Cluster &cluster) {
   if (costPrecision != "mixed" && costPrecision != "fp32")
     return fail("--precision: expected 'mixed' or 'fp32', got '" +
@@ -160,57 +135,108 @@ static int runONNX(const Cluster &cluster) {
       stpar::analysis::parseIRStrategy(costStrategy);
   if (!strategy)
     return fail(strategy.takeError());
-  stpar::analysis::ConversionOptions convOptions;
-  convOptions.fp32 = costPrecision == "fp32";
-  std::optional<stpar::tools::AnalyzedModel> model =
-      stpar::tools::importForAnalysis(costInput, costDims, costBatchDim,
-                                      convOptions);
-  if (!model)
+  const MegatronStrategy &m = strategy->megatron;
+  // The bound batch dim and its value (the micro-batch size): imported
+  // once to find it as the plan pipeline does.
+  std::string batchDim;
+  int64_t microBatch = 0;
+  {
+    std::optional<stpar::tools::AnalyzedModel> model =
+        stpar::tools::importModel(costInput, costDims);
+    if (!model)
+      return 1;
+    Expected<std::pair<std::string, int64_t>> found =
+        stpar::pipelines::findBatchDim(*model->module, costBatchDim);
+    if (!found)
+      return fail(found.takeError());
+    if (found->first.empty())
+      return fail(costInput + ": the model has no symbolic batch dim to bind "
+                              "the micro-batch size to; `stpar plan "
+                              "--strategy megatron:...` plans its static "
+                              "batch as the global batch");
+    batchDim = found->first;
+    microBatch = found->second;
+  }
+  if (strategy->microBatchGiven && m.mb != microBatch)
+    return fail("megatron: mb=" + Twine(m.mb) +
+                " but the model's batch dim is bound to " + Twine(microBatch) +
+                "; the bound batch dim is the micro-batch size (drop mb= or "
+                "make them equal)");
+  int64_t perStep = microBatch * m.dp;
+  int64_t globalBatch = strategy->globalBatch.value_or(perStep);
+  if (globalBatch % perStep)
+    return fail("megatron: gb=" + Twine(globalBatch) +
+                " must be a multiple of mb*dp=" + Twine(perStep));
+  // The plan's strategy: the same keys, the micro-batch size as mb.
+  std::string planStrategy = "megatron:";
+  {
+    SmallVector<StringRef> parts;
+    StringRef(costStrategy)
+        .drop_front(strlen("megatron:"))
+        .split(parts, ',', -1, false);
+    for (StringRef part : parts) {
+      StringRef key = part.split('=').first.trim();
+      if (key != "gb" && key != "mb")
+        planStrategy += part.str() + ",";
+    }
+    planStrategy += "mb=" + std::to_string(microBatch);
+  }
+  stpar::tools::ModelPlanOptions o;
+  o.model = costInput;
+  for (const std::string &d : costDims)
+    if (StringRef(d).split('=').first.trim() != batchDim)
+      o.dims.push_back(d);
+  o.dims.push_back(batchDim + "=" + std::to_string(globalBatch));
+  stpar::pipelines::PlanOptions &p = o.pipeline.plan;
+  p.cluster = costCluster;
+  p.strategy = planStrategy;
+  p.batchDim = batchDim;
+  p.fp32 = costPrecision == "fp32";
+  // Costed whether or not it fits: the breakdown says.
+  p.memoryLimit = 1e30; // bytes: no limit
+  p.notes = &errs();
+  std::string table;
+  raw_string_ostream tableStream(table);
+  if (costPrintOperators)
+    p.table = &tableStream;
+  o.pipeline.stopAfter = "plan";
+  std::optional<stpar::tools::PlannedModel> planned =
+      stpar::tools::planModel(o);
+  if (!planned)
     return 1;
-  stpar::analysis::OperatorGraph *graph = &model->graph;
-  int64_t microBatch = model->batch;
-  Expected<stpar::analysis::MegatronPlan> plan =
-      stpar::analysis::assignMegatron(*graph, *strategy, microBatch);
-  if (!plan)
-    return fail(plan.takeError());
-  for (const std::string &note : graph->notes)
-    errs() << costInput << ": note: " << note << "\n";
-  for (const std::string &warning : plan->warnings)
-    errs() << costInput << ": warning: " << warning << "\n";
-
-  EfficiencyModel eff = getDefaultEfficiency();
-  if (convOptions.fp32)
-    eff.dtype = DType::FP32;
-  Expected<StepBreakdown> b = evaluate(plan->problem, cluster, eff);
-  if (!b)
-    return fail(b.takeError());
-  int64_t globalBatch =
-      microBatch * strategy->megatron.dp * plan->problem.config.microBatches;
+  const json::Object *root = planned->planJSON.getAsObject();
+  const json::Value *stepJSON = root ? root->get("step") : nullptr;
+  const json::Object *graph = root ? root->getObject("graph") : nullptr;
+  StepBreakdown b;
+  json::Path::Root jsonRoot("step");
+  if (!stepJSON || !graph || !fromJSON(*stepJSON, b, jsonRoot))
+    return fail("internal error: the plan has no step breakdown");
+  int64_t operators = graph->getInteger("operators").value_or(0);
+  int64_t layers = graph->getInteger("layers").value_or(0);
+  double parameters = graph->getNumber("parameters").value_or(0);
   if (costJSON) {
-    json::Value v = toJSON(*b);
-    json::Object &o = *v.getAsObject();
-    o["parameters"] = graph->getParameterCount();
-    o["operators"] = int64_t(graph->ops.size());
-    o["layers"] = int64_t(graph->layers.size());
-    o["micro_batch_size"] = microBatch;
-    o["global_batch"] = globalBatch;
-    o["recompute"] = getRecomputeName(strategy->megatron.recompute);
-    json::Array warnings;
-    for (const std::string &w : plan->warnings)
-      warnings.push_back(w);
-    o["warnings"] = std::move(warnings);
+    json::Value v = toJSON(b);
+    json::Object &out = *v.getAsObject();
+    out["parameters"] = parameters;
+    out["operators"] = operators;
+    out["layers"] = layers;
+    out["micro_batch_size"] = microBatch;
+    out["global_batch"] = globalBatch;
+    out["recompute"] = getRecomputeName(m.recompute);
+    const json::Array *warnings = root->getArray("warnings");
+    out["warnings"] = warnings ? json::Value(json::Array(*warnings))
+                               : json::Value(json::Array());
     outs() << formatv("{0:2}", v) << "\n";
     return 0;
   }
-  outs() << "model " << costInput << " (" << graph->ops.size() << " operators, "
-         << graph->layers.size() << " layers, "
-         << formatv("{0:e3}", graph->getParameterCount())
+  outs() << "model " << costInput << " (" << operators << " operators, "
+         << layers << " layers, " << formatv("{0:e3}", parameters)
          << " parameters)\ncluster " << cluster.name << "\nstrategy "
          << costStrategy << "\nmicro-batch " << microBatch
          << " sequences, global batch " << globalBatch << " sequences\n";
   if (costPrintOperators)
-    printOperators(outs(), plan->problem);
-  printBreakdown(outs(), *b);
+    outs() << table;
+  printBreakdown(outs(), b);
   return 0;
 }
 

@@ -140,6 +140,11 @@ void printBreakdown(llvm::raw_ostream &os, const StepBreakdown &b);
 /// docs/cost-model.md).
 llvm::json::Value toJSON(const StepBreakdown &b);
 
+/// Reads toJSON's output back (a plan file's "step" entry); false with
+/// `path` naming the bad key.
+bool fromJSON(const llvm::json::Value &v, StepBreakdown &b,
+              llvm::json::Path path);
+
 } // namespace stpar::cost
 
 #endif // STPAR_COST_TRAININGSTEP_H

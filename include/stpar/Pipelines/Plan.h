@@ -76,6 +76,9 @@ struct PlanOptions {
   /// Where the conversion's and the bridge's approximation notes go, as
   /// `MODEL: note: ...`; null: as remarks on the module.
   llvm::raw_ostream *notes = nullptr;
+  /// fp32 training (4-byte activations and weights, the fp32 peak) instead
+  /// of mixed precision (`stpar cost --precision fp32`).
+  bool fp32 = false;
   /// A progress line on stderr while searching (counting up on a terminal,
   /// one line per search otherwise).
   bool progress = false;
