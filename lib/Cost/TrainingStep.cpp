@@ -4,20 +4,17 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Sums per-operator costs into stages, the 1F1B pipeline, the data-parallel
-// gradient synchronization, the optimizer and peak memory.
+// The step breakdown's printers (table, JSON) and JSON reader; the cost
+// itself is the search objective's (search::Instance::getBreakdown).
 //
 //===----------------------------------------------------------------------===//
 
 #include "stpar/Cost/TrainingStep.h"
 
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 
 #include <algorithm>
-#include <map>
 
 using namespace llvm;
 
@@ -42,222 +39,6 @@ PhaseTimes &PhaseTimes::operator+=(const PhaseTimes &o) {
   backwardWeight += o.backwardWeight;
   communication += o.communication;
   return *this;
-}
-
-static PhaseTimes scaled(PhaseTimes t, double k) {
-  t.forward *= k;
-  t.recompute *= k;
-  t.backwardInput *= k;
-  t.backwardWeight *= k;
-  t.communication *= k;
-  return t;
-}
-
-/// Bytes per parameter the Adam update reads and writes: fp16 grad (2) and
-/// fp32 master, momentum, variance (12) read; the three fp32 states (12) and
-/// the fp16 weight (2) written.
-static constexpr double kAdamBytesPerParam = 28;
-
-Expected<StepBreakdown> evaluateTrainingStep(ArrayRef<Operator> ops,
-                                             const Mesh &mesh,
-                                             const Cluster &cluster,
-                                             const TrainingConfig &config,
-                                             const EfficiencyModel &eff) {
-  auto fail = [](const Twine &m) {
-    return createStringError(inconvertibleErrorCode(), m);
-  };
-  if (mesh.getNumDevices() > cluster.getNumDevices())
-    return fail("the mesh has " + Twine(mesh.getNumDevices()) +
-                " devices but the cluster only " +
-                Twine(cluster.getNumDevices()));
-  int64_t m = config.microBatches, p = config.pipelineStages,
-          v = config.interleave;
-  if (m < 1 || p < 1 || v < 1)
-    return fail("micro-batches, pipeline stages and interleave must be >= 1");
-  if (config.zeroStage < 0 || config.zeroStage > 3)
-    return fail("ZeRO stage must be 0, 1, 2 or 3");
-  if (config.pipelineAxis && *config.pipelineAxis >= mesh.axes.size())
-    return fail("pipeline axis out of range");
-
-  struct Stage {
-    PhaseTimes perMicroBatch;
-    double backward = 0;
-    double gradSync = 0;
-    double optimizer = 0;
-    double stash = 0, checkpointStash = 0, recomputeStash = 0, transient = 0;
-    ModelStateBytes states;
-    double boundaryBytes = -1;
-    StringSet<> params;
-  };
-  std::vector<Stage> stages(p);
-  std::map<std::string, PhaseTimes> kinds;
-  StepBreakdown b;
-  b.numDevices = mesh.getNumDevices();
-  b.microBatches = m;
-  b.pipelineStages = p;
-  b.interleave = v;
-  double modelFlopsMB = 0, recomputeFlopsMB = 0;
-  for (const Operator &op : ops) {
-    if (op.stage >= p)
-      return fail("operator '" + op.name + "' is on stage " + Twine(op.stage) +
-                  " of " + Twine(p));
-    Expected<OperatorCost> c = costOperator(op, mesh, cluster, eff);
-    if (!c)
-      return c.takeError();
-    Stage &s = stages[op.stage];
-    bool recompute =
-        op.recomputable &&
-        (config.recompute == Recompute::Full ||
-         (config.recompute == Recompute::Selective && op.attentionCore));
-    PhaseTimes t;
-    t.forward = c->forward;
-    t.recompute = recompute ? c->forward : 0;
-    t.backwardInput = c->backwardInput;
-    t.backwardWeight = c->backwardWeight;
-    t.communication = c->forwardComm * (recompute ? 2 : 1) + c->backwardComm;
-    s.perMicroBatch += t;
-    s.backward += c->backwardInput + c->backwardWeight + c->backwardComm;
-    kinds[op.layerKind] += scaled(t, double(m));
-    // FLOPs over the whole mesh: local FLOPs times the devices sharing the
-    // work (a pipeline stage holds numDevices / p of them).
-    double share = double(b.numDevices) / double(p);
-    double local =
-        c->forwardFlops + c->backwardInputFlops + c->backwardWeightFlops;
-    modelFlopsMB += local * share;
-    if (recompute)
-      recomputeFlopsMB += c->forwardFlops * share;
-    if (s.boundaryBytes < 0) {
-      for (const Operand &operand : op.operands)
-        if (operand.role == OperandRole::Input) {
-          s.boundaryBytes = getLocalElements(op, operand, mesh) *
-                            double(operand.elementBytes);
-          break;
-        }
-    }
-    // Memory.
-    if (config.recompute == Recompute::Selective) {
-      // The core's score-sized tensors are regenerated, the rest stashed.
-      double dropped = 0;
-      if (op.recomputable)
-        for (const Operand &operand : op.operands)
-          if (operand.selectiveRecomputed &&
-              (op.kind == OpKind::Softmax ? operand.role == OperandRole::Output
-                                          : operand.role == OperandRole::Input))
-            dropped += getLocalElements(op, operand, mesh) *
-                       double(operand.elementBytes);
-      dropped = std::min(dropped, c->stashBytes);
-      s.stash += c->stashBytes - dropped;
-      s.recomputeStash += dropped;
-    } else if (recompute) {
-      s.recomputeStash += c->stashBytes;
-      if (op.checkpoint && config.recompute == Recompute::Full)
-        for (const Operand &operand : op.operands)
-          if (operand.role == OperandRole::Input) {
-            s.checkpointStash += getLocalElements(op, operand, mesh) *
-                                 double(operand.elementBytes);
-            break;
-          }
-    } else {
-      s.stash += c->stashBytes;
-    }
-    s.transient = std::max(s.transient, c->transientBytes);
-    for (const GradientSync &g :
-         getGradientSyncs(op, mesh, config.pipelineAxis)) {
-      if (!s.params.insert(g.parameter).second)
-        continue; // tied weights count once per stage
-      int64_t nd = 1;
-      for (unsigned axis : g.axes)
-        nd *= mesh.axes[axis].size;
-      double psi = g.bytes / 2; // fp16 parameter elements
-      ModelStateBytes st = getModelStateBytes(psi, nd, config.zeroStage);
-      s.states.parameters += st.parameters;
-      s.states.gradients += st.gradients;
-      s.states.optimizer += st.optimizer;
-      // ZeRO 0-2: reduce-scatter + all-gather = all-reduce volume (2 psi);
-      // ZeRO-3 adds one more all-gather of the parameters (3 psi).
-      double t = getMultiAxisCollectiveTime(Collective::AllReduce, g.bytes,
-                                            g.axes, mesh, cluster);
-      if (config.zeroStage == 3)
-        t += getMultiAxisCollectiveTime(Collective::AllGather, g.bytes, g.axes,
-                                        mesh, cluster);
-      s.gradSync += t;
-      double updated = config.zeroStage >= 1 ? psi / double(nd) : psi;
-      s.optimizer += updated * kAdamBytesPerParam /
-                     (cluster.device.hbmBandwidth * eff.hbmEfficiency);
-    }
-  }
-
-  // Pipeline: the slowest stage sets the pace.
-  AxisPlacement ppPlacement;
-  if (config.pipelineAxis)
-    ppPlacement =
-        mesh.getPlacement(*config.pipelineAxis, cluster.devicesPerNode);
-  double worst = -1;
-  for (unsigned i = 0; i < p; ++i) {
-    Stage &s = stages[i];
-    double send = 0;
-    if (p > 1 && s.boundaryBytes > 0) {
-      double one =
-          config.pipelineAxis
-              ? getCollectiveTime(Collective::PointToPoint, s.boundaryBytes,
-                                  ppPlacement, cluster)
-              : cluster.interNode.latency +
-                    s.boundaryBytes / cluster.interNode.bandwidth;
-      send = 2 * one * double(v);
-    }
-    double t = s.perMicroBatch.getTotal() + send;
-    if (t > worst) {
-      worst = t;
-      b.criticalStage = s.perMicroBatch;
-      b.criticalStageIndex = i;
-      b.pipelineSend = send;
-      b.microBatchTime = t;
-    }
-    double exposed = config.overlapGradSync
-                         ? std::max(0.0, s.gradSync - s.backward)
-                         : s.gradSync;
-    b.gradSync = std::max(b.gradSync, s.gradSync);
-    b.gradSyncExposed = std::max(b.gradSyncExposed, exposed);
-    b.optimizer = std::max(b.optimizer, s.optimizer);
-
-    // 1F1B: stage i holds min(m, p - i) micro-batches in flight.
-    double inFlight = double(std::min<int64_t>(m, p - i));
-    MemoryBreakdown mem;
-    mem.parameters = s.states.parameters;
-    mem.gradients = s.states.gradients;
-    mem.optimizer = s.states.optimizer;
-    mem.activations = inFlight * (s.stash + s.checkpointStash);
-    // Under recomputation one layer's worth of activations is rebuilt at a
-    // time; charge the largest recomputed stash of one layer approximated
-    // by the stage's recomputed stash divided by its layers (checkpoints).
-    mem.transient = s.transient;
-    if (s.recomputeStash > 0) {
-      double checkpoints = 0;
-      for (const Operator &op : ops)
-        if (op.stage == i && op.checkpoint)
-          checkpoints += 1;
-      mem.activations += s.recomputeStash / std::max(1.0, checkpoints);
-    }
-    if (mem.getTotal() > b.peakMemory.getTotal()) {
-      b.peakMemory = mem;
-      b.peakMemoryStage = i;
-    }
-  }
-  b.bubble = double(p - 1) / double(v) * b.microBatchTime;
-  b.pipelineTime = double(m) * b.microBatchTime + b.bubble;
-  b.stepTime = b.pipelineTime + b.gradSyncExposed + b.optimizer;
-  b.modelFlops = modelFlopsMB * double(m);
-  b.hardwareFlops = (modelFlopsMB + recomputeFlopsMB) * double(m);
-  b.modelFlopsPerDevice = b.modelFlops / b.stepTime / double(b.numDevices);
-  double peak = cluster.device.getPeak(eff.dtype);
-  if (peak <= 0)
-    peak = cluster.device.fp32;
-  b.mfu = b.modelFlopsPerDevice / peak;
-  b.deviceCapacity = double(cluster.device.hbmCapacity);
-  b.fitsMemory = b.peakMemory.getTotal() <= b.deviceCapacity;
-  for (auto &[name, t] : kinds)
-    b.perLayerKind.emplace_back(name, t);
-  return b;
 }
 
 static void row(raw_ostream &os, StringRef name, double seconds) {

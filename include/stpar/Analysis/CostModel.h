@@ -7,10 +7,10 @@
 // The IR route of the cost model: an imported `func.func` (the ONNX
 // importer's output: linalg, tensor and stp ops) becomes an OperatorGraph
 // (stpar/Analysis/OperatorGraph.h): one cost::Operator per compute op with
-// loops and operands read off the indexing maps, no partition. Partitioning
-// (assignMegatron, later the search) and costing (evaluateTrainingStep)
-// happen on that graph without MLIR. Rules: docs/cost-model.md, "The IR
-// route".
+// loops and operands read off the indexing maps, no partition. The search
+// problem is built from that graph (stpar/Analysis/SearchBridge.h) and
+// Megatron's loops are chosen on it (chooseMegatronLoops), without MLIR.
+// Rules: docs/cost-model.md, "The IR route".
 //
 //===----------------------------------------------------------------------===//
 

@@ -172,13 +172,6 @@ struct IRStrategy {
 /// [,overlap=0|1]" (the keys of parseMegatronSpec plus `gb`).
 llvm::Expected<IRStrategy> parseIRStrategy(llvm::StringRef spec);
 
-/// What evaluateTrainingStep needs, and what the assignment could not
-/// follow (operators replicated across tp and why).
-struct MegatronPlan {
-  cost::CostProblem problem;
-  std::vector<std::string> warnings;
-};
-
 /// Megatron's loops per graph operator (indices into its Operator::loops,
 /// -1 for none), from cost/MegatronRule.h with the splits followed through
 /// views: the batch from the graph inputs' batch dim, tensor-parallel
@@ -194,26 +187,6 @@ struct MegatronLoops {
 llvm::Expected<MegatronLoops> chooseMegatronLoops(const OperatorGraph &graph,
                                                   int64_t tp,
                                                   bool sequenceParallel);
-
-/// Partitions `graph` with Megatron's rules on the mesh ["pp", "dp", "tp"]
-/// (tp fastest, as GPTModel.h):
-/// - dp: the batch loop (followed from the graph inputs' batch dim) gets
-///   the "dp" axis and extent mb * dp;
-/// - tp: a linear (a matmul with one parameter) whose input is not split is
-///   column-parallel (its output dim on "tp"), one whose input is split on
-///   its reduction dim is row-parallel (Megatron-LM Sec. 3); other
-///   operators follow their inputs' split when it is on one parallel loop
-///   (heads through attention, the FFN dim through GeLU); the largest
-///   embedding table is vocab-parallel; anything else is replicated across
-///   tp, with a warning;
-/// - pp: contiguous stages cut at layer boundaries, minimizing the largest
-///   stage's forward FLOPs (embedding on the first, head on the last).
-/// `microBatch` is the bound batch dim. Fails when tp does not divide the
-/// heads of a layer, pp exceeds the layers, mb differs from the bound batch
-/// or gb is not a multiple of mb * dp.
-llvm::Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
-                                            const IRStrategy &strategy,
-                                            int64_t microBatch);
 
 } // namespace stpar::analysis
 

@@ -4,11 +4,13 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Describes a GPT-style decoder (Megatron-LM's GPT: learned embedding tied
-// to the LM head, pre-LayerNorm layers of attention and a GeLU MLP) as the
-// Operator list the cost model takes, partitioned with a Megatron strategy
-// (tensor x pipeline x data parallelism), so a strategy can be costed
-// without the ONNX importer.
+// A GPT-style decoder's dimensions (Megatron-LM's GPT: learned embedding
+// tied to the LM head, pre-LayerNorm layers of attention and a GeLU MLP)
+// and a Megatron-LM strategy (tensor x pipeline x data parallelism), with
+// their `gpt:` and `megatron:` parsers. The search builds the problem
+// (stpar/Search/GPTProblem.h) and costs the strategy
+// (search::costMegatronGPT), so a strategy can be costed without the ONNX
+// importer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -59,21 +61,6 @@ llvm::Expected<GPTConfig> parseGPTSpec(llvm::StringRef spec);
 /// distributed optimizer, is ZeRO stage 1 and an error with another zero=;
 /// overlap defaults to 1).
 llvm::Expected<MegatronStrategy> parseMegatronSpec(llvm::StringRef spec);
-
-/// What evaluateTrainingStep needs.
-struct CostProblem {
-  Mesh mesh;
-  std::vector<Operator> ops;
-  TrainingConfig config;
-};
-
-/// Builds the mesh ["pp", "dp", "tp"] (Megatron's rank order: tp fastest)
-/// and one micro-batch's operators: embedding (stage 0), L layers of 12
-/// operators split evenly over the stages, final norm + LM head + loss (last
-/// stage). Fails when tp does not divide heads, hidden, ffn and vocab, pp
-/// does not divide layers, or mb * dp does not divide batch.
-llvm::Expected<CostProblem> buildMegatronGPT(const GPTConfig &model,
-                                             const MegatronStrategy &s);
 
 /// Total parameters of the model (embedding tied to the head), elements.
 double getGPTParameterCount(const GPTConfig &model);

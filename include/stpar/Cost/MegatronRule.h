@@ -5,13 +5,13 @@
 //===----------------------------------------------------------------------===//
 //
 // The one place that says which loop of an operator Megatron-LM splits over
-// its tensor-parallel axis. Both routes that lay out Megatron use it: the
-// cost route (`stpar cost --strategy megatron:...`, assignMegatron in
-// OperatorGraph.h, which follows splits through views of the imported graph)
-// and the search's baseline (`stpar plan --strategy megatron`, `--compare`,
-// the benchmarks: searchMegatron in Solver.h, which follows them along the
-// problem's edges). Callers only differ in how they find the loops an
-// operator's inputs arrive split on.
+// its tensor-parallel axis. Both ways of finding the loops use it:
+// chooseMegatronLoops (OperatorGraph.h: imported models, `stpar plan` and
+// `stpar cost` on ONNX, following splits through the graph's views) and
+// searchMegatron (Solver.h: problems whose edges carry every split, the
+// `gpt:` route and the benchmarks, following them along the problem's
+// edges). Callers only differ in how they find the loops an operator's
+// inputs arrive split on.
 //
 // The rule (Shoeybi et al., "Megatron-LM", 2019, Sec. 3; Korthikanti et al.,
 // "Reducing Activation Recomputation in Large Transformer Models", MLSys

@@ -4,11 +4,13 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// The entry point the driver and the search call: (operators, mesh, cluster,
-// training config) -> StepBreakdown, with a table and a JSON printer.
-// step = m' * t_stage + exposed gradient sync + optimizer, with
-// m' = m + (p-1)/v micro-batch slots for 1F1B (Narayanan et al., SC'21,
-// Sec. 2.2, bubble fraction (p-1)/(v m)); docs/cost-model.md.
+// What one training step costs, as `stpar cost` prints it: the
+// breakdown (StepBreakdown) the search objective's cost splits into
+// (search::Instance::getBreakdown, the one step composition; docs/search.md
+// "Objective", docs/cost-model.md), with a table and a JSON printer and
+// reader. step = (m + (p-1)/v) x micro-batch time + exposed gradient sync
+// + optimizer (Narayanan et al., SC'21, Sec. 2.2: bubble fraction
+// (p-1)/(v m)).
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,26 +43,6 @@ enum class Recompute { None = 0, Full = 1, Selective = 2 };
 
 /// "none", "full" or "selective".
 const char *getRecomputeName(Recompute r);
-
-/// How the step is run. Operators describe one micro-batch.
-struct TrainingConfig {
-  /// Micro-batches per step per pipeline (m).
-  int64_t microBatches = 1;
-  /// Pipeline stages (p); every Operator::stage is < p.
-  int64_t pipelineStages = 1;
-  /// Interleaved 1F1B: model chunks per device (v >= 1; 1 = plain 1F1B).
-  int64_t interleave = 1;
-  /// The mesh axis the stages lie along (splits no loop); placement of the
-  /// stage-boundary sends.
-  std::optional<unsigned> pipelineAxis;
-  /// ZeRO stage 0-3 over each parameter's data-parallel axes.
-  int zeroStage = 0;
-  /// Activation recomputation (Recompute).
-  Recompute recompute = Recompute::None;
-  /// Each stage's gradient sync overlaps its backward of one micro-batch
-  /// (exposed: max(0, sync - backward)); off: all of it is exposed.
-  bool overlapGradSync = true;
-};
 
 /// Seconds per phase.
 struct PhaseTimes {
@@ -124,14 +106,6 @@ struct StepBreakdown {
   /// operators of that kind on all stages.
   std::vector<std::pair<std::string, PhaseTimes>> perLayerKind;
 };
-
-/// Costs one training step. Fails on malformed operators or a mesh larger
-/// than the cluster.
-llvm::Expected<StepBreakdown> evaluateTrainingStep(llvm::ArrayRef<Operator> ops,
-                                                   const Mesh &mesh,
-                                                   const Cluster &cluster,
-                                                   const TrainingConfig &config,
-                                                   const EfficiencyModel &eff);
 
 /// A table of the breakdown (units in every row).
 void printBreakdown(llvm::raw_ostream &os, const StepBreakdown &b);

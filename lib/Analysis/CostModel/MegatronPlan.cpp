@@ -98,40 +98,6 @@ private:
 };
 } // namespace
 
-/// Splits the layers into `pp` contiguous stages minimizing the largest
-/// stage's forward FLOPs (linear partition by dynamic programming); returns
-/// the first layer of each stage.
-static std::vector<unsigned> cutStages(ArrayRef<double> layerFlops,
-                                       unsigned pp) {
-  unsigned n = unsigned(layerFlops.size());
-  std::vector<double> prefix(n + 1, 0);
-  for (unsigned i = 0; i < n; ++i)
-    prefix[i + 1] = prefix[i] + layerFlops[i];
-  const double inf = std::numeric_limits<double>::infinity();
-  // best[s][i]: first i layers in s stages; from[s][i]: start of the last.
-  std::vector<std::vector<double>> best(pp + 1,
-                                        std::vector<double>(n + 1, inf));
-  std::vector<std::vector<unsigned>> from(pp + 1,
-                                          std::vector<unsigned>(n + 1, 0));
-  best[0][0] = 0;
-  for (unsigned s = 1; s <= pp; ++s)
-    for (unsigned i = s; i <= n; ++i)
-      for (unsigned k = s - 1; k < i; ++k) {
-        double v = std::max(best[s - 1][k], prefix[i] - prefix[k]);
-        if (v < best[s][i]) {
-          best[s][i] = v;
-          from[s][i] = k;
-        }
-      }
-  std::vector<unsigned> starts(pp);
-  unsigned i = n;
-  for (unsigned s = pp; s >= 1; --s) {
-    starts[s - 1] = from[s][i];
-    i = from[s][i];
-  }
-  return starts;
-}
-
 Expected<MegatronLoops> chooseMegatronLoops(const OperatorGraph &graph,
                                             int64_t tp, bool sequenceParallel) {
   MegatronLoops out;
@@ -245,82 +211,6 @@ Expected<MegatronLoops> chooseMegatronLoops(const OperatorGraph &graph,
                                .str());
   }
   return out;
-}
-
-Expected<MegatronPlan> assignMegatron(const OperatorGraph &graph,
-                                      const IRStrategy &strategy,
-                                      int64_t microBatch) {
-  const MegatronStrategy &s = strategy.megatron;
-  unsigned numLayers = unsigned(graph.layers.size());
-  if (strategy.microBatchGiven && s.mb != microBatch)
-    return fail("megatron: mb=" + Twine(s.mb) +
-                " but the model's batch dim is bound to " + Twine(microBatch) +
-                "; the bound batch dim is the micro-batch size (drop mb= or "
-                "make them equal)");
-  int64_t perStep = microBatch * s.dp;
-  int64_t globalBatch = strategy.globalBatch.value_or(perStep);
-  if (globalBatch % perStep)
-    return fail("megatron: gb=" + Twine(globalBatch) +
-                " must be a multiple of mb*dp=" + Twine(perStep));
-  if (s.pp > 1 && s.pp * s.interleave > int64_t(numLayers))
-    return fail(
-        "megatron: pp=" + Twine(s.pp) +
-        (s.interleave > 1 ? " x interleave=" + Twine(s.interleave) : Twine()) +
-        " exceeds the " + Twine(numLayers) +
-        " transformer layers found in the model");
-
-  MegatronPlan plan;
-  CostProblem &problem = plan.problem;
-  problem.mesh.axes = {{"pp", s.pp}, {"dp", s.dp}, {"tp", s.tp}};
-  TrainingConfig &c = problem.config;
-  c.microBatches = globalBatch / perStep;
-  c.pipelineStages = s.pp;
-  c.interleave = s.interleave;
-  c.pipelineAxis = kPP;
-  c.zeroStage = s.zeroStage;
-  c.recompute = s.recompute;
-  c.overlapGradSync = s.overlapGradSync;
-
-  Expected<MegatronLoops> loops =
-      chooseMegatronLoops(graph, s.tp, s.sequenceParallel);
-  if (!loops)
-    return loops.takeError();
-  plan.warnings = std::move(loops->warnings);
-  for (auto [i, gop] : enumerate(graph.ops)) {
-    Operator op = gop.op;
-    int tpLoop = loops->tpLoop[i], batchLoop = loops->batchLoop[i];
-    if (tpLoop >= 0)
-      op.loops[tpLoop].axes.push_back(kTP);
-    if (batchLoop >= 0 && batchLoop != tpLoop) {
-      op.loops[batchLoop].extent *= s.dp;
-      op.loops[batchLoop].axes.insert(op.loops[batchLoop].axes.begin(), kDP);
-    }
-    problem.ops.push_back(std::move(op));
-  }
-
-  // pp: stages cut at layer starts.
-  if (s.pp > 1) {
-    std::vector<double> unitFlops(numLayers, 0);
-    std::vector<unsigned> unitOf(graph.ops.size(), 0);
-    for (unsigned i = 0; i < graph.ops.size(); ++i) {
-      unsigned u = 0;
-      for (unsigned l = 1; l < numLayers; ++l)
-        if (i >= graph.layers[l].begin)
-          u = l;
-      unitOf[i] = u;
-      unitFlops[u] += graph.getForwardFlops(i);
-    }
-    std::vector<unsigned> starts = cutStages(unitFlops, unsigned(s.pp));
-    for (unsigned i = 0; i < graph.ops.size(); ++i) {
-      unsigned stage = 0;
-      for (unsigned k = 0; k < starts.size(); ++k)
-        if (unitOf[i] >= starts[k])
-          stage = k;
-      problem.ops[i].stage = stage;
-    }
-  }
-
-  return plan;
 }
 
 } // namespace stpar::analysis

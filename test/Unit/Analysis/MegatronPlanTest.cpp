@@ -4,9 +4,9 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// assignMegatron on a linear pair converted from IR (column- then
-// row-parallel, batch on dp) and on hand-built graphs (stage cuts, errors),
-// and parseIRStrategy.
+// chooseMegatronLoops on a linear pair converted from IR (column- then
+// row-parallel, batch on dp) and on a hand-built graph (errors), and
+// parseIRStrategy.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,8 +30,6 @@ using namespace stpar::analysis;
 using namespace stpar::cost;
 
 namespace {
-
-constexpr unsigned kDP = 1, kTP = 2;
 
 // x -> fc1 (32 -> 64) -> +bias -> GeLU-ish -> fc2 (64 -> 32): the MLP pair.
 constexpr const char *kMLP = R"mlir(
@@ -75,14 +73,6 @@ func.func @main(%x: tensor<2x8x32xf32> {stp.name = "x"},
 }
 )mlir";
 
-IRStrategy strategy(int64_t tp, int64_t pp, int64_t dp) {
-  IRStrategy s;
-  s.megatron.tp = tp;
-  s.megatron.pp = pp;
-  s.megatron.dp = dp;
-  return s;
-}
-
 TEST(MegatronPlanTest, ColumnThenRowParallelAndBatchOnDP) {
   MLIRContext context;
   {
@@ -102,32 +92,26 @@ TEST(MegatronPlanTest, ColumnThenRowParallelAndBatchOnDP) {
   ASSERT_TRUE(succeeded(graph));
   ASSERT_EQ(graph->ops.size(), 3u);
 
-  llvm::Expected<MegatronPlan> plan =
-      assignMegatron(*graph, strategy(4, 1, 8), /*microBatch=*/2);
-  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
-  EXPECT_TRUE(plan->warnings.empty());
-  const std::vector<Operator> &ops = plan->problem.ops;
-  // fc1: column-parallel (output dim 64 on tp), batch 2*8 on dp.
-  EXPECT_EQ(ops[0].loops[2].axes, (std::vector<unsigned>{kTP}));
-  EXPECT_TRUE(ops[0].loops[3].axes.empty());
-  EXPECT_EQ(ops[0].loops[0].axes, (std::vector<unsigned>{kDP}));
-  EXPECT_EQ(ops[0].loops[0].extent, 16);
-  // The bias + activation follows the split (and so does the bias).
-  EXPECT_EQ(ops[1].loops[2].axes, (std::vector<unsigned>{kTP}));
-  // fc2: row-parallel (its reduction dim on tp).
-  EXPECT_EQ(ops[2].loops[3].axes, (std::vector<unsigned>{kTP}));
-  EXPECT_TRUE(ops[2].loops[2].axes.empty());
-  EXPECT_EQ(plan->problem.mesh.getNumDevices(), 32);
-  EXPECT_EQ(plan->problem.config.microBatches, 1);
+  llvm::Expected<MegatronLoops> loops =
+      chooseMegatronLoops(*graph, /*tp=*/4, /*sequenceParallel=*/false);
+  ASSERT_TRUE(bool(loops)) << llvm::toString(loops.takeError());
+  EXPECT_TRUE(loops->warnings.empty());
+  // fc1: column-parallel (output dim 64, loop 2, on tp), batch (loop 0) on
+  // dp.
+  EXPECT_EQ(loops->tpLoop[0], 2);
+  EXPECT_EQ(loops->batchLoop[0], 0);
+  // The bias + activation follows the split.
+  EXPECT_EQ(loops->tpLoop[1], 2);
+  // fc2: row-parallel (its reduction dim, loop 3, on tp).
+  EXPECT_EQ(loops->tpLoop[2], 3);
 
   // tp = 3 divides none of the dims: the linears stay replicated, with a
   // warning.
-  llvm::Expected<MegatronPlan> odd =
-      assignMegatron(*graph, strategy(3, 1, 1), 2);
+  llvm::Expected<MegatronLoops> odd = chooseMegatronLoops(*graph, 3, false);
   ASSERT_TRUE(bool(odd));
   ASSERT_FALSE(odd->warnings.empty());
   EXPECT_NE(odd->warnings[0].find("replicated across tp"), std::string::npos);
-  EXPECT_TRUE(odd->problem.ops[0].loops[2].axes.empty());
+  EXPECT_EQ(odd->tpLoop[0], -1);
 }
 
 /// A hand-built graph: an embedding-like op, `layers` layers of one op with
@@ -159,42 +143,14 @@ OperatorGraph makeLayers(const std::vector<int64_t> &flops, int64_t heads) {
   return g;
 }
 
-TEST(MegatronPlanTest, StagesBalanceFlopsAtLayerBoundaries) {
-  OperatorGraph g = makeLayers({10, 10, 10, 30}, 4);
-  llvm::Expected<MegatronPlan> plan = assignMegatron(g, strategy(1, 2, 1), 1);
-  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
-  std::vector<unsigned> stages;
-  for (const Operator &op : plan->problem.ops)
-    stages.push_back(op.stage);
-  // {embedding, 10, 10, 10} | {30, head}: max 31 (an even split would be 41).
-  EXPECT_EQ(stages, (std::vector<unsigned>{0, 0, 0, 0, 1, 1}));
-  EXPECT_EQ(plan->problem.config.pipelineStages, 2);
-  EXPECT_EQ(plan->problem.config.pipelineAxis, 0u);
-}
-
 TEST(MegatronPlanTest, Errors) {
   OperatorGraph g = makeLayers({10, 10}, 6);
-  auto message = [&](const IRStrategy &s, int64_t mb) {
-    llvm::Expected<MegatronPlan> plan = assignMegatron(g, s, mb);
-    return plan ? std::string() : llvm::toString(plan.takeError());
-  };
-  EXPECT_EQ(message(strategy(4, 1, 1), 1),
+  llvm::Expected<MegatronLoops> loops = chooseMegatronLoops(g, 4, false);
+  ASSERT_FALSE(bool(loops));
+  EXPECT_EQ(llvm::toString(loops.takeError()),
             "megatron: tp=4 does not divide the 6 attention heads of layer 0");
-  EXPECT_EQ(message(strategy(2, 3, 1), 1),
-            "megatron: pp=3 exceeds the 2 transformer layers found in the "
-            "model");
-  IRStrategy gb = strategy(1, 1, 4);
-  gb.globalBatch = 30;
-  EXPECT_EQ(message(gb, 2), "megatron: gb=30 must be a multiple of mb*dp=8");
-  gb.globalBatch = 32;
-  llvm::Expected<MegatronPlan> ok = assignMegatron(g, gb, 2);
-  ASSERT_TRUE(bool(ok));
-  EXPECT_EQ(ok->problem.config.microBatches, 4);
-  IRStrategy mb = strategy(1, 1, 1);
-  mb.megatron.mb = 4;
-  mb.microBatchGiven = true;
-  EXPECT_NE(message(mb, 2).find("mb=4 but the model's batch dim is bound to 2"),
-            std::string::npos);
+  llvm::Expected<MegatronLoops> ok = chooseMegatronLoops(g, 2, false);
+  ASSERT_TRUE(bool(ok)) << llvm::toString(ok.takeError());
 }
 
 TEST(MegatronPlanTest, ParseStrategy) {

@@ -654,3 +654,37 @@ TEST(Objective, BreakdownIsTheEvaluatedCost) {
       EXPECT_GT(b->peakMemory.optimizer, b->peakMemory.parameters);
     }
 }
+
+// `stpar cost --model gpt:` costs search::costMegatronGPT's plan: the
+// Megatron grid point asked for, its FLOPs as Megatron counts them (SC'21
+// Eq. 3 with recomputation: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) =
+// 2.7917e15 FLOP here; ours adds norm, softmax and elementwise FLOPs, a few
+// per element, so within 3%), and errors that name the key.
+TEST(CostMegatronGPT, CountsMegatronFlops) {
+  Expected<GPTConfig> m = parseGPTSpec(
+      "gpt:layers=4,hidden=1024,heads=16,seq=2048,vocab=51200,batch=16");
+  Expected<MegatronStrategy> s =
+      parseMegatronSpec("megatron:tp=2,pp=2,dp=2,mb=1");
+  ASSERT_TRUE(m && s);
+  Expected<Cluster> c = getPreset("dgx-a100-80g-1");
+  ASSERT_TRUE(bool(c));
+  Expected<CostedPlan> p = costMegatronGPT(*m, *s, *c, getDefaultEfficiency());
+  ASSERT_TRUE(bool(p)) << toString(p.takeError());
+  EXPECT_EQ(p->plan.config.microBatches, 8); // 16 / (mb 1 * dp 2)
+  EXPECT_EQ(p->plan.config.mesh.getNumDevices(), 8);
+  EXPECT_EQ(p->plan.config.recompute, Recompute::Full); // the default
+  EXPECT_EQ(p->step.microBatches, 8);
+  double B = 16, sq = 2048, l = 4, h = 1024, V = 51200;
+  double megatron =
+      96 * B * sq * l * h * h * (1 + sq / (6 * h) + V / (16 * l * h));
+  EXPECT_NEAR(p->step.hardwareFlops / megatron, 1.0, 0.03);
+  EXPECT_GT(p->step.hardwareFlops, megatron);
+  EXPECT_GT(p->step.stepTime, 0);
+  EXPECT_TRUE(p->step.fitsMemory);
+  s->tp = 3;
+  Expected<CostedPlan> bad =
+      costMegatronGPT(*m, *s, *c, getDefaultEfficiency());
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(toString(bad.takeError()),
+            "megatron: tp=3 must divide heads, hidden, ffn and vocab");
+}
