@@ -90,12 +90,15 @@ unsigned countTemporal(const Problem &p, const Plan &plan) {
   return n;
 }
 
-/// "pp x mesh m=.. z=.. [rc] t=..".
+/// "pp x mesh m=.. [vp=..] z=.. [rc] t=..".
 std::string describePlan(const Problem &p, const Plan &plan) {
   std::string desc;
   for (const auto &a : plan.config.mesh.axes)
     desc += (desc.empty() ? "" : "x") + std::to_string(a.size);
   return desc + " m=" + std::to_string(plan.config.microBatches) +
+         (plan.config.interleave > 1
+              ? " vp=" + std::to_string(plan.config.interleave)
+              : std::string()) +
          " z=" + std::to_string(plan.config.zeroStage) +
          (plan.config.recompute == Recompute::Full        ? " rc"
           : plan.config.recompute == Recompute::Selective ? " rc=sel"

@@ -761,8 +761,11 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
   opts.solver.space.onlyTemporal = o.strategy == "temporal";
   if (!o.mesh.empty())
     opts.meshShapes = {o.mesh};
-  if (!o.pipeline)
+  if (!o.pipeline) {
     opts.pipeline = false;
+    // The training step recomputes fully or not at all.
+    llvm::erase(opts.recompute, stpar::cost::Recompute::Selective);
+  }
   // The Megatron baseline follows its splits through the graph's views
   // (the bridged problem keeps no edge through a reshape or transpose).
   const stpar::analysis::OperatorGraph &graphRef = *graph;

@@ -52,6 +52,22 @@ static bool hasLayers(const Problem &p) {
   return is_contained(p.sections, Section::Layer);
 }
 
+/// Model chunks per device to try at pipeline depth p: 1 without stages,
+/// else each v of `choices` with p * v dividing the layers.
+static std::vector<int64_t> getInterleaveChoices(const Problem &p,
+                                                 int64_t stages,
+                                                 ArrayRef<int64_t> choices) {
+  if (stages <= 1)
+    return {1};
+  std::vector<int64_t> out;
+  for (int64_t v : choices)
+    if (v >= 1 && p.layers % (stages * v) == 0)
+      out.push_back(v);
+  if (out.empty())
+    out.push_back(1);
+  return out;
+}
+
 /// Pipeline depths and micro-batch counts to try: for every depth p
 /// dividing the devices and the layers, m = p * 2^i (i < microBatchChoices,
 /// or every i when it is 0) dividing the batch. For p = 1, m > 1 is gradient
@@ -136,18 +152,21 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
              : (stages == 1 ? options.meshShapes
                             : std::vector<std::vector<int64_t>>{}))
       for (Recompute rc : options.recompute)
-        for (int z : options.zeroStages) {
-          if (rc != Recompute::None && !hasLayers(problem))
-            continue;
-          if (options.squareMeshesOnly && !hasSquare(shape))
-            continue;
-          Config c;
-          c.mesh = makeSearchMesh(stages, shape);
-          c.microBatches = m;
-          c.zeroStage = z;
-          c.recompute = rc;
-          configs.push_back(std::move(c));
-        }
+        for (int64_t v :
+             getInterleaveChoices(problem, stages, options.interleave))
+          for (int z : options.zeroStages) {
+            if (rc != Recompute::None && !hasLayers(problem))
+              continue;
+            if (options.squareMeshesOnly && !hasSquare(shape))
+              continue;
+            Config c;
+            c.mesh = makeSearchMesh(stages, shape);
+            c.microBatches = m;
+            c.zeroStage = z;
+            c.recompute = rc;
+            c.interleave = v;
+            configs.push_back(std::move(c));
+          }
   result.configurations = configs.size();
   // Branch and bound over the configurations (exact): every configuration
   // gets a lower bound of its objective and its exact smallest memory from
@@ -394,86 +413,92 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
           (!grid.microBatches || m == grid.microBatches))
         choices.push_back({pp, m});
   for (auto [pp, m] : choices) {
+    std::vector<int64_t> schedules =
+        grid.interleave > 0
+            ? std::vector<int64_t>{pp > 1 ? grid.interleave : 1}
+            : getInterleaveChoices(problem, pp, options.interleave);
     for (int64_t tp = 1; tp <= n / pp; ++tp)
-      for (Recompute rc : options.recompute) {
-        if ((n / pp) % tp || (grid.tp && tp != grid.tp))
-          continue;
-        int64_t dp = n / pp / tp;
-        if (grid.dp && dp != grid.dp)
-          continue;
-        if (!options.meshShapes.empty() &&
-            !any_of(options.meshShapes, [&](ArrayRef<int64_t> shape) {
-              return pp == 1 &&
-                     (shape.size() == 1 ? dp == 1 && tp == shape[0]
-                                        : shape.size() == 2 && dp == shape[0] &&
-                                              tp == shape[1]);
-            }))
-          continue;
-        Config c;
-        c.mesh.axes = {{"pp", pp}, {"dp", dp}, {"tp", tp}};
-        c.microBatches = m;
-        c.zeroStage = grid.zeroStage;
-        c.recompute = rc;
-        c.interleave = pp > 1 ? grid.interleave : 1;
-        c.overlapGradSync = grid.overlapGradSync;
-        // Enumerating candidates is not needed: the rule fixes the plan.
-        Problem tiny = problem;
-        Expected<std::unique_ptr<Instance>> inst =
-            Instance::create(tiny, cluster, c, eff, solver);
-        if (!inst)
-          return inst.takeError();
-        const FlatGraph &g = (*inst)->getFlatGraph();
-        std::vector<Partition> parts;
-        if (options.megatronPartitions) {
-          Expected<std::optional<std::vector<Partition>>> given =
-              options.megatronPartitions(g, c.mesh, sequenceParallel);
-          if (!given)
-            return given.takeError();
-          if (!*given)
-            continue; // the grid does not apply (e.g. tp and the heads)
-          parts = std::move(**given);
-          if (parts.size() != g.ops.size())
-            return err("internal: the Megatron layout has " +
-                       Twine(parts.size()) + " operators, the problem " +
-                       Twine(g.ops.size()));
-        } else {
-          std::optional<std::vector<Partition>> rule =
-              megatronPartitions(problem, g, c.mesh, sequenceParallel);
-          if (!rule)
+      for (Recompute rc : options.recompute)
+        for (int64_t v : schedules) {
+          if ((n / pp) % tp || (grid.tp && tp != grid.tp))
             continue;
-          parts = std::move(*rule);
-        }
-        // dp must split the batch everywhere.
-        bool ok = dp == 1 || all_of(parts, [](const Partition &p) {
-                    return any_of(p.loopAxes, [](const auto &axes) {
-                      return is_contained(axes, 1u);
+          int64_t dp = n / pp / tp;
+          if (grid.dp && dp != grid.dp)
+            continue;
+          if (!options.meshShapes.empty() &&
+              !any_of(options.meshShapes, [&](ArrayRef<int64_t> shape) {
+                return pp == 1 && (shape.size() == 1
+                                       ? dp == 1 && tp == shape[0]
+                                       : shape.size() == 2 && dp == shape[0] &&
+                                             tp == shape[1]);
+              }))
+            continue;
+          Config c;
+          c.mesh.axes = {{"pp", pp}, {"dp", dp}, {"tp", tp}};
+          c.microBatches = m;
+          c.zeroStage = grid.zeroStage;
+          c.recompute = rc;
+          c.interleave = v;
+          c.overlapGradSync = grid.overlapGradSync;
+          // Enumerating candidates is not needed: the rule fixes the plan.
+          Problem tiny = problem;
+          Expected<std::unique_ptr<Instance>> inst =
+              Instance::create(tiny, cluster, c, eff, solver);
+          if (!inst)
+            return inst.takeError();
+          const FlatGraph &g = (*inst)->getFlatGraph();
+          std::vector<Partition> parts;
+          if (options.megatronPartitions) {
+            Expected<std::optional<std::vector<Partition>>> given =
+                options.megatronPartitions(g, c.mesh, sequenceParallel);
+            if (!given)
+              return given.takeError();
+            if (!*given)
+              continue; // the grid does not apply (e.g. tp and the heads)
+            parts = std::move(**given);
+            if (parts.size() != g.ops.size())
+              return err("internal: the Megatron layout has " +
+                         Twine(parts.size()) + " operators, the problem " +
+                         Twine(g.ops.size()));
+          } else {
+            std::optional<std::vector<Partition>> rule =
+                megatronPartitions(problem, g, c.mesh, sequenceParallel);
+            if (!rule)
+              continue;
+            parts = std::move(*rule);
+          }
+          // dp must split the batch everywhere.
+          bool ok = dp == 1 || all_of(parts, [](const Partition &p) {
+                      return any_of(p.loopAxes, [](const auto &axes) {
+                        return is_contained(axes, 1u);
+                      });
                     });
-                  });
-        if (!ok)
-          continue;
-        ++result.configurations;
-        Expected<PlanCost> pc = (*inst)->evaluate(parts);
-        if (!pc)
-          return pc.takeError();
-        result.memoryLimit = (*inst)->getMemoryLimit();
-        result.smallestMemory =
-            std::min(result.smallestMemory, pc->getMemory());
-        if (!pc->feasible)
-          continue;
-        Plan plan;
-        plan.config = c;
-        plan.partitions = std::move(parts);
-        plan.cost = std::move(*pc);
-        plan.label = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
-                     " dp=" + std::to_string(dp) + " m=" + std::to_string(m) +
-                     (c.zeroStage ? " zero-" + std::to_string(c.zeroStage)
-                                  : std::string()) +
-                     (c.interleave > 1 ? " vp=" + std::to_string(c.interleave)
-                                       : std::string()) +
-                     getRecomputeLabel(rc) + (sequenceParallel ? " sp" : "") +
-                     (c.overlapGradSync ? "" : " overlap=0");
-        keepBest(result, std::move(plan));
-      }
+          if (!ok)
+            continue;
+          ++result.configurations;
+          Expected<PlanCost> pc = (*inst)->evaluate(parts);
+          if (!pc)
+            return pc.takeError();
+          result.memoryLimit = (*inst)->getMemoryLimit();
+          result.smallestMemory =
+              std::min(result.smallestMemory, pc->getMemory());
+          if (!pc->feasible)
+            continue;
+          Plan plan;
+          plan.config = c;
+          plan.partitions = std::move(parts);
+          plan.cost = std::move(*pc);
+          plan.label = "tp=" + std::to_string(tp) +
+                       " pp=" + std::to_string(pp) +
+                       " dp=" + std::to_string(dp) + " m=" + std::to_string(m) +
+                       (c.zeroStage ? " zero-" + std::to_string(c.zeroStage)
+                                    : std::string()) +
+                       (c.interleave > 1 ? " vp=" + std::to_string(c.interleave)
+                                         : std::string()) +
+                       getRecomputeLabel(rc) + (sequenceParallel ? " sp" : "") +
+                       (c.overlapGradSync ? "" : " overlap=0");
+          keepBest(result, std::move(plan));
+        }
   }
   return result;
 }

@@ -257,9 +257,15 @@ struct SearchOptions {
   /// no more optimizer time) is dropped without solving.
   std::vector<int> zeroStages = {0, 1, 2, 3};
   bool pipeline = true;
-  /// Recomputation settings tried.
+  /// Recomputation settings tried. Selective recomputation is not tried by
+  /// default: with it the exact search of OPT-6.7B on 32 V100s goes from
+  /// 5 s to beyond 100 s, in Pareto DPs of configurations whose memory
+  /// binds (bench/search/RESULTS.md).
   std::vector<cost::Recompute> recompute = {cost::Recompute::None,
                                             cost::Recompute::Full};
+  /// Interleaved 1F1B schedules tried on pipelined configurations: model
+  /// chunks per device v where p * v divides the layers (1 = plain 1F1B).
+  std::vector<int64_t> interleave = {1, 2};
   /// Micro-batch counts tried per pipeline depth p: p * 2^i (i < this; 0 =
   /// every i) when they divide the batch (p = 1, m > 1: gradient
   /// accumulation).
@@ -313,12 +319,12 @@ struct SearchOptions {
   /// megatron:tp=..,pp=..,dp=..`): each field > 0 fixes that value of the
   /// grid (micro-batches: per step); 0 leaves it searched. The ZeRO stage of
   /// the dp axis (Megatron's distributed optimizer is stage 1).
-  /// `interleave` and `overlapGradSync` are the configuration's
-  /// (Config), not searched.
+  /// `interleave` > 0 fixes the schedule (0: SearchOptions::interleave is
+  /// searched); `overlapGradSync` is the configuration's (Config).
   struct MegatronGrid {
     int64_t tp = 0, pp = 0, dp = 0, microBatches = 0;
     int zeroStage = 0;
-    int64_t interleave = 1;
+    int64_t interleave = 0;
     bool overlapGradSync = true;
   } megatron;
 };
