@@ -744,6 +744,12 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     opts.megatron.pp = m.pp;
     opts.megatron.dp = m.dp;
     opts.megatron.microBatches = batch / (mb * m.dp);
+    if (m.interleave > 1 && opts.megatron.microBatches % m.pp)
+      return makeError("megatron: vp=" + Twine(m.interleave) + " needs the " +
+                       Twine(opts.megatron.microBatches) +
+                       " micro-batches (batch / (mb * dp)) to be a multiple "
+                       "of pp=" +
+                       Twine(m.pp));
     opts.megatron.zeroStage = m.zeroStage;
     if (m.recompute == cost::Recompute::Selective && !o.pipeline)
       return makeError("megatron: recompute=selective: the emitted program "

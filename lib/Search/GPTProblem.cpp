@@ -214,6 +214,11 @@ Expected<CostedPlan> costMegatronGPT(const GPTConfig &m,
   if (s.interleave > 1 && s.pp < 2)
     return fail("megatron: vp=" + Twine(s.interleave) +
                 " needs pipeline stages (pp >= 2)");
+  if (s.interleave > 1 && (m.batch / (s.mb * s.dp)) % s.pp)
+    return fail("megatron: vp=" + Twine(s.interleave) + " needs the " +
+                Twine(m.batch / (s.mb * s.dp)) +
+                " micro-batches (batch / (mb * dp)) to be a multiple of pp=" +
+                Twine(s.pp));
   int64_t devices = s.tp * s.pp * s.dp;
   if (devices > cluster.getNumDevices())
     return fail("the mesh has " + Twine(devices) +

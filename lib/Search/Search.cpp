@@ -52,16 +52,19 @@ static bool hasLayers(const Problem &p) {
   return is_contained(p.sections, Section::Layer);
 }
 
-/// Model chunks per device to try at pipeline depth p: 1 without stages,
-/// else each v of `choices` with p * v dividing the layers.
+/// Model chunks per device to try at pipeline depth p with m micro-batches:
+/// 1 without stages, else each v of `choices` with p * v dividing the
+/// layers (v > 1 only when p divides m, as Megatron-LM requires).
 static std::vector<int64_t> getInterleaveChoices(const Problem &p,
                                                  int64_t stages,
+                                                 int64_t microBatches,
                                                  ArrayRef<int64_t> choices) {
   if (stages <= 1)
     return {1};
   std::vector<int64_t> out;
   for (int64_t v : choices)
-    if (v >= 1 && p.layers % (stages * v) == 0)
+    if (v == 1 ||
+        (v > 1 && p.layers % (stages * v) == 0 && microBatches % stages == 0))
       out.push_back(v);
   if (out.empty())
     out.push_back(1);
@@ -153,7 +156,7 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
                             : std::vector<std::vector<int64_t>>{}))
       for (Recompute rc : options.recompute)
         for (int64_t v :
-             getInterleaveChoices(problem, stages, options.interleave))
+             getInterleaveChoices(problem, stages, m, options.interleave))
           for (int z : options.zeroStages) {
             if (rc != Recompute::None && !hasLayers(problem))
               continue;
@@ -416,7 +419,7 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
     std::vector<int64_t> schedules =
         grid.interleave > 0
             ? std::vector<int64_t>{pp > 1 ? grid.interleave : 1}
-            : getInterleaveChoices(problem, pp, options.interleave);
+            : getInterleaveChoices(problem, pp, m, options.interleave);
     for (int64_t tp = 1; tp <= n / pp; ++tp)
       for (Recompute rc : options.recompute)
         for (int64_t v : schedules) {

@@ -286,6 +286,12 @@ Error Instance::Impl::init(bool fresh) {
     return err("interleave " + Twine(config.interleave) +
                " needs pipeline stages that hold equal chunks of the " +
                Twine(problem.layers) + " layers");
+  // (p - 1) / v bubble slots hold only when the micro-batches come in
+  // groups of p (Megatron-LM refuses interleaving otherwise).
+  if (config.interleave > 1 && m % p)
+    return err("interleave " + Twine(config.interleave) + ": the " + Twine(m) +
+               " micro-batches are not a multiple of the " + Twine(p) +
+               " pipeline stages");
   slots = config.getSlots();
   limit = problem.memoryLimit ? *problem.memoryLimit
                               : double(cluster.device.hbmCapacity);
@@ -539,6 +545,21 @@ Expected<Raw> Instance::Impl::costRaw(unsigned i, Operator &op,
   return raw;
 }
 
+/// Whether `op` re-runs its forward before its backward under `r`: every
+/// (layer) operator under full recomputation; under selective
+/// recomputation the attention core (QK^T, softmax) and the operators that
+/// read what it regenerates (attention over V; Korthikanti et al., MLSys
+/// 2023, Sec. 5).
+static bool reruns(const Operator &op, Recompute r) {
+  if (r == Recompute::Full)
+    return true;
+  if (r != Recompute::Selective)
+    return false;
+  return op.attentionCore || any_of(op.operands, [](const Operand &o) {
+           return o.role == OperandRole::Input && o.selectiveRecomputed;
+         });
+}
+
 Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   const OperatorCost &c = raw.cost;
   Cand cand;
@@ -547,9 +568,7 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
              c.backwardComm;
   const Operator &op = problem.ops[i];
   bool layer = problem.sections[i] == Section::Layer;
-  bool recompute =
-      layer && (config.recompute == Recompute::Full ||
-                (config.recompute == Recompute::Selective && op.attentionCore));
+  bool recompute = layer && reruns(op, config.recompute);
   cand.ring = c.ring;
   cand.collectives = raw.fwdComm + c.backwardComm;
   if (recompute) {
@@ -572,6 +591,12 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   double w = weight(i);
   double inFlight = double(std::min<int64_t>(config.microBatches,
                                              config.getStages()));
+  // Interleaved 1F1B: the first stage holds 1 + (p - 1) / (p v) times as
+  // many activations (Korthikanti et al., MLSys 2023, Sec. 4.2.3).
+  if (config.interleave > 1) {
+    double p = double(config.getStages()), v = double(config.interleave);
+    inFlight *= 1 + (p - 1) / (p * v);
+  }
   cand.pipe = w * slots * t;
   cand.sync = w * exposed;
   cand.opt = w * opt;
@@ -805,9 +830,7 @@ Expected<StepBreakdown> Instance::getBreakdown(ArrayRef<Partition> partitions) {
     const OperatorCost &oc = raw.cost;
     const Operator &o = I.problem.ops[op];
     bool recompute =
-        I.problem.sections[op] == Section::Layer &&
-        (config.recompute == Recompute::Full ||
-         (config.recompute == Recompute::Selective && o.attentionCore));
+        I.problem.sections[op] == Section::Layer && reruns(o, config.recompute);
     PhaseTimes &t = perOp[i];
     t.forward = oc.forward;
     t.recompute = recompute ? oc.forward : 0;
@@ -887,9 +910,11 @@ Expected<StepBreakdown> Instance::getBreakdown(ArrayRef<Partition> partitions) {
           1e-9 * b.pipelineTime ||
       std::abs(states - pc->stateBytes) > 1e-9 * std::max(1.0, states))
     return err("internal error: the step breakdown does not add up to the "
-               "plan's cost (" +
+               "plan's cost (pipeline " +
                std::to_string(b.microBatchTime * slots) + " s vs " +
-               std::to_string(b.pipelineTime) + " s)");
+               std::to_string(b.pipelineTime) + " s, model states " +
+               std::to_string(states) + " B vs " +
+               std::to_string(pc->stateBytes) + " B)");
   return b;
 }
 

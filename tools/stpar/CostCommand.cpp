@@ -83,8 +83,8 @@ static cl::opt<bool> costJSON("json", cl::sub(costCmd),
                               cl::desc("Print the breakdown as JSON"));
 static cl::opt<bool> costPrintOperators(
     "print-operators", cl::sub(costCmd),
-    cl::desc("ONNX models: list the operators with their layer kind, stage "
-             "and partition before the breakdown"));
+    cl::desc("ONNX models: print the plan table (each planned operator's "
+             "layer kind and partition) before the breakdown"));
 
 static int fail(Error e) {
   errs() << "stpar: error: " << toString(std::move(e)) << "\n";
@@ -207,10 +207,15 @@ static int runONNX(const Cluster &cluster) {
   const json::Object *root = planned->planJSON.getAsObject();
   const json::Value *stepJSON = root ? root->get("step") : nullptr;
   const json::Object *graph = root ? root->getObject("graph") : nullptr;
+  if (!stepJSON || !graph)
+    return fail(costInput + ": the model has no operator to cost (its "
+                            "outputs are graph inputs, constants or views of "
+                            "them)");
   StepBreakdown b;
   json::Path::Root jsonRoot("step");
-  if (!stepJSON || !graph || !fromJSON(*stepJSON, b, jsonRoot))
-    return fail("internal error: the plan has no step breakdown");
+  if (!fromJSON(*stepJSON, b, jsonRoot))
+    return fail("internal error: the plan's step breakdown: " +
+                toString(jsonRoot.getError()));
   int64_t operators = graph->getInteger("operators").value_or(0);
   int64_t layers = graph->getInteger("layers").value_or(0);
   double parameters = graph->getNumber("parameters").value_or(0);
@@ -246,8 +251,11 @@ static int runCost() {
   if (!costModel.empty() && !StringRef(costModel).starts_with("gpt:"))
     return fail("--model: only 'gpt:...' is supported; pass an ONNX model "
                 "as the positional argument");
-  if (!costModel.empty() && !costDims.empty())
-    return fail("--dim applies to ONNX models only");
+  if (!costModel.empty() &&
+      (!costDims.empty() || !costBatchDim.empty() || costPrintOperators ||
+       costPrecision.getNumOccurrences()))
+    return fail("--dim, --batch-dim, --precision and --print-operators apply "
+                "to ONNX models only");
   Expected<Cluster> cluster = loadCluster(costCluster);
   if (!cluster)
     return fail(cluster.takeError());

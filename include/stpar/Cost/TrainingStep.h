@@ -55,7 +55,7 @@ struct PhaseTimes {
   PhaseTimes &operator+=(const PhaseTimes &o);
 };
 
-/// Peak bytes per device (on the stage that peaks).
+/// Peak bytes per device (on the critical stage).
 struct MemoryBreakdown {
   double parameters = 0, gradients = 0, optimizer = 0, activations = 0,
          transient = 0;
@@ -68,7 +68,8 @@ struct MemoryBreakdown {
 struct StepBreakdown {
   int64_t numDevices = 0;
   int64_t microBatches = 0, pipelineStages = 0, interleave = 1;
-  /// Per micro-batch on the slowest stage.
+  /// Per micro-batch on the critical stage (with boundStage: the
+  /// objective's bound, layers / p of the layers plus embedding and head).
   PhaseTimes criticalStage;
   unsigned criticalStageIndex = 0;
   /// The critical stage is the search objective's bound (Instance::
@@ -86,7 +87,8 @@ struct StepBreakdown {
   /// The idle part: (p-1)/v * microBatchTime.
   double bubble = 0;
   /// Gradient synchronization over the data-parallel axes: all of it, and
-  /// the part not hidden behind the last micro-batch's backward.
+  /// the part not hidden (each operator's sync behind its own backward;
+  /// all of it without overlap).
   double gradSync = 0, gradSyncExposed = 0;
   /// Mixed-precision Adam update (memory-bound).
   double optimizer = 0;

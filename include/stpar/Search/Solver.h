@@ -260,7 +260,7 @@ struct SearchOptions {
   /// Recomputation settings tried. Selective recomputation is not tried by
   /// default: with it the exact search of OPT-6.7B on 32 V100s goes from
   /// 5 s to beyond 100 s, in Pareto DPs of configurations whose memory
-  /// binds (bench/search/RESULTS.md).
+  /// binds (docs/search.md, "Objective").
   std::vector<cost::Recompute> recompute = {cost::Recompute::None,
                                             cost::Recompute::Full};
   /// Interleaved 1F1B schedules tried on pipelined configurations: model

@@ -21,16 +21,19 @@ import sys
 
 
 def strategy(label):
-    """`tp=4 pp=1 dp=2 m=1 [zero-1] [recompute] [sp]` -> (keys, m, dp)."""
-    keys = dict(re.findall(r"\b(tp|pp|dp|m)=(\d+)", label))
-    rc = bool(re.search(r"\brecompute\b", label))
+    """`tp=4 pp=1 dp=2 m=1 [zero-1] [vp=2] [recompute[=selective]] [sp]
+    [overlap=0]` (the plan labels of Search.cpp) -> (keys, m, dp)."""
+    keys = dict(re.findall(r"\b(tp|pp|dp|m|vp)=(\d+)", label))
+    rc = re.search(r"\brecompute(=selective)?\b", label)
+    rc = "none" if not rc else "selective" if rc.group(1) else "full"
     if perturb:
-        rc = not rc
+        rc = "full" if rc == "none" else "none"
     z = re.search(r"zero-(\d)", label)
     parts = [f"tp={keys['tp']}", f"pp={keys['pp']}", f"dp={keys['dp']}",
-             f"zero={z.group(1) if z else 0}",
-             "recompute=" + ("full" if rc else "none"),
-             "sp=" + ("1" if re.search(r"\bsp\b", label) else "0")]
+             f"vp={keys.get('vp', 1)}", f"zero={z.group(1) if z else 0}",
+             f"recompute={rc}",
+             "sp=" + ("1" if re.search(r"\bsp\b", label) else "0"),
+             "overlap=" + ("0" if "overlap=0" in label else "1")]
     return ",".join(parts), int(keys["m"]), int(keys["dp"])
 
 

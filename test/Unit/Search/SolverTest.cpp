@@ -624,15 +624,22 @@ TEST(Objective, InterleaveOverlapAndSelectiveRecomputation) {
 TEST(Objective, BreakdownIsTheEvaluatedCost) {
   EfficiencyModel eff = getDefaultEfficiency();
   Problem p = tinyGPT(8);
-  for (int64_t pp : {1, 2})
+  struct Case {
+    int64_t pp, v;
+    bool overlap;
+  };
+  for (Case k : {Case{1, 1, true}, Case{2, 1, true}, Case{2, 2, false}})
     for (Recompute rc :
          {Recompute::None, Recompute::Full, Recompute::Selective}) {
+      int64_t pp = k.pp;
       SearchOptions opts;
       opts.megatron.tp = 2;
       opts.megatron.pp = pp;
       opts.megatron.dp = 4 / pp;
       opts.megatron.microBatches = 4;
       opts.megatron.zeroStage = 1;
+      opts.megatron.interleave = k.v;
+      opts.megatron.overlapGradSync = k.overlap;
       opts.recompute = {rc};
       Expected<SearchResult> r = searchMegatron(p, cluster(), eff, false, opts);
       ASSERT_TRUE(r && r->best) << (r ? "no plan" : toString(r.takeError()));
@@ -649,6 +656,28 @@ TEST(Objective, BreakdownIsTheEvaluatedCost) {
       EXPECT_NEAR(b->microBatchTime * r->best->config.getSlots(),
                   b->pipelineTime, 1e-9 * b->pipelineTime);
       EXPECT_EQ(b->criticalStage.recompute > 0, rc != Recompute::None);
+      // The split is of real times: each phase >= 0, the forward of what
+      // re-runs no more than the forward, the critical stage's kernels no
+      // more than the per-kind totals of one step (those sum all layers).
+      const PhaseTimes &t = b->criticalStage;
+      for (double x : {t.forward, t.recompute, t.backwardInput,
+                       t.backwardWeight, t.communication})
+        EXPECT_GE(x, 0);
+      EXPECT_LE(t.recompute, t.forward * (1 + 1e-12));
+      if (rc == Recompute::Full)
+        EXPECT_GT(t.recompute, 0.5 * t.forward);
+      if (rc == Recompute::Selective)
+        EXPECT_LT(t.recompute, 0.5 * t.forward);
+      EXPECT_GT(t.communication, 0); // tp = 2 all-reduces
+      PhaseTimes kinds;
+      for (const auto &[name, kt] : b->perLayerKind)
+        kinds += kt;
+      EXPECT_GE(kinds.forward * (1 + 1e-12), t.forward);
+      EXPECT_EQ(b->interleave, k.v);
+      if (!k.overlap)
+        EXPECT_DOUBLE_EQ(b->gradSyncExposed, b->gradSync);
+      else
+        EXPECT_LE(b->gradSyncExposed, b->gradSync);
       EXPECT_GT(b->modelFlops, 0);
       EXPECT_GE(b->hardwareFlops, b->modelFlops);
       EXPECT_GT(b->peakMemory.optimizer, b->peakMemory.parameters);
