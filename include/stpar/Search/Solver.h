@@ -264,8 +264,12 @@ struct SearchOptions {
   std::vector<cost::Recompute> recompute = {cost::Recompute::None,
                                             cost::Recompute::Full};
   /// Interleaved 1F1B schedules tried on pipelined configurations: model
-  /// chunks per device v where p * v divides the layers (1 = plain 1F1B).
-  std::vector<int64_t> interleave = {1, 2};
+  /// chunks per device v where p * v divides the layers and p divides m
+  /// (1 = plain 1F1B). Only 1 by default: with {1, 2} and the interleaved
+  /// schedule's extra activations charged, the exact search of GPT-3 175B
+  /// on 1024 A100s ran past 6 minutes and 14 GB in the Pareto DPs of
+  /// memory-bound configurations (docs/search.md, "Objective").
+  std::vector<int64_t> interleave = {1};
   /// Micro-batch counts tried per pipeline depth p: p * 2^i (i < this; 0 =
   /// every i) when they divide the batch (p = 1, m > 1: gradient
   /// accumulation).
