@@ -11,10 +11,11 @@
 
 #include "stpar/Cost/TrainingStep.h"
 
-#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Format.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 using namespace llvm;
 
@@ -146,108 +147,60 @@ json::Value toJSON(const StepBreakdown &b) {
                     {"fits", b.fitsMemory}}}};
 }
 
-static bool readNumber(const json::Object &o, StringRef key, double &out,
-                       json::Path path) {
-  std::optional<double> v = o.getNumber(key);
-  if (!v) {
-    path.field(key).report("expected a number");
-    return false;
-  }
-  out = *v;
-  return true;
-}
-
-static bool readInteger(const json::Object &o, StringRef key, int64_t &out,
-                        json::Path path) {
-  std::optional<int64_t> v = o.getInteger(key);
-  if (!v) {
-    path.field(key).report("expected an integer");
-    return false;
-  }
-  out = *v;
-  return true;
-}
-
+/// toJSON's PhaseTimes (also found by the std::map reader of
+/// "per_layer_kind").
 static bool fromJSON(const json::Value &v, PhaseTimes &t, json::Path path) {
-  const json::Object *o = v.getAsObject();
-  if (!o) {
-    path.report("expected an object");
-    return false;
-  }
-  return readNumber(*o, "forward_s", t.forward, path) &&
-         readNumber(*o, "recompute_s", t.recompute, path) &&
-         readNumber(*o, "backward_input_s", t.backwardInput, path) &&
-         readNumber(*o, "backward_weight_s", t.backwardWeight, path) &&
-         readNumber(*o, "communication_s", t.communication, path);
+  json::ObjectMapper o(v, path);
+  return o && o.map("forward_s", t.forward) &&
+         o.map("recompute_s", t.recompute) &&
+         o.map("backward_input_s", t.backwardInput) &&
+         o.map("backward_weight_s", t.backwardWeight) &&
+         o.map("communication_s", t.communication);
 }
 
 bool fromJSON(const json::Value &v, StepBreakdown &b, json::Path path) {
-  const json::Object *o = v.getAsObject();
-  if (!o) {
-    path.report("expected an object");
+  json::ObjectMapper o(v, path);
+  std::optional<int64_t> criticalStage, memoryStage;
+  std::map<std::string, PhaseTimes> kinds;
+  const json::Value *memory =
+      v.getAsObject() ? v.getAsObject()->get("peak_memory") : nullptr;
+  json::Path memoryPath = path.field("peak_memory");
+  if (!o || !o.map("devices", b.numDevices) ||
+      !o.map("pipeline_stages", b.pipelineStages) ||
+      !o.map("micro_batches", b.microBatches) ||
+      !o.map("interleave", b.interleave) ||
+      !o.map("micro_batch", b.criticalStage) ||
+      !o.mapOptional("critical_stage", criticalStage) ||
+      !o.map("pipeline_send_s", b.pipelineSend) ||
+      !o.map("micro_batch_s", b.microBatchTime) ||
+      !o.map("pipeline_s", b.pipelineTime) || !o.map("bubble_s", b.bubble) ||
+      !o.map("grad_sync_s", b.gradSync) ||
+      !o.map("grad_sync_exposed_s", b.gradSyncExposed) ||
+      !o.map("optimizer_s", b.optimizer) || !o.map("step_s", b.stepTime) ||
+      !o.map("model_flops", b.modelFlops) ||
+      !o.map("hardware_flops", b.hardwareFlops) ||
+      !o.map("model_flops_per_device", b.modelFlopsPerDevice) ||
+      !o.map("mfu", b.mfu) || !o.mapOptional("per_layer_kind", kinds))
+    return false;
+  if (!memory) {
+    memoryPath.report("missing value");
     return false;
   }
-  int64_t stage = 0;
-  if (!readInteger(*o, "devices", b.numDevices, path) ||
-      !readInteger(*o, "pipeline_stages", b.pipelineStages, path) ||
-      !readInteger(*o, "micro_batches", b.microBatches, path) ||
-      !readInteger(*o, "interleave", b.interleave, path) ||
-      !readNumber(*o, "pipeline_send_s", b.pipelineSend, path) ||
-      !readNumber(*o, "micro_batch_s", b.microBatchTime, path) ||
-      !readNumber(*o, "pipeline_s", b.pipelineTime, path) ||
-      !readNumber(*o, "bubble_s", b.bubble, path) ||
-      !readNumber(*o, "grad_sync_s", b.gradSync, path) ||
-      !readNumber(*o, "grad_sync_exposed_s", b.gradSyncExposed, path) ||
-      !readNumber(*o, "optimizer_s", b.optimizer, path) ||
-      !readNumber(*o, "step_s", b.stepTime, path) ||
-      !readNumber(*o, "model_flops", b.modelFlops, path) ||
-      !readNumber(*o, "hardware_flops", b.hardwareFlops, path) ||
-      !readNumber(*o, "model_flops_per_device", b.modelFlopsPerDevice, path) ||
-      !readNumber(*o, "mfu", b.mfu, path))
-    return false;
-  const json::Value *mb = o->get("micro_batch");
-  if (!mb || !fromJSON(*mb, b.criticalStage, path.field("micro_batch")))
-    return false;
-  const json::Value *critical = o->get("critical_stage");
-  b.boundStage = !critical || critical->kind() == json::Value::Null;
-  if (!b.boundStage) {
-    if (!readInteger(*o, "critical_stage", stage, path))
-      return false;
-    b.criticalStageIndex = unsigned(stage);
-  }
-  b.perLayerKind.clear();
-  if (const json::Object *kinds = o->getObject("per_layer_kind")) {
-    for (const auto &[name, value] : *kinds) {
-      PhaseTimes t;
-      if (!fromJSON(value, t, path.field("per_layer_kind").field(name)))
-        return false;
-      b.perLayerKind.emplace_back(name.str(), t);
-    }
-    llvm::sort(b.perLayerKind,
-               [](const auto &x, const auto &y) { return x.first < y.first; });
-  }
-  const json::Object *m = o->getObject("peak_memory");
-  json::Path mp = path.field("peak_memory");
-  if (!m) {
-    mp.report("expected an object");
-    return false;
-  }
+  json::ObjectMapper m(*memory, memoryPath);
   MemoryBreakdown &mem = b.peakMemory;
-  if (!readNumber(*m, "parameters_bytes", mem.parameters, mp) ||
-      !readNumber(*m, "gradients_bytes", mem.gradients, mp) ||
-      !readNumber(*m, "optimizer_bytes", mem.optimizer, mp) ||
-      !readNumber(*m, "activations_bytes", mem.activations, mp) ||
-      !readNumber(*m, "transient_bytes", mem.transient, mp) ||
-      !readNumber(*m, "capacity_bytes", b.deviceCapacity, mp))
+  if (!m || !m.map("parameters_bytes", mem.parameters) ||
+      !m.map("gradients_bytes", mem.gradients) ||
+      !m.map("optimizer_bytes", mem.optimizer) ||
+      !m.map("activations_bytes", mem.activations) ||
+      !m.map("transient_bytes", mem.transient) ||
+      !m.map("capacity_bytes", b.deviceCapacity) ||
+      !m.map("fits", b.fitsMemory) || !m.mapOptional("stage", memoryStage))
     return false;
-  if (!b.boundStage && readInteger(*m, "stage", stage, mp))
-    b.peakMemoryStage = unsigned(stage);
-  std::optional<bool> fits = m->getBoolean("fits");
-  if (!fits) {
-    mp.field("fits").report("expected a boolean");
-    return false;
-  }
-  b.fitsMemory = *fits;
+  // A null stage: the breakdown is the search objective's bound.
+  b.boundStage = !criticalStage;
+  b.criticalStageIndex = unsigned(criticalStage.value_or(0));
+  b.peakMemoryStage = unsigned(memoryStage.value_or(0));
+  b.perLayerKind.assign(kinds.begin(), kinds.end());
   return true;
 }
 

@@ -24,15 +24,11 @@ namespace stpar::search {
 
 /// "" for none, else " recompute" (full) or " recompute=selective".
 static std::string getRecomputeLabel(Recompute r) {
-  switch (r) {
-  case Recompute::None:
+  if (r == Recompute::None)
     return "";
-  case Recompute::Full:
+  if (r == Recompute::Full)
     return " recompute";
-  case Recompute::Selective:
-    return " recompute=selective";
-  }
-  return "";
+  return std::string(" recompute=") + getRecomputeName(r);
 }
 
 static Error err(const Twine &message) {

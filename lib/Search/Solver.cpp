@@ -92,6 +92,14 @@ struct Cand {
   double collectives = 0;
 };
 
+/// A plan's flattened operators, costed (Instance::Impl::costPlan): one
+/// candidate per operator; layer copies with the same partition share one
+/// Raw.
+struct CostedOps {
+  std::vector<std::vector<std::unique_ptr<Raw>>> raws;
+  std::vector<Cand> chosen;
+};
+
 struct Point {
   double time = 0, mem = 0, peak = 0;
   int32_t node = -1;
@@ -202,6 +210,9 @@ struct Instance::Impl {
   /// operator whose partition fields are overwritten.
   Expected<Raw> costRaw(unsigned i, Operator &work, const Partition &part);
   Cand derive(unsigned op, const Raw &raw) const;
+  /// An operator's gradient sync and optimizer (seconds, unweighted, added
+  /// to `sync` and `opt`) and its model states under the configuration.
+  ModelStateBytes getSyncTerms(const Raw &raw, double &sync, double &opt) const;
   double edgeSeconds(unsigned consumer, unsigned operand, int from, int to);
   /// Uncached: (seconds, the share of them reducing partial sums).
   std::pair<double, double> edgeParts(unsigned consumer, unsigned operand,
@@ -231,6 +242,11 @@ struct Instance::Impl {
                       RelayoutCost *backward = nullptr) const;
   Expected<Plan> solve();
   void walk(int32_t node, std::vector<std::pair<int, int>> &out) const;
+  /// Costs one partition per flattened operator (evaluate, getBreakdown).
+  Error costPlan(ArrayRef<Partition> partitions, CostedOps &out);
+  /// The objective of costed operators and the re-layouts of the edges
+  /// between them.
+  Expected<PlanCost> composePlan(const CostedOps &ops);
 };
 
 Instance::Instance() = default;
@@ -560,6 +576,22 @@ static bool reruns(const Operator &op, Recompute r) {
          });
 }
 
+ModelStateBytes Instance::Impl::getSyncTerms(const Raw &raw, double &sync,
+                                             double &opt) const {
+  ModelStateBytes states;
+  for (const Raw::Sync &s : raw.syncs) {
+    ModelStateBytes st = getModelStateBytes(s.psi, s.ranks, config.zeroStage);
+    states.parameters += st.parameters;
+    states.gradients += st.gradients;
+    states.optimizer += st.optimizer;
+    sync += s.allReduce + (config.zeroStage == 3 ? s.allGather : 0);
+    double updated = config.zeroStage >= 1 ? s.psi / double(s.ranks) : s.psi;
+    opt += updated * kAdamBytesPerParam /
+           (cluster.device.hbmBandwidth * eff.hbmEfficiency);
+  }
+  return states;
+}
+
 Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   const OperatorCost &c = raw.cost;
   Cand cand;
@@ -576,14 +608,8 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
     cand.ring += c.forwardRing;
     cand.collectives += raw.fwdComm;
   }
-  double sync = 0, opt = 0, states = 0;
-  for (const Raw::Sync &s : raw.syncs) {
-    states += getModelStateBytes(s.psi, s.ranks, config.zeroStage).getTotal();
-    sync += s.allReduce + (config.zeroStage == 3 ? s.allGather : 0);
-    double updated = config.zeroStage >= 1 ? s.psi / double(s.ranks) : s.psi;
-    opt += updated * kAdamBytesPerParam /
-           (cluster.device.hbmBandwidth * eff.hbmEfficiency);
-  }
+  double sync = 0, opt = 0;
+  ModelStateBytes modelStates = getSyncTerms(raw, sync, opt);
   double exposed =
       config.overlapGradSync
           ? std::max(0.0, sync - (c.backwardInput + c.backwardWeight))
@@ -601,6 +627,7 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   cand.sync = w * exposed;
   cand.opt = w * opt;
   cand.time = cand.pipe + cand.sync + cand.opt;
+  double states = modelStates.getTotal();
   cand.stateBytes = w * states;
   cand.actBytes = w * inFlight * c.stashBytes;
   double layers = double(std::max<int64_t>(1, problem.layers));
@@ -728,33 +755,49 @@ std::pair<double, double> Instance::Impl::edgeParts(unsigned consumer,
   return {seconds, reductions};
 }
 
-Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
-  Impl &I = *impl;
-  const FlatGraph &g = I.getFlat();
+Error Instance::Impl::costPlan(ArrayRef<Partition> partitions, CostedOps &out) {
+  const FlatGraph &g = getFlat();
   if (partitions.size() != g.ops.size())
     return err("the plan has " + Twine(partitions.size()) +
                " partitions for " + Twine(g.ops.size()) + " operators");
-  PlanCost pc;
-  std::vector<Cand> chosen;
-  pc.opSeconds.assign(g.ops.size(), 0);
-  pc.opBytes.assign(g.ops.size(), 0);
-  // Costed partitions per problem operator (layer copies usually agree).
-  std::vector<std::vector<std::unique_ptr<Raw>>> costed(I.problem.ops.size());
+  out.raws.clear();
+  out.raws.resize(problem.ops.size());
+  out.chosen.clear();
   for (unsigned i = 0; i < g.ops.size(); ++i) {
     unsigned op = g.original[i];
     const Raw *raw = nullptr;
-    for (const auto &r : costed[op])
+    for (const auto &r : out.raws[op])
       if (r->part == partitions[i])
         raw = r.get();
     if (!raw) {
-      Operator work = I.problem.ops[op];
-      Expected<Raw> r = I.costRaw(op, work, partitions[i]);
+      Operator work = problem.ops[op];
+      Expected<Raw> r = costRaw(op, work, partitions[i]);
       if (!r)
         return r.takeError();
-      costed[op].push_back(std::make_unique<Raw>(std::move(*r)));
-      raw = costed[op].back().get();
+      out.raws[op].push_back(std::make_unique<Raw>(std::move(*r)));
+      raw = out.raws[op].back().get();
     }
-    Cand c = I.derive(op, *raw);
+    out.chosen.push_back(derive(op, *raw));
+  }
+  return Error::success();
+}
+
+Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
+  CostedOps ops;
+  if (Error e = impl->costPlan(partitions, ops))
+    return std::move(e);
+  return impl->composePlan(ops);
+}
+
+Expected<PlanCost> Instance::Impl::composePlan(const CostedOps &ops) {
+  Impl &I = *this;
+  const FlatGraph &g = I.getFlat();
+  const std::vector<Cand> &chosen = ops.chosen;
+  PlanCost pc;
+  pc.opSeconds.assign(g.ops.size(), 0);
+  pc.opBytes.assign(g.ops.size(), 0);
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    const Cand &c = chosen[i];
     pc.pipeline += c.pipe;
     pc.exposedSync += c.sync;
     pc.optimizer += c.opt;
@@ -767,7 +810,6 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
     pc.ring += c.ring.scaled(share);
     pc.collectives += share * c.collectives;
     pc.compute += c.pipe - share * (c.ring.getTotal() + c.collectives);
-    chosen.push_back(c);
   }
   for (const Edge &e : g.edges) {
     unsigned cons = g.original[e.consumer];
@@ -799,10 +841,13 @@ Expected<PlanCost> Instance::evaluate(ArrayRef<Partition> partitions) {
 }
 
 Expected<StepBreakdown> Instance::getBreakdown(ArrayRef<Partition> partitions) {
-  Expected<PlanCost> pc = evaluate(partitions);
+  Impl &I = *impl;
+  CostedOps ops;
+  if (Error e = I.costPlan(partitions, ops))
+    return std::move(e);
+  Expected<PlanCost> pc = I.composePlan(ops);
   if (!pc)
     return pc.takeError();
-  Impl &I = *impl;
   const FlatGraph &g = I.getFlat();
   const Config &config = I.config;
   int64_t p = config.getStages(), m = config.microBatches;
@@ -813,26 +858,18 @@ Expected<StepBreakdown> Instance::getBreakdown(ArrayRef<Partition> partitions) {
   b.interleave = config.interleave;
   b.boundStage = true;
   std::map<std::string, PhaseTimes> kinds;
-  std::vector<std::unique_ptr<Raw>> raws;
   double modelFlops = 0, recomputeFlops = 0;
   // Per micro-batch, unweighted: each flattened operator's own seconds plus
   // the re-layouts of its inputs.
   std::vector<PhaseTimes> perOp(g.ops.size());
   for (unsigned i = 0; i < g.ops.size(); ++i) {
-    unsigned op = g.original[i];
-    Operator work = I.problem.ops[op];
-    Expected<Raw> r = I.costRaw(op, work, partitions[i]);
-    if (!r)
-      return r.takeError();
-    raws.push_back(std::make_unique<Raw>(std::move(*r)));
-    const Raw &raw = *raws.back();
-    Cand c = I.derive(op, raw);
-    const OperatorCost &oc = raw.cost;
-    const Operator &o = I.problem.ops[op];
-    bool recompute =
-        I.problem.sections[op] == Section::Layer && reruns(o, config.recompute);
+    const Cand &c = ops.chosen[i];
+    const OperatorCost &oc = c.raw->cost;
     PhaseTimes &t = perOp[i];
     t.forward = oc.forward;
+    unsigned op = g.original[i];
+    bool recompute = I.problem.sections[op] == Section::Layer &&
+                     reruns(I.problem.ops[op], config.recompute);
     t.recompute = recompute ? oc.forward : 0;
     t.backwardInput = oc.backwardInput;
     t.backwardWeight = oc.backwardWeight;
@@ -841,14 +878,11 @@ Expected<StepBreakdown> Instance::getBreakdown(ArrayRef<Partition> partitions) {
     if (std::abs(t.communication) <= 1e-12 * c.seconds)
       t.communication = 0; // rounding of a difference, not a time
     double w = I.weight(op);
-    double sync = 0;
-    for (const Raw::Sync &s : raw.syncs) {
-      sync += s.allReduce + (config.zeroStage == 3 ? s.allGather : 0);
-      ModelStateBytes st = getModelStateBytes(s.psi, s.ranks, config.zeroStage);
-      b.peakMemory.parameters += w * st.parameters;
-      b.peakMemory.gradients += w * st.gradients;
-      b.peakMemory.optimizer += w * st.optimizer;
-    }
+    double sync = 0, opt = 0;
+    ModelStateBytes states = I.getSyncTerms(*c.raw, sync, opt);
+    b.peakMemory.parameters += w * states.parameters;
+    b.peakMemory.gradients += w * states.gradients;
+    b.peakMemory.optimizer += w * states.optimizer;
     b.gradSync += w * sync;
     // Whole mesh: the local FLOPs times the devices of one stage.
     double share = double(b.numDevices) / double(p);
@@ -860,8 +894,8 @@ Expected<StepBreakdown> Instance::getBreakdown(ArrayRef<Partition> partitions) {
   }
   for (const Edge &e : g.edges) {
     unsigned cons = g.original[e.consumer];
-    int from = raws[e.producer]->layouts[e.producerOperand];
-    int to = raws[e.consumer]->layouts[e.consumerOperand];
+    int from = ops.chosen[e.producer].raw->layouts[e.producerOperand];
+    int to = ops.chosen[e.consumer].raw->layouts[e.consumerOperand];
     perOp[e.consumer].communication +=
         I.edgeSeconds(cons, e.consumerOperand, from, to);
   }
