@@ -511,30 +511,77 @@ double getRelayoutSeconds(ArrayRef<AxisUse> from, ArrayRef<AxisUse> to,
                                : getRingVolume(kind, bytes, n);
     cost->steps.push_back(RelayoutStep{kind, axis, bytes, t});
   };
-  // Passes: reductions, free slicing, all-to-all, gathers.
-  for (int pass = 0; pass < 4; ++pass) {
-    for (unsigned axis = 0; axis < from.size(); ++axis) {
-      AxisUse a = from[axis], b = to[axis];
-      double n = double(mesh.axes[axis].size);
-      if (pass == 0 && a.state == State::Partial) {
-        if (b.state == State::Split) {
-          emit(Collective::ReduceScatter, axis, local);
-          local /= n;
-        } else {
-          emit(Collective::AllReduce, axis, local);
-        }
-      } else if (pass == 1 && a.state == State::Replicated &&
-                 b.state == State::Split) {
-        local /= n;
-      } else if (pass == 2 && a.state == State::Split &&
-                 b.state == State::Split && a.dim != b.dim) {
+  // As -stp-partition re-lays a value out (Partition.cpp, relayout), the
+  // axes of each dim listed major first (ascending axis index, as the
+  // search assigns them): (1) partial sums reduce-scattered into a dim
+  // whose wanted list is its current one with the partial axes appended,
+  // else all-reduced; (2) per dim, the axes after the common prefix of the
+  // current and wanted lists dropped: all-to-all into a dim that wants
+  // exactly them appended, else gathered; (3) the axes still wanted added
+  // by slicing (free).
+  unsigned rank = 0;
+  for (unsigned axis = 0; axis < from.size() && axis < to.size(); ++axis) {
+    if (from[axis].state == State::Split)
+      rank = std::max(rank, from[axis].dim + 1);
+    if (to[axis].state == State::Split)
+      rank = std::max(rank, to[axis].dim + 1);
+  }
+  using AxisList = SmallVector<unsigned, 2>;
+  SmallVector<AxisList, 4> cur(rank), want(rank);
+  AxisList partial;
+  for (unsigned axis = 0; axis < from.size(); ++axis) {
+    if (from[axis].state == State::Split)
+      cur[from[axis].dim].push_back(axis);
+    else if (from[axis].state == State::Partial)
+      partial.push_back(axis);
+    if (axis < to.size() && to[axis].state == State::Split)
+      want[to[axis].dim].push_back(axis);
+  }
+  auto size = [&](unsigned axis) { return double(mesh.axes[axis].size); };
+  auto appended = [](const AxisList &a, const AxisList &b) {
+    AxisList r(a);
+    r.append(b.begin(), b.end());
+    return r;
+  };
+  if (!partial.empty()) {
+    std::optional<unsigned> scatter;
+    for (unsigned d = 0; d < rank && !scatter; ++d)
+      if (appended(cur[d], partial) == want[d])
+        scatter = d;
+    for (unsigned axis : partial) {
+      if (scatter) {
+        emit(Collective::ReduceScatter, axis, local);
+        local /= size(axis);
+      } else {
+        emit(Collective::AllReduce, axis, local);
+      }
+    }
+    if (scatter)
+      cur[*scatter] = want[*scatter];
+  }
+  for (unsigned d1 = 0; d1 < rank; ++d1) {
+    unsigned common = 0;
+    while (common < cur[d1].size() && common < want[d1].size() &&
+           cur[d1][common] == want[d1][common])
+      ++common;
+    if (common == cur[d1].size())
+      continue;
+    AxisList drop(cur[d1].begin() + common, cur[d1].end());
+    std::optional<unsigned> target;
+    for (unsigned d2 = 0; d2 < rank && !target; ++d2)
+      if (d2 != d1 && appended(cur[d2], drop) == want[d2])
+        target = d2;
+    for (unsigned axis : drop) {
+      if (target) {
         emit(Collective::AllToAll, axis, local);
-      } else if (pass == 3 && a.state == State::Split &&
-                 b.state == State::Replicated) {
-        local *= n;
+      } else {
+        local *= size(axis);
         emit(Collective::AllGather, axis, local);
       }
     }
+    if (target)
+      cur[*target].append(drop.begin(), drop.end());
+    cur[d1].resize(common);
   }
   if (cost)
     cost->seconds += seconds;

@@ -363,11 +363,23 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
   json::Array communication;
   for (const PlannedCommunication &p : planned) {
     const auto &gop = graph.ops[bridged.graphOpOfFlat[p.op]];
+    int sourceOp = gop.sourceOp;
+    if (p.viewPosition >= 0 && size_t(p.viewOperand) < gop.tensors.size()) {
+      // Issued at a view on the way into the operand (the chain of views
+      // back to the producer's output, the first one reading it first).
+      std::vector<int> chain;
+      for (int t = int(gop.tensors[p.viewOperand]);
+           graph.tensors[t].producerView >= 0;
+           t = int(graph.views[graph.tensors[t].producerView].source))
+        chain.insert(chain.begin(), graph.tensors[t].producerView);
+      if (size_t(p.viewPosition) < chain.size())
+        sourceOp = graph.views[chain[p.viewPosition]].sourceOp;
+    }
     std::string irOp, label;
-    if (gop.sourceOp >= 0 && size_t(gop.sourceOp) < irNames.getOps().size()) {
-      mlir::Operation *source = irNames.getOps()[gop.sourceOp];
+    if (sourceOp >= 0 && size_t(sourceOp) < irNames.getOps().size()) {
+      mlir::Operation *source = irNames.getOps()[sourceOp];
       irOp = irNames.getName(source).str();
-      label = stpar::stp::getPlanStepLabel(source, unsigned(gop.sourceOp));
+      label = stpar::stp::getPlanStepLabel(source, unsigned(sourceOp));
     }
     json::Array names;
     for (unsigned a : p.comm.axes)

@@ -69,6 +69,26 @@ static Error checkEdgeShapes(const Problem &p, const Operator &prod,
   return Error::success();
 }
 
+static Error checkEdgeViews(const Operator &prod, const Operand &out,
+                            const Operator &cons, const Operand &in,
+                            const EdgeViews &v) {
+  std::string name =
+      "edge " + prod.name + "." + out.name + " -> " + cons.name + "." + in.name;
+  if (v.producerDimOf.size() != in.dims.size() ||
+      v.sizes.size() != in.dims.size() || v.lostAt.size() != out.dims.size())
+    return err(name + ": the view map does not match the operands' ranks");
+  for (auto [c, d] : enumerate(v.producerDimOf)) {
+    if (d < -1 || d >= int(out.dims.size()))
+      return err(name + ": view map entry " + Twine(d) + " out of range");
+    if (v.sizes[c].size() != v.count)
+      return err(name + ": every consumer dim needs one size per view");
+  }
+  for (int at : v.lostAt)
+    if (at < -1 || at >= int(v.count))
+      return err(name + ": view position " + Twine(at) + " out of range");
+  return Error::success();
+}
+
 Error verifyProblem(const Problem &p) {
   if (p.devices < 1)
     return err("devices must be >= 1");
@@ -115,8 +135,12 @@ Error verifyProblem(const Problem &p) {
                  "': not an output");
     if (in.role != OperandRole::Input)
       return err("edge to '" + cons.name + "." + in.name + "': not an input");
-    if (Error e2 = checkEdgeShapes(p, prod, out, cons, in))
+    if (e.views) {
+      if (Error e2 = checkEdgeViews(prod, out, cons, in, *e.views))
+        return e2;
+    } else if (Error e2 = checkEdgeShapes(p, prod, out, cons, in)) {
       return e2;
+    }
     Section sp = p.sections[e.producer], sc = p.sections[e.consumer];
     if (e.nextLayer) {
       if (sp != Section::Layer || sc != Section::Layer)
@@ -165,7 +189,7 @@ Error verifyProblem(const Problem &p) {
         return err("operator '" + pre.name + "' (the last pre operator) has "
                    "no output to feed the first layer");
       for (const Edge &e : p.edges)
-        if (e.nextLayer)
+        if (e.nextLayer && !e.views)
           if (Error e2 = checkEdgeShapes(p, pre, *out, p.ops[e.consumer],
                                          p.ops[e.consumer]
                                              .operands[e.consumerOperand]))
@@ -332,10 +356,13 @@ Error Parser::parseLine(StringRef keyword, SmallVectorImpl<StringRef> &w) {
     LoopDim d;
     d.name = w[0].str();
     d.extent = *extent;
-    if (w.size() > 2) {
-      if (w[2] != "reduction")
-        return error("expected 'reduction', got '" + w[2] + "'");
-      d.kind = LoopKind::Reduction;
+    for (StringRef attr : ArrayRef(w).drop_front(2)) {
+      if (attr == "reduction")
+        d.kind = LoopKind::Reduction;
+      else if (attr == "fixed")
+        d.splittable = false;
+      else
+        return error("expected 'reduction' or 'fixed', got '" + attr + "'");
     }
     for (const LoopDim &o : op->loops)
       if (o.name == d.name)
@@ -403,10 +430,70 @@ Error Parser::parseLine(StringRef keyword, SmallVectorImpl<StringRef> &w) {
       (side ? edge.consumerOperand : edge.producerOperand) =
           unsigned(it - operands.begin());
     }
-    if (w.size() > 3) {
-      if (w[3] != "next")
-        return error("expected 'next', got '" + w[3] + "'");
-      edge.nextLayer = true;
+    // [next] [views=N map=D,... sizes=S/S,... lost=P,... [shared]]
+    auto list = [&](StringRef value, StringRef what,
+                    std::vector<int> &out) -> Error {
+      SmallVector<StringRef> items;
+      if (!value.empty())
+        value.split(items, ',');
+      for (StringRef item : items) {
+        if (item == "-") {
+          out.push_back(-1);
+          continue;
+        }
+        Expected<int64_t> v = integer(item, what);
+        if (!v)
+          return v.takeError();
+        out.push_back(int(*v));
+      }
+      return Error::success();
+    };
+    for (StringRef attr : ArrayRef(w).drop_front(3)) {
+      auto [key, value] = attr.split('=');
+      if (key == "next") {
+        edge.nextLayer = true;
+        continue;
+      }
+      if (key == "shared") {
+        if (!edge.views)
+          edge.views.emplace();
+        edge.views->chargesGather = false;
+        continue;
+      }
+      if (!edge.views)
+        edge.views.emplace();
+      EdgeViews &v = *edge.views;
+      if (key == "views") {
+        Expected<int64_t> n = integer(value, "views");
+        if (!n)
+          return n.takeError();
+        v.count = unsigned(std::max<int64_t>(0, *n));
+      } else if (key == "map") {
+        if (Error e = list(value, "map", v.producerDimOf))
+          return e;
+      } else if (key == "lost") {
+        if (Error e = list(value, "lost", v.lostAt))
+          return e;
+      } else if (key == "sizes") {
+        SmallVector<StringRef> dims;
+        if (!value.empty())
+          value.split(dims, ',');
+        for (StringRef dim : dims) {
+          SmallVector<StringRef> items;
+          dim.split(items, '/');
+          v.sizes.emplace_back();
+          for (StringRef item : items) {
+            Expected<int64_t> n = integer(item, "sizes");
+            if (!n)
+              return n.takeError();
+            v.sizes.back().push_back(*n);
+          }
+        }
+      } else {
+        return error("expected 'next', 'views=', 'map=', 'sizes=', 'lost=' "
+                     "or 'shared', got '" +
+                     attr + "'");
+      }
     }
     p.edges.push_back(edge);
     return Error::success();
@@ -444,7 +531,8 @@ void printProblem(raw_ostream &os, const Problem &p) {
     os << "\n";
     for (const LoopDim &l : op.loops)
       os << "  loop " << l.name << " " << l.extent
-         << (l.kind == LoopKind::Reduction ? " reduction" : "") << "\n";
+         << (l.kind == LoopKind::Reduction ? " reduction" : "")
+         << (l.splittable ? "" : " fixed") << "\n";
     for (const Operand &o : op.operands) {
       os << "  "
          << (o.role == OperandRole::Input       ? "input"
@@ -468,6 +556,30 @@ void printProblem(raw_ostream &os, const Problem &p) {
        << p.ops[e.consumer].operands[e.consumerOperand].name;
     if (e.nextLayer)
       os << " next";
+    if (e.views) {
+      const EdgeViews &v = *e.views;
+      auto list = [&](ArrayRef<int> items) {
+        for (auto [k, d] : enumerate(items)) {
+          os << (k ? "," : "");
+          if (d < 0)
+            os << "-";
+          else
+            os << d;
+        }
+      };
+      os << " views=" << v.count << " map=";
+      list(v.producerDimOf);
+      os << " sizes=";
+      for (auto [k, sizes] : enumerate(v.sizes)) {
+        os << (k ? "," : "");
+        for (auto [j, n] : enumerate(sizes))
+          os << (j ? "/" : "") << n;
+      }
+      os << " lost=";
+      list(v.lostAt);
+      if (!v.chargesGather)
+        os << " shared";
+    }
     os << "\n";
   }
 }

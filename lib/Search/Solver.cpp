@@ -140,6 +140,10 @@ struct Tables {
   /// back), so that edges carrying the same tensor share cache entries.
   DenseMap<uint64_t, unsigned> edgeTensorIds;
   std::map<std::tuple<std::vector<int64_t>, int64_t, bool>, unsigned> tensorIds;
+  /// Ids handed out (tensorIds' and one per edge through views).
+  unsigned numTensorIds = 0;
+  /// Per (consumer, operand) fed through views: the edge (Problem::edges).
+  DenseMap<uint64_t, unsigned> viewEdges;
   /// Per problem operator, every enumerated partition.
   std::vector<std::vector<Raw>> raw;
   /// What the tables were built for.
@@ -222,7 +226,8 @@ struct Instance::Impl {
   /// and, when the tensor needs a gradient, B (its gradient back); empty
   /// steps where none is needed or the layouts are external.
   std::pair<RelayoutCost, RelayoutCost>
-  edgeRelayouts(unsigned consumer, unsigned operand, int from, int to) const;
+  edgeRelayouts(unsigned consumer, unsigned operand, int from, int to,
+                RelayoutCost *beforeViews = nullptr) const;
   double edgeCost(unsigned consumer, unsigned operand, int from, int to) {
     return weight(consumer) * slots * edgeSeconds(consumer, operand, from, to);
   }
@@ -239,7 +244,25 @@ struct Instance::Impl {
   /// (unweighted); fills the steps when asked.
   double relayoutEdge(unsigned consumer, unsigned operand, int from, int to,
                       RelayoutCost *forward = nullptr,
-                      RelayoutCost *backward = nullptr) const;
+                      RelayoutCost *backward = nullptr,
+                      RelayoutCost *beforeViews = nullptr) const;
+  /// The edge into `operand` of `consumer` when it runs through views.
+  const Edge *getViewEdge(unsigned consumer, unsigned operand) const {
+    auto it = tables->viewEdges.find(uint64_t(consumer) << 8 | operand);
+    return it == tables->viewEdges.end() ? nullptr : &problem.edges[it->second];
+  }
+  /// Per mesh axis, for the producer's layout `from` on a view edge: the
+  /// view position where its split is lost (gathered), -1 where it carries
+  /// over or the axis does not split the producer's output.
+  SmallVector<int, 4> getViewLosses(const Edge &edge, int from) const;
+  /// relayoutEdge for an edge through views: the producer's output is
+  /// re-laid out to what the views keep (partial sums reduced, lost splits
+  /// gathered; `beforeViews`, only on the edge that pays it), the views'
+  /// result then into the consumer's layout (`forward`); the gradient
+  /// comes back from the consumer's layout to the views' (`backward`).
+  double relayoutViews(const Edge &edge, int from, int to,
+                       RelayoutCost *forward, RelayoutCost *backward,
+                       RelayoutCost *beforeViews) const;
   Expected<Plan> solve();
   void walk(int32_t node, std::vector<std::pair<int, int>> &out) const;
   /// Costs one partition per flattened operator (evaluate, getBreakdown).
@@ -340,6 +363,11 @@ Error Instance::Impl::init(bool fresh) {
       inputHasEdges[i].assign(problem.ops[i].operands.size(), false);
     for (const Edge &e : problem.edges)
       inputHasEdges[e.consumer][e.consumerOperand] = true;
+    tables->viewEdges.clear();
+    for (auto [k, e] : llvm::enumerate(problem.edges))
+      if (e.views)
+        tables->viewEdges[uint64_t(e.consumer) << 8 | e.consumerOperand] =
+            unsigned(k);
     isCheckpoint.assign(problem.ops.size(), false);
     std::optional<unsigned> first;
     for (const Edge &e : problem.edges)
@@ -661,10 +689,18 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
     std::vector<int64_t> shape;
     for (unsigned d : o.dims)
       shape.push_back(op.loops[d].extent);
-    auto [it, ins] =
-        tables->tensorIds.try_emplace({shape, o.elementBytes, o.needsGrad},
-                                      unsigned(tables->tensorIds.size()));
-    tid = tables->edgeTensorIds.try_emplace(edge, it->second).first;
+    unsigned id;
+    if (tables->viewEdges.count(edge)) {
+      // Through views: the cost depends on the edge's dim map too.
+      id = tables->numTensorIds++;
+    } else {
+      auto [it, ins] = tables->tensorIds.try_emplace(
+          {shape, o.elementBytes, o.needsGrad}, tables->numTensorIds);
+      if (ins)
+        ++tables->numTensorIds;
+      id = it->second;
+    }
+    tid = tables->edgeTensorIds.try_emplace(edge, id).first;
   }
   assert(from < (1 << 21) && to < (1 << 21) && tid->second < (1u << 21) &&
          "re-layout cache key fields overflow");
@@ -678,9 +714,158 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
   return seconds;
 }
 
+SmallVector<int, 4> Instance::Impl::getViewLosses(const Edge &edge,
+                                                  int from) const {
+  const EdgeViews &v = *edge.views;
+  const Operator &prod = problem.ops[edge.producer];
+  const Operand &po = prod.operands[edge.producerOperand];
+  const LayoutCode &src = layouts[from];
+  unsigned numAxes = unsigned(config.mesh.axes.size());
+  unsigned rank = unsigned(po.dims.size());
+  SmallVector<int64_t, 4> group(rank, 1);
+  for (unsigned a = 0; a < numAxes && a < src.size(); ++a)
+    if (src[a] >= 0 && unsigned(src[a]) < rank)
+      group[src[a]] *= config.mesh.axes[a].size;
+  SmallVector<int, 4> lostAt(rank, -1);
+  for (unsigned d = 0; d < rank; ++d) {
+    if (group[d] == 1)
+      continue;
+    lostAt[d] = v.lostAt[d];
+    auto it = llvm::find(v.producerDimOf, int(d));
+    if (it == v.producerDimOf.end()) {
+      if (lostAt[d] < 0)
+        lostAt[d] = std::max(0, int(v.count) - 1);
+      continue;
+    }
+    // A size along the way the group does not divide drops the split
+    // there (Partition.cpp, planLayout).
+    const std::vector<int64_t> &sizes = v.sizes[it - v.producerDimOf.begin()];
+    for (unsigned k = 0; k < sizes.size(); ++k)
+      if (sizes[k] % group[d] != 0) {
+        if (lostAt[d] < 0 || int(k) < lostAt[d])
+          lostAt[d] = int(k);
+        break;
+      }
+  }
+  SmallVector<int, 4> out(numAxes, -1);
+  for (unsigned a = 0; a < numAxes && a < src.size(); ++a)
+    if (src[a] >= 0 && unsigned(src[a]) < rank)
+      out[a] = lostAt[src[a]];
+  return out;
+}
+
+double Instance::Impl::relayoutViews(const Edge &edge, int from, int to,
+                                     RelayoutCost *forward,
+                                     RelayoutCost *backward,
+                                     RelayoutCost *beforeViews) const {
+  const EdgeViews &v = *edge.views;
+  const Operator &prod = problem.ops[edge.producer];
+  const Operand &po = prod.operands[edge.producerOperand];
+  const Operator &cons = problem.ops[edge.consumer];
+  const Operand &co = cons.operands[edge.consumerOperand];
+  const LayoutCode &src = layouts[from], &dst = layouts[to];
+  unsigned numAxes = unsigned(config.mesh.axes.size());
+  // Without views the operands are one tensor: its extents are the
+  // producer's (a grouped-query key read by the query-head loop has the
+  // key/value heads).
+  auto extentOf = [&](const Operator &op, const Operand &o, unsigned d) {
+    if (&o == &co && v.count == 0 && v.producerDimOf[d] >= 0)
+      return prod.loops[po.dims[v.producerDimOf[d]]].extent;
+    return op.loops[o.dims[d]].extent;
+  };
+  auto localBytes = [&](const Operator &op, const Operand &o,
+                        ArrayRef<AxisUse> u) {
+    double local = double(o.elementBytes);
+    for (unsigned d = 0; d < o.dims.size(); ++d) {
+      int64_t split = 1;
+      for (unsigned a = 0; a < numAxes; ++a)
+        if (u[a].state == AxisUse::State::Split && u[a].dim == d)
+          split *= config.mesh.axes[a].size;
+      int64_t extent = extentOf(op, o, d);
+      local *= double((extent + split - 1) / split);
+    }
+    return local;
+  };
+  SmallVector<int, 4> losses = getViewLosses(edge, from);
+  // The producer's layout, what the views keep of it (in the producer's
+  // dims and in the consumer's), and the consumer's.
+  SmallVector<AxisUse, 4> before(numAxes), kept(numAxes), after(numAxes),
+      want(numAxes), grad(numAxes);
+  unsigned prodRank = unsigned(po.dims.size()),
+           consRank = unsigned(co.dims.size());
+  for (unsigned a = 0; a < numAxes && a < src.size(); ++a) {
+    if (src[a] >= 0 && unsigned(src[a]) < prodRank) {
+      before[a] = {AxisUse::State::Split, unsigned(src[a])};
+      auto it = llvm::find(v.producerDimOf, int(src[a]));
+      if (losses[a] < 0 && it != v.producerDimOf.end()) {
+        kept[a] = before[a];
+        after[a] = {AxisUse::State::Split,
+                    unsigned(it - v.producerDimOf.begin())};
+      }
+    } else if (src[a] == kPartial) {
+      before[a] = {AxisUse::State::Partial, 0};
+      // Without views the consumer's re-layout reduces them.
+      if (v.count == 0)
+        after[a] = before[a];
+    }
+  }
+  SmallVector<AxisUse, 4> back(after);
+  for (AxisUse &u : back)
+    if (u.state == AxisUse::State::Partial)
+      u = AxisUse();
+  for (unsigned a = 0; a < numAxes && a < dst.size(); ++a) {
+    if (dst[a] >= 0 && unsigned(dst[a]) < consRank) {
+      want[a] = {AxisUse::State::Split, unsigned(dst[a])};
+      grad[a] = want[a];
+    } else if (dst[a] == kPartialGradient) {
+      grad[a] = {AxisUse::State::Partial, 0};
+    }
+  }
+  double seconds = 0;
+  if (v.count && v.chargesGather) {
+    RelayoutCost gather;
+    seconds += getRelayoutSeconds(before, kept, localBytes(prod, po, before),
+                                  config.mesh, placements, cluster,
+                                  beforeViews || forward ? &gather : nullptr);
+    RelayoutCost *into = beforeViews ? beforeViews : forward;
+    if (into) {
+      into->steps.insert(into->steps.end(), gather.steps.begin(),
+                         gather.steps.end());
+      into->seconds += gather.seconds;
+      into->receivedBytes += gather.receivedBytes;
+    }
+  }
+  if (forward) {
+    RelayoutCost rest;
+    seconds += getRelayoutSeconds(after, want, localBytes(cons, co, after),
+                                  config.mesh, placements, cluster, &rest);
+    forward->steps.insert(forward->steps.end(), rest.steps.begin(),
+                          rest.steps.end());
+    forward->seconds += rest.seconds;
+    forward->receivedBytes += rest.receivedBytes;
+  } else {
+    seconds += getRelayoutSeconds(after, want, localBytes(cons, co, after),
+                                  config.mesh, placements, cluster);
+  }
+  // The gradient: from the consumer's layout (its partial sums reduced)
+  // back to what the views keep; through the views and into the
+  // producer's split nothing moves (only slices).
+  if (co.needsGrad)
+    seconds += getRelayoutSeconds(grad, back, localBytes(cons, co, grad),
+                                  config.mesh, placements, cluster, backward);
+  return seconds;
+}
+
 double Instance::Impl::relayoutEdge(unsigned consumer, unsigned operand,
                                     int from, int to, RelayoutCost *forward,
-                                    RelayoutCost *backward) const {
+                                    RelayoutCost *backward,
+                                    RelayoutCost *beforeViews) const {
+  unsigned numAxesNow = unsigned(config.mesh.axes.size());
+  if (placements.size() != numAxesNow)
+    for (unsigned a = 0; a < numAxesNow; ++a)
+      placements.push_back(config.mesh.getPlacement(a, cluster.devicesPerNode));
+  if (const Edge *edge = getViewEdge(consumer, operand))
+    return relayoutViews(*edge, from, to, forward, backward, beforeViews);
   const Operator &op = problem.ops[consumer];
   const Operand &o = op.operands[operand];
   const LayoutCode &src = layouts[from], &dst = layouts[to];
@@ -730,10 +915,11 @@ double Instance::Impl::relayoutEdge(unsigned consumer, unsigned operand,
 
 std::pair<RelayoutCost, RelayoutCost>
 Instance::Impl::edgeRelayouts(unsigned consumer, unsigned operand, int from,
-                              int to) const {
+                              int to, RelayoutCost *beforeViews) const {
   std::pair<RelayoutCost, RelayoutCost> result;
   if (from != kExternal)
-    relayoutEdge(consumer, operand, from, to, &result.first, &result.second);
+    relayoutEdge(consumer, operand, from, to, &result.first, &result.second,
+                 beforeViews);
   return result;
 }
 
@@ -1000,34 +1186,77 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
     unsigned cons = g.original[e.consumer];
     int from = raws[e.producer].layouts[e.producerOperand];
     int to = raws[e.consumer].layouts[e.consumerOperand];
-    auto [f, b] = I.edgeRelayouts(cons, e.consumerOperand, from, to);
+    RelayoutCost gather;
+    auto [f, b] = I.edgeRelayouts(cons, e.consumerOperand, from, to, &gather);
     std::string what = "operand " + std::to_string(e.consumerOperand) + " of " +
                        g.ops[e.consumer].name + " (produced by " +
                        g.ops[e.producer].name + ")";
+    const Edge *viewEdge = I.getViewEdge(cons, e.consumerOperand);
+    SmallVector<int, 4> losses;
+    if (viewEdge && from != kExternal)
+      losses = I.getViewLosses(*viewEdge, from);
     int64_t width = g.ops[e.consumer].operands[e.consumerOperand].elementBytes;
-    // One record per step, but consecutive all-reduces of the same buffer
-    // over several axes as one all-reduce over their group, as the program
-    // issues it (getRelayoutCost lists one per axis).
+    // One record per step, but consecutive all-reduces (all-to-alls) of
+    // the same buffer over several axes as one over their group, as the
+    // program issues it (getRelayoutCost lists one per axis).
     auto add = [&](const RelayoutStep &step, Phase phase, unsigned owner,
-                   const std::string &text) {
+                   const std::string &text, int view = -1,
+                   int64_t elementBytes = 0) {
       PlannedCommunication *last = out.empty() ? nullptr : &out.back();
-      if (last && step.kind == Collective::AllReduce &&
+      if (last &&
+          (step.kind == Collective::AllReduce ||
+           step.kind == Collective::AllToAll) &&
           last->source == "re-layout" && last->op == owner &&
-          last->comm.phase == phase &&
-          last->comm.kind == Collective::AllReduce &&
-          last->comm.bytes == step.bytes && last->comm.what == text) {
+          last->comm.phase == phase && last->comm.kind == step.kind &&
+          last->comm.bytes == step.bytes && last->comm.what == text &&
+          last->viewPosition == view) {
         last->comm.axes.push_back(step.axis);
         return;
       }
       Communication c;
-      c.elementBytes = width;
+      c.elementBytes = elementBytes ? elementBytes : width;
       c.phase = phase;
       c.kind = step.kind;
       c.axes = {step.axis};
       c.bytes = step.bytes;
       c.what = text;
-      out.push_back({std::move(c), owner, "re-layout"});
+      PlannedCommunication pc{std::move(c), owner, "re-layout"};
+      if (view >= 0) {
+        pc.viewOperand = int(e.consumerOperand);
+        pc.viewPosition = view;
+      }
+      out.push_back(std::move(pc));
     };
+    // Through views: the producer's output re-laid out before the views
+    // (its reductions the producer's, its gathers the view's that drops
+    // the split), the gradient coming back re-laid out by the last view's
+    // gradient.
+    int64_t producerWidth =
+        g.ops[e.producer].operands[e.producerOperand].elementBytes;
+    for (const RelayoutStep &step : gather.steps) {
+      if (isReduction(step.kind)) {
+        add(step, Phase::Forward, e.producer,
+            "re-layout before the views of " + what, -1, producerWidth);
+        continue;
+      }
+      int at = step.axis < losses.size() ? losses[step.axis] : -1;
+      add(step, Phase::Forward, e.consumer,
+          "re-layout before the views of " + what, std::max(0, at),
+          producerWidth);
+    }
+    if (viewEdge && viewEdge->views->count) {
+      for (const RelayoutStep &step : f.steps)
+        add(step, Phase::Forward, e.consumer, "re-layout of " + what);
+      int last = int(viewEdge->views->count) - 1;
+      for (const RelayoutStep &step : b.steps)
+        if (isReduction(step.kind))
+          add(step, Phase::InputGrad, e.consumer,
+              "gradient re-layout of " + what);
+        else
+          add(step, Phase::InputGrad, e.consumer,
+              "gradient re-layout of " + what, last);
+      continue;
+    }
     for (const RelayoutStep &step : f.steps)
       add(step, Phase::Forward,
           isReduction(step.kind) ? e.producer : e.consumer,

@@ -174,6 +174,8 @@ std::vector<Partition> enumeratePartitions(const Operator &op, const Mesh &mesh,
     choice[a] = numLoops;
     rec(a + 1);
     for (unsigned d = 0; d < numLoops; ++d) {
+      if (!op.loops[d].splittable)
+        continue;
       int64_t s = split[d] * mesh.axes[a].size;
       if (op.loops[d].extent % s)
         continue; // non-divisible splits are excluded

@@ -71,6 +71,14 @@ struct GraphView {
   std::string name;
   unsigned source = 0, result = 0;
   std::vector<int> sourceDimOf;
+  /// What the partitioned program keeps (-stp-partition's rule for views,
+  /// PartitionableOpInterface's LayoutRule): sourceDimOf without the source
+  /// dims that must be whole (a slice's sliced dim, a concatenation's dim)
+  /// or whose size changes at the same rank.
+  std::vector<int> splitDimOf;
+  /// Index of the view's op in the function body (as
+  /// GraphOperator::sourceOp), or -1.
+  int sourceOp = -1;
 };
 
 /// One operator with the tensors behind its operands.

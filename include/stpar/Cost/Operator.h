@@ -35,6 +35,10 @@ struct LoopDim {
   int64_t extent = 1;
   LoopKind kind = LoopKind::Parallel;
   std::vector<unsigned> axes;
+  /// Whether a partition may split the loop (the search's space,
+  /// search::enumeratePartitions): false where the partitioned program
+  /// cannot (stp.attention splits only its batch and head loops).
+  bool splittable = true;
 };
 
 /// How the cost rules treat an operator.

@@ -251,10 +251,15 @@ double getRelayoutSeconds(llvm::ArrayRef<AxisUse> from,
                           llvm::ArrayRef<AxisPlacement> placements,
                           const Cluster &cluster, RelayoutCost *cost = nullptr);
 
-/// Per axis: partial -> replicated all-reduce, partial -> split
-/// reduce-scatter, split(d) -> split(e) all-to-all, split -> replicated
-/// all-gather, replicated -> split free (local slice). Reductions first,
-/// gathers last (smallest buffers). `to` must not have partial axes.
+/// The collectives -stp-partition issues (docs/partition.md, "Re-layout"),
+/// the axes on one dim taken major first in ascending axis order: partial
+/// sums reduce-scattered when the wanted split of one dim is the current
+/// one with the partial axes appended, else all-reduced; per dim, the axes
+/// after the common prefix of the current and the wanted list dropped, by
+/// all-to-all when another dim wants exactly them appended, else by
+/// all-gather; then the axes still wanted added by a local slice (free).
+/// One step per axis (a group's collective as consecutive steps whose ring
+/// volumes add up to the group's). `to` must not have partial axes.
 llvm::Expected<RelayoutCost> getRelayoutCost(const TensorLayout &from,
                                              const TensorLayout &to,
                                              const Mesh &mesh,

@@ -33,11 +33,38 @@ namespace stpar::search {
 /// pipelining), in the repeated block, or after it (last stage).
 enum class Section { Pre, Layer, Post };
 
+/// Views (reshapes, slices, splits) between the producer and the consumer
+/// of an edge: which producer dim's split carries over to which consumer dim,
+/// and where the others are lost (the PartitionableOpInterface's
+/// LayoutRule of each view, composed; docs/search.md "Edges through
+/// views"). Dims are operand dim positions (Operand::dims).
+struct EdgeViews {
+  /// Number of views on the way; 0: none, the operands are the same
+  /// tensor but one indexes a (unit) dim by no loop, so operand dim
+  /// positions differ.
+  unsigned count = 1;
+  /// Per consumer operand dim: the producer operand dim whose split it
+  /// takes, or -1 (the dim starts replicated).
+  std::vector<int> producerDimOf;
+  /// Per consumer operand dim: its size after each view (count entries): a
+  /// split carries over only while every size is a multiple of its group.
+  std::vector<std::vector<int64_t>> sizes;
+  /// Per producer operand dim: the position of the view (0 = the one
+  /// reading the producer's output) that drops its split, or -1.
+  std::vector<int> lostAt;
+  /// Whether this edge pays the re-layout before the views (the producer's
+  /// partial sums reduced, the lost splits gathered). The program makes
+  /// that re-layout once per producer output and target layout, so among
+  /// edges from the same output with the same lostAt only the first does.
+  bool chargesGather = true;
+};
+
 /// One tensor flowing from an Output operand of `producer` to an Input
-/// operand of `consumer` (indices into Problem::ops and their operands). Both
-/// operands have the same rank; the consumer's extents may be smaller in a
-/// dimension (it reads a slice, e.g. Q out of a fused QKV output), never
-/// larger.
+/// operand of `consumer` (indices into Problem::ops and their operands).
+/// Without `views` both operands have the same rank and the consumer's
+/// extents may be smaller in a dimension (it reads a slice, e.g. Q out of a
+/// fused QKV output), never larger; with them, the operands are joined
+/// through the views' dim map.
 struct Edge {
   unsigned producer = 0, producerOperand = 0;
   unsigned consumer = 0, consumerOperand = 0;
@@ -46,6 +73,8 @@ struct Edge {
   /// layer's carry feeds Post operators through ordinary edges from the
   /// carry operator.
   bool nextLayer = false;
+  /// Set when views lie between the operands.
+  std::optional<EdgeViews> views;
 };
 
 struct Problem {

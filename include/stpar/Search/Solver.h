@@ -160,6 +160,10 @@ struct PlannedCommunication {
   /// transfers and input skew), "re-layout" (an edge between operators) or
   /// "gradient sync" (per step, not per micro-batch; phase weight_grad).
   std::string source;
+  /// A re-layout at a view on an edge through views (Edge::views): the
+  /// view at this position (0 = the one reading the producer's output) on
+  /// the way into operand `viewOperand` of `op` issues it; -1 otherwise.
+  int viewOperand = -1, viewPosition = -1;
 };
 
 /// The objective for one problem under one configuration. Holds the

@@ -160,7 +160,9 @@ void Converter::addView(Operation *op, Value source, Value result,
   t.producerView = int(graph.views.size());
   if (copy.kind == TensorKind::Parameter)
     t.name = copy.name;
-  graph.views.push_back({getName(op), src, id, std::move(sourceDimOf)});
+  std::vector<int> splitDimOf = sourceDimOf;
+  graph.views.push_back({getName(op), src, id, std::move(sourceDimOf),
+                         std::move(splitDimOf), currentOp});
 }
 
 void Converter::addOperator(GraphOperator gop, ArrayRef<Value> outputs) {
@@ -493,10 +495,14 @@ void Converter::convertAttention(stp::AttentionOp op) {
     return Operand{graph.tensors[t].name, role, toDims(loops),
                    graph.tensors[t].elementBytes, true};
   };
+  // The partitioned program's stp.attention splits its batch and head
+  // loops only (Partition.cpp, planAttention).
   auto loopsOf = [&](std::initializer_list<std::pair<int64_t, bool>> ls) {
     std::vector<LoopDim> loops;
-    for (auto [extent, red] : ls)
+    for (auto [extent, red] : ls) {
       loops.push_back(makeLoop(unsigned(loops.size()), extent, red));
+      loops.back().splittable = loops.size() <= 2;
+    }
     return loops;
   };
 
@@ -834,9 +840,33 @@ FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
     case stp::CostKind::Free:
       break;
     case stp::CostKind::View: {
-      llvm::SmallVector<int64_t> dims = partitionable.getLayoutRule().resultDims;
-      addView(&op, op.getOperand(0), op.getResult(0),
-              std::vector<int>(dims.begin(), dims.end()));
+      stp::LayoutRule layout = partitionable.getLayoutRule();
+      // The operand whose split the view takes: operand 0, or the first
+      // computed one where the first split operand leads (graph inputs,
+      // parameters and constants start replicated in the program).
+      Value lead = op.getOperand(0);
+      if (layout.firstSplitOperandLeads)
+        for (Value v : op.getOperands())
+          if (auto it = tensorOf.find(v);
+              isa<RankedTensorType>(v.getType()) && it != tensorOf.end() &&
+              graph.tensors[it->second].kind == TensorKind::Activation) {
+            lead = v;
+            break;
+          }
+      addView(
+          &op, lead, op.getResult(0),
+          std::vector<int>(layout.resultDims.begin(), layout.resultDims.end()));
+      // The split the partitioned program keeps (Partition.cpp,
+      // planLayout): not on dims that must be whole, nor on dims whose
+      // size changes at the same rank.
+      auto src = cast<RankedTensorType>(lead.getType());
+      auto res = cast<RankedTensorType>(op.getResult(0).getType());
+      std::vector<int> &kept = graph.views.back().splitDimOf;
+      for (int &d : kept)
+        if (d >= 0 && (llvm::is_contained(layout.wholeDims, d) ||
+                       (src.getRank() == res.getRank() &&
+                        src.getDimSize(d) != res.getDimSize(d))))
+          d = -1;
       break;
     }
     case stp::CostKind::Loops:

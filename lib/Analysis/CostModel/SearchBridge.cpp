@@ -8,7 +8,7 @@
 // the batch and sequence dims from the graph inputs, keeps the operators
 // with a batch loop, finds residual cuts near the converter's layer starts,
 // checks the layers between them are identical and folds them into one
-// repeated block; edges through rank- and order-preserving views only.
+// repeated block; edges through views carry the views' dim map.
 //
 //===----------------------------------------------------------------------===//
 
@@ -109,7 +109,75 @@ Root traceRoot(const OperatorGraph &g, unsigned t) {
 struct RawEdge {
   unsigned producer, producerOperand, consumer, consumerOperand;
   unsigned tensor;
+  std::optional<EdgeViews> views;
 };
+
+/// Operand dim position (cost::Operand::dims) of each tensor dim, -1 for
+/// unit dims without a loop.
+std::vector<int> getPositions(ArrayRef<int> tensorDimLoops) {
+  std::vector<int> pos;
+  int next = 0;
+  for (int l : tensorDimLoops)
+    pos.push_back(l >= 0 ? next++ : -1);
+  return pos;
+}
+
+/// The views from producer output `prodDims` (tensor dim -> loop) to
+/// consumer operand `consDims` through `chain` (GraphView indices, the one
+/// reading the producer first), composed with each view's splitDimOf.
+EdgeViews composeViews(const OperatorGraph &g, ArrayRef<unsigned> chain,
+                       ArrayRef<int> prodDims, ArrayRef<int> consDims) {
+  EdgeViews v;
+  v.count = unsigned(chain.size());
+  std::vector<int> prodPos = getPositions(prodDims),
+                   consPos = getPositions(consDims);
+  int prodRank = int(llvm::count_if(prodDims, [](int l) { return l >= 0; }));
+  v.lostAt.assign(prodRank, -1);
+  for (auto [td, pos] : enumerate(consPos)) {
+    if (pos < 0)
+      continue;
+    std::vector<int64_t> sizes(chain.size(), 1);
+    int d = int(td);
+    if (chain.empty() && unsigned(d) >= prodPos.size())
+      d = -1;
+    for (int k = int(chain.size()) - 1; k >= 0 && d >= 0; --k) {
+      const GraphView &view = g.views[chain[k]];
+      const std::vector<int64_t> &shape = g.tensors[view.result].shape;
+      sizes[k] = unsigned(d) < shape.size() ? shape[d] : 1;
+      d = unsigned(d) < view.splitDimOf.size() ? view.splitDimOf[d] : -1;
+    }
+    int p = d >= 0 && unsigned(d) < prodPos.size() ? prodPos[d] : -1;
+    v.producerDimOf.push_back(p);
+    v.sizes.push_back(std::move(sizes));
+  }
+  for (auto [td, pos] : enumerate(prodPos)) {
+    if (pos < 0)
+      continue;
+    int d = int(td);
+    for (auto [k, index] : enumerate(chain)) {
+      const std::vector<int> &map = g.views[index].splitDimOf;
+      auto it = llvm::find(map, d);
+      if (it == map.end()) {
+        v.lostAt[pos] = int(k);
+        break;
+      }
+      d = int(it - map.begin());
+    }
+  }
+  return v;
+}
+
+/// The views between tensor `t` and the tensor they are views of, the one
+/// reading that tensor first.
+std::vector<unsigned> getViewChain(const OperatorGraph &g, unsigned t) {
+  std::vector<unsigned> chain;
+  while (g.tensors[t].producerView >= 0) {
+    chain.push_back(unsigned(g.tensors[t].producerView));
+    t = g.views[g.tensors[t].producerView].source;
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
 
 /// Structural signature of an operator (layers are identical when their
 /// operators' signatures are).
@@ -225,6 +293,35 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
       for (auto [k, o] : enumerate(prod.op.operands))
         if (o.role == OperandRole::Output && prod.tensors[k] == r.tensor)
           po = unsigned(k);
+      std::vector<unsigned> chain = getViewChain(graph, gop.tensors[j]);
+      if (po && !chain.empty()) {
+        // Through views: the composed dim map (the partitioned program
+        // re-lays the producer's output out before the first view that
+        // drops a split, and the consumer's operand after the last).
+        edges.push_back({unsigned(pk), *po, c, unsigned(j), r.tensor,
+                         composeViews(graph, chain, prod.tensorDimLoops[*po],
+                                      gop.tensorDimLoops[j])});
+        continue;
+      }
+      auto largerInConsumer = [&] {
+        for (auto [a, b] : zip(gop.tensorDimLoops[j], prod.tensorDimLoops[*po]))
+          if (a >= 0 && b >= 0 &&
+              ops[c].loops[a].extent > ops[pk].loops[b].extent)
+            return true;
+        return false;
+      };
+      if (po && chain.empty() &&
+          gop.tensorDimLoops[j].size() == prod.tensorDimLoops[*po].size() &&
+          (is_contained(gop.tensorDimLoops[j], -1) ||
+           is_contained(prod.tensorDimLoops[*po], -1) || largerInConsumer())) {
+        // The same tensor, but a dim one side indexes by no loop (a
+        // broadcast unit dim) or by a larger loop (grouped-query key/value
+        // heads read by the query-head loop): joined by tensor dim.
+        EdgeViews v = composeViews(graph, {}, prod.tensorDimLoops[*po],
+                                   gop.tensorDimLoops[j]);
+        edges.push_back({unsigned(pk), *po, c, unsigned(j), r.tensor, v});
+        continue;
+      }
       bool ok = r.direct && po &&
                 !is_contained(gop.tensorDimLoops[j], -1) &&
                 !is_contained(prod.tensorDimLoops[*po], -1) &&
@@ -238,14 +335,24 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
         ++dropped;
         continue;
       }
-      edges.push_back({unsigned(pk), *po, c, unsigned(j), r.tensor});
+      edges.push_back({unsigned(pk), *po, c, unsigned(j), r.tensor, {}});
     }
+  }
+  // The program re-lays a producer's output out before the views once per
+  // target layout: among view edges leaving the same output with the same
+  // lost splits, the first pays.
+  {
+    std::set<std::tuple<unsigned, unsigned, std::vector<int>>> paid;
+    for (RawEdge &e : edges)
+      if (e.views && e.views->count)
+        e.views->chargesGather =
+            paid.insert({e.producer, e.producerOperand, e.views->lostAt})
+                .second;
   }
   if (dropped)
     out.notes.push_back(std::to_string(dropped) +
-                        " tensor edge(s) through reshapes, transposes or "
-                        "broadcasts (or from unplanned operators) carry no "
-                        "re-layout cost");
+                        " tensor edge(s) through broadcasts or from "
+                        "unplanned operators carry no re-layout cost");
 
   // Residual cuts: positions c (between kept ops c-1 and c) crossed by
   // exactly one gradient-carrying tensor.
@@ -351,6 +458,8 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
   std::vector<std::set<std::tuple<unsigned, unsigned, unsigned, unsigned>>>
       layerEdges(numLayers);
   std::vector<std::set<std::pair<unsigned, unsigned>>> entryEdges(numLayers);
+  // Layer 0's entry edges through views: (offset, operand) -> views.
+  std::map<std::pair<unsigned, unsigned>, EdgeViews> entryViews;
   if (why.empty())
     for (const RawEdge &e : edges) {
       int sp = sectionOf(e.producer), sc = sectionOf(e.consumer);
@@ -358,8 +467,11 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
         if (sp == sc)
           layerEdges[sc].insert({e.producer - cuts[sc], e.producerOperand,
                                  e.consumer - cuts[sc], e.consumerOperand});
-        else if (int(e.tensor) == crossTensor[cuts[sc]])
+        else if (int(e.tensor) == crossTensor[cuts[sc]]) {
           entryEdges[sc].insert({e.consumer - cuts[sc], e.consumerOperand});
+          if (sc == 0 && e.views)
+            entryViews[{e.consumer - cuts[sc], e.consumerOperand}] = *e.views;
+        }
       }
     }
   for (unsigned l = 1; l < numLayers && why.empty(); ++l)
@@ -371,11 +483,53 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
   // The tensor entering layer 0 must be the last pre operator's first
   // output: move its producer last when nothing after it reads it.
   std::vector<unsigned> preOrder;
+  // Pre operators computing only from graph inputs, parameters and
+  // constants for the layers' other inputs (attention masks, position
+  // tables): their outputs are read across sections, where no edge carries
+  // a re-layout, so they are left unplanned; the program computes them
+  // replicated and every layer slices what it needs without communication.
+  std::vector<bool> side(n, false);
+  unsigned numSide = 0;
   if (why.empty()) {
     unsigned entry = spans[unsigned(crossTensor[cuts[0]])].first;
-    for (unsigned k = 0; k < cuts[0]; ++k)
-      if (k != entry)
+    for (unsigned k = 0; k < cuts[0]; ++k) {
+      if (k == entry)
+        continue;
+      const GraphOperator &gop = graph.ops[kept[k]];
+      bool fromInputs = true;
+      for (auto [j, operand] : enumerate(gop.op.operands)) {
+        if (operand.role != OperandRole::Input)
+          continue;
+        Root r = traceRoot(graph, gop.tensors[j]);
+        if (r.producer >= 0 && keptOf[r.producer] >= 0 &&
+            !side[keptOf[r.producer]])
+          fromInputs = false;
+      }
+      side[k] = fromInputs;
+    }
+    for (unsigned k = cuts[0]; k-- > 0;)
+      if (side[k])
+        for (const RawEdge &e : edges)
+          if (e.producer == k && e.consumer < cuts[0] && !side[e.consumer])
+            side[k] = false;
+    std::optional<unsigned> firstSide;
+    for (unsigned k = 0; k < cuts[0]; ++k) {
+      if (side[k]) {
+        out.unplanned.push_back(kept[k]);
+        ++numSide;
+        if (!firstSide)
+          firstSide = k;
+      } else if (k != entry) {
         preOrder.push_back(k);
+      }
+    }
+    if (firstSide)
+      out.notes.push_back(
+          std::to_string(numSide) +
+          " operator(s) before the layers computing only from graph inputs "
+          "for the layers' other inputs (masks, position tables) are not "
+          "planned: they run replicated (e.g. '" +
+          ops[*firstSide].name + "')");
     preOrder.push_back(entry);
     for (const RawEdge &e : edges)
       if (e.producer == entry && e.consumer < cuts[0])
@@ -410,7 +564,7 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
     p.layers = 1;
     for (const RawEdge &e : edges)
       p.edges.push_back({e.producer, e.producerOperand, e.consumer,
-                         e.consumerOperand, false});
+                         e.consumerOperand, false, e.views});
     if (Error e = verifyProblem(p))
       return fail("internal: the bridged problem is invalid: " +
                   toString(std::move(e)));
@@ -447,24 +601,26 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
   unsigned skipped = 0;
   for (const RawEdge &e : edges) {
     int sp = sectionOf(e.producer), sc = sectionOf(e.consumer);
-    if (sp == sc && sp < 0) {
+    if (side[e.producer] || side[e.consumer]) {
+      // Replicated: read by slicing.
+    } else if (sp == sc && sp < 0) {
       p.edges.push_back({unsigned(probOf[e.producer]), e.producerOperand,
-                         unsigned(probOf[e.consumer]), e.consumerOperand,
-                         false});
+                         unsigned(probOf[e.consumer]), e.consumerOperand, false,
+                         e.views});
     } else if (sp == sc && sp == int(numLayers)) {
       p.edges.push_back({unsigned(probOf[e.producer]), e.producerOperand,
-                         unsigned(probOf[e.consumer]), e.consumerOperand,
-                         false});
+                         unsigned(probOf[e.consumer]), e.consumerOperand, false,
+                         e.views});
     } else if (sp == sc && sp == 0) {
       p.edges.push_back({unsigned(probOf[e.producer]), e.producerOperand,
-                         unsigned(probOf[e.consumer]), e.consumerOperand,
-                         false});
+                         unsigned(probOf[e.consumer]), e.consumerOperand, false,
+                         e.views});
     } else if (sp == int(numLayers) - 1 && sc == int(numLayers) &&
                e.producer == lastCarry) {
       carryOperand = e.producerOperand;
       p.edges.push_back({unsigned(probOf[carry]), e.producerOperand,
-                         unsigned(probOf[e.consumer]), e.consumerOperand,
-                         false});
+                         unsigned(probOf[e.consumer]), e.consumerOperand, false,
+                         e.views});
     } else if (sp == sc) {
       // Inside layers 1.. : the template's edges stand for them.
     } else if (sc >= 0 && sc < int(numLayers) &&
@@ -482,9 +638,14 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
           int(cg.tensors[k]) == crossTensor[cuts[1]])
         carryOperand = unsigned(k);
   }
-  for (auto [offset, operand] : entryEdges[0])
+  for (auto [offset, operand] : entryEdges[0]) {
+    std::optional<EdgeViews> views;
+    if (auto it = entryViews.find({offset, operand}); it != entryViews.end())
+      views = it->second;
     p.edges.push_back({unsigned(probOf[carry]), carryOperand,
-                       unsigned(probOf[cuts[0] + offset]), operand, true});
+                       unsigned(probOf[cuts[0] + offset]), operand, true,
+                       views});
+  }
   if (skipped)
     out.notes.push_back(std::to_string(skipped) +
                         " tensor edge(s) reaching across sections (masks, "

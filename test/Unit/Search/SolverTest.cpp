@@ -717,3 +717,80 @@ TEST(CostMegatronGPT, CountsMegatronFlops) {
   EXPECT_EQ(toString(bad.takeError()),
             "megatron: tp=3 must divide heads, hidden, ffn and vocab");
 }
+
+// An edge through a view (docs/search.md, "Edges through views"): a linear
+// layer's output [b, h*d] read as [b, h, d] by two operators. A split of
+// h*d over 2 carries over to h (4 heads): nothing moves. Over 8 it does not
+// (8 does not divide 4): the output is gathered before the view, once for
+// both readers (the program re-lays a value out once per target layout),
+// at the view, and the readers' head split is then a free slice.
+TEST(Communication, EdgeThroughViews) {
+  const char *text = R"(
+problem views
+cluster v100-sxm2-32g-4x8
+devices 8
+batch-loop b
+op fc matmul section=pre flops=2
+  loop b 8
+  loop n 16
+  loop k 4 reduction
+  input x b,k nograd
+  param w k,n
+  output y b,n
+op r0 elementwise section=pre flops=1
+  loop b 8
+  loop h 4
+  loop d 4
+  input x b,h,d
+  output y b,h,d
+op r1 elementwise section=pre flops=1
+  loop b 8
+  loop h 4 fixed
+  loop d 4
+  input x b,h,d
+  output y b,h,d
+edge fc.y -> r0.x views=1 map=0,1,- sizes=8,4,4 lost=-,-
+edge fc.y -> r1.x views=1 map=0,1,- sizes=8,4,4 lost=-,- shared
+)";
+  Expected<Problem> p = parseProblem(text, "views.txt");
+  ASSERT_TRUE(bool(p)) << toString(p.takeError());
+  ASSERT_FALSE(bool(verifyProblem(*p)));
+  std::string once;
+  raw_string_ostream os(once);
+  printProblem(os, *p);
+  Expected<Problem> q = parseProblem(once, "printed");
+  ASSERT_TRUE(bool(q)) << toString(q.takeError());
+  ASSERT_TRUE(q->edges[1].views.has_value());
+  EXPECT_FALSE(q->edges[1].views->chargesGather);
+  EXPECT_EQ(q->edges[0].views->producerDimOf, (std::vector<int>{0, 1, -1}));
+  EXPECT_FALSE(q->ops[2].loops[1].splittable);
+
+  EfficiencyModel eff = getDefaultEfficiency();
+  auto gathered = [&](int64_t devices, unsigned readerLoop) {
+    Config c;
+    c.mesh = makeSearchMesh(1, {devices});
+    auto inst = Instance::create(*p, cluster(), c, eff, {});
+    EXPECT_TRUE(bool(inst));
+    Partition fc, r0, r1;
+    fc.loopAxes = {{}, {1}, {}};
+    r0.loopAxes = {{}, {}, {}};
+    r0.loopAxes[readerLoop] = {1};
+    r1.loopAxes = {{}, {}, {}};
+    Expected<std::vector<PlannedCommunication>> comms =
+        (*inst)->getCommunication({fc, r0, r1});
+    EXPECT_TRUE(bool(comms));
+    std::vector<std::string> out;
+    for (const PlannedCommunication &m : *comms)
+      if (m.source == "re-layout" && m.comm.phase == Phase::Forward)
+        out.push_back(std::string(getCollectiveName(m.comm.kind)) + "@" +
+                      std::to_string(m.viewPosition) + ":" +
+                      std::to_string(int64_t(m.comm.bytes)));
+    return out;
+  };
+  // h*d over 2 -> h over 2: free for r0; r1 (replicated) gathers h after
+  // the view (the gathered buffer: 8 x 4 x 4 elements of 2 bytes).
+  EXPECT_EQ(gathered(2, 1), (std::vector<std::string>{"all-gather@-1:256"}));
+  // h*d over 8 (r0 splits the batch): gathered once before the view
+  // (8 x 16 elements of 2 bytes), at the view; r0 and r1 slice.
+  EXPECT_EQ(gathered(8, 0), (std::vector<std::string>{"all-gather@0:256"}));
+}

@@ -336,7 +336,9 @@ struct InsertSliceModel
 };
 
 /// A concat keeps the splits of the dims it does not concatenate along
-/// (costed as a free view; docs/cost-model.md).
+/// (costed as a free view; docs/cost-model.md); the first split operand
+/// leads, so a replicated operand (a graph input: a KV cache's past) is
+/// sliced to a split one instead of the split one being gathered.
 struct ConcatModel
     : public PartitionableOpInterface::ExternalModel<ConcatModel,
                                                      tensor::ConcatOp> {
@@ -345,8 +347,10 @@ struct ConcatModel
   }
   LayoutRule getLayoutRule(Operation *op) const {
     auto concat = cast<tensor::ConcatOp>(op);
-    return wholeAlong(concat.getResultType().getRank(),
-                      int64_t(concat.getDim()));
+    LayoutRule rule =
+        wholeAlong(concat.getResultType().getRank(), int64_t(concat.getDim()));
+    rule.firstSplitOperandLeads = true;
+    return rule;
   }
   CostRule getCostRule(Operation *) const { return {CostKind::View, 0, ""}; }
 };

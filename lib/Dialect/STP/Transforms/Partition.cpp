@@ -2109,9 +2109,11 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
   if (training && microBatches > 1 && failed(classifyMicroBatchOps(func)))
     return failure();
 
-  // Arguments: the sharding the first planned user wants (a user in the
-  // micro-batch loop: the layout it is sliced from, its dims holding
-  // micro-batches whole).
+  // Arguments: the sharding the first user with a plan wants (a user in
+  // the micro-batch loop: the layout it is sliced from, its dims holding
+  // micro-batches whole); a graph input (not a parameter) replicated when
+  // its users want different ones, so that each slices its own without
+  // communication (the plan costs graph inputs as free in any layout).
   SmallVector<Sharding> argShardings;
   for (BlockArgument arg : body.getArguments()) {
     auto type = getRankedTensor(arg);
@@ -2126,6 +2128,7 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
       llvm::stable_sort(uses, [&](auto &a, auto &b) {
         return positions[a.first] < positions[b.first];
       });
+      SmallVector<Sharding> wants;
       for (auto [user, use] : uses) {
         if (!user->hasAttr(STPDialect::kSpecAttrName))
           continue;
@@ -2135,8 +2138,12 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
         inLoop = false;
         if (failed(plan))
           return failure();
-        if (plan->kind == PlanKind::Replicated || plan->kind == PlanKind::Lazy)
+        if (plan->kind == PlanKind::Lazy)
           continue;
+        if (plan->kind == PlanKind::Replicated) {
+          wants.push_back(Sharding::replicated(type.getRank()));
+          continue;
+        }
         std::optional<Sharding> wanted;
         if (use->getOwner() == user) {
           wanted = plan->operands[use->getOperandNumber()];
@@ -2147,11 +2154,18 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
         }
         if (wanted && userInLoop)
           wanted = beforeMicroBatch(*wanted);
-        if (wanted && wanted->partial.empty() && isValidFor(type, *wanted)) {
-          chosen = *wanted;
-          break;
-        }
+        if (wanted && wanted->partial.empty() && isValidFor(type, *wanted))
+          wants.push_back(*wanted);
       }
+      // (Parameters arrive as their first user's blocks: the plan costs a
+      // parameter's layout with the operator reading it.)
+      bool parameter = static_cast<bool>(
+          func.getArgAttr(arg.getArgNumber(), STPDialect::kParamAttrName));
+      if (!wants.empty() &&
+          (parameter || llvm::all_of(wants, [&](const Sharding &w) {
+             return w == wants[0];
+           })))
+        chosen = wants[0];
     }
     argShardings.push_back(chosen);
   }
