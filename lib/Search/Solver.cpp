@@ -1229,8 +1229,7 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
     };
     // Through views: the producer's output re-laid out before the views
     // (its reductions the producer's, its gathers the view's that drops
-    // the split), the gradient coming back re-laid out by the last view's
-    // gradient.
+    // the split).
     int64_t producerWidth =
         g.ops[e.producer].operands[e.producerOperand].elementBytes;
     for (const RelayoutStep &step : gather.steps) {
@@ -1247,14 +1246,22 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
     if (viewEdge && viewEdge->views->count) {
       for (const RelayoutStep &step : f.steps)
         add(step, Phase::Forward, e.consumer, "re-layout of " + what);
+      // The gradient is gathered where a view's gradient needs the dim
+      // whole: at the view that dropped the axis's split in F, else at the
+      // last view's gradient (reading the consumer's).
       int last = int(viewEdge->views->count) - 1;
-      for (const RelayoutStep &step : b.steps)
-        if (isReduction(step.kind))
+      for (const RelayoutStep &step : b.steps) {
+        if (isReduction(step.kind)) {
           add(step, Phase::InputGrad, e.consumer,
               "gradient re-layout of " + what);
-        else
-          add(step, Phase::InputGrad, e.consumer,
-              "gradient re-layout of " + what, last);
+          continue;
+        }
+        int at = step.axis < losses.size() && losses[step.axis] >= 0
+                     ? losses[step.axis]
+                     : last;
+        add(step, Phase::InputGrad, e.consumer, "gradient re-layout of " + what,
+            at);
+      }
       continue;
     }
     for (const RelayoutStep &step : f.steps)
