@@ -436,7 +436,11 @@ Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
     c.what = "partial sums of the output";
     cost.communication.push_back(std::move(c));
   }
-  if (op.kind == OpKind::MatMul) {
+  // An input that a split loop does not index (a contraction's, or an
+  // elementwise operator's broadcast input, e.g. the position embedding
+  // added to every sequence of the batch) gets a partial gradient over the
+  // axes splitting that loop.
+  if (op.kind == OpKind::MatMul || op.kind == OpKind::Elementwise) {
     for (auto [j, operand] : llvm::enumerate(op.operands)) {
       if (operand.role != OperandRole::Input || !operand.needsGrad)
         continue;

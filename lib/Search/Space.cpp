@@ -207,8 +207,10 @@ LayoutCode getOperandLayout(const Operator &op, unsigned operandIndex,
   bool leavesPartials =
       o.role == OperandRole::Output &&
       (op.kind == OpKind::MatMul || op.kind == OpKind::Embedding);
-  bool partialGradient = o.role == OperandRole::Input && o.needsGrad &&
-                         op.kind == OpKind::MatMul && !part.temporal;
+  bool partialGradient =
+      o.role == OperandRole::Input && o.needsGrad &&
+      (op.kind == OpKind::MatMul || op.kind == OpKind::Elementwise) &&
+      !part.temporal;
   for (unsigned d = 0; d < part.loopAxes.size(); ++d)
     for (unsigned axis : part.loopAxes[d]) {
       int pos = position(d);

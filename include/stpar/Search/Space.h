@@ -82,9 +82,10 @@ using LayoutCode = std::vector<int8_t>;
 constexpr int8_t kReplicated = -1;
 constexpr int8_t kPartial = -2;
 /// An input replicated over the axis whose gradient comes back as partial
-/// sums over it: a contraction's input over an axis that splits a loop the
-/// input does not index (Megatron's column-parallel dX). Reduced by the
-/// edge that feeds the input, into the producer's layout.
+/// sums over it: a contraction's or an elementwise operator's input over an
+/// axis that splits a loop the input does not index (Megatron's
+/// column-parallel dX; a broadcast input). Reduced by the edge that feeds
+/// the input, into the producer's layout.
 constexpr int8_t kPartialGradient = -3;
 
 /// Layout of operand `operand` of `op` under `part` (the operand as the op
