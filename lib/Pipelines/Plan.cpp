@@ -367,11 +367,8 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
     if (p.viewPosition >= 0 && size_t(p.viewOperand) < gop.tensors.size()) {
       // Issued at a view on the way into the operand (the chain of views
       // back to the producer's output, the first one reading it first).
-      std::vector<int> chain;
-      for (int t = int(gop.tensors[p.viewOperand]);
-           graph.tensors[t].producerView >= 0;
-           t = int(graph.views[graph.tensors[t].producerView].source))
-        chain.insert(chain.begin(), graph.tensors[t].producerView);
+      std::vector<unsigned> chain =
+          graph.getViewChain(gop.tensors[p.viewOperand]);
       if (size_t(p.viewPosition) < chain.size())
         sourceOp = graph.views[chain[p.viewPosition]].sourceOp;
     }

@@ -714,6 +714,37 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
   return seconds;
 }
 
+/// Per mesh axis, how a tensor of `rank` dims uses it under `code`: split on
+/// a dim, partial sums (kPartial unless `dropPartial`; kPartialGradient in a
+/// gradient's layout), or replicated.
+static SmallVector<AxisUse, 4> getAxisUses(const LayoutCode &code,
+                                           unsigned numAxes, unsigned rank,
+                                           bool dropPartial, bool gradient) {
+  SmallVector<AxisUse, 4> u(numAxes);
+  for (unsigned a = 0; a < numAxes && a < code.size(); ++a) {
+    if (code[a] >= 0 && unsigned(code[a]) < rank)
+      u[a] = {AxisUse::State::Split, unsigned(code[a])};
+    else if ((code[a] == kPartial && !dropPartial) ||
+             (code[a] == kPartialGradient && gradient))
+      u[a] = {AxisUse::State::Partial, 0};
+  }
+  return u;
+}
+
+/// Bytes per device of a tensor of `extents` (one per dim) laid out as `u`.
+static double getLocalBytes(int64_t elementBytes, ArrayRef<int64_t> extents,
+                            ArrayRef<AxisUse> u, const Mesh &mesh) {
+  double local = double(elementBytes);
+  for (unsigned d = 0; d < extents.size(); ++d) {
+    int64_t split = 1;
+    for (unsigned a = 0; a < u.size(); ++a)
+      if (u[a].state == AxisUse::State::Split && u[a].dim == d)
+        split *= mesh.axes[a].size;
+    local *= double((extents[d] + split - 1) / split);
+  }
+  return local;
+}
+
 SmallVector<int, 4> Instance::Impl::getViewLosses(const Edge &edge,
                                                   int from) const {
   const EdgeViews &v = *edge.views;
@@ -765,32 +796,26 @@ double Instance::Impl::relayoutViews(const Edge &edge, int from, int to,
   const Operand &co = cons.operands[edge.consumerOperand];
   const LayoutCode &src = layouts[from], &dst = layouts[to];
   unsigned numAxes = unsigned(config.mesh.axes.size());
-  // Without views the operands are one tensor: its extents are the
-  // producer's (a grouped-query key read by the query-head loop has the
-  // key/value heads).
-  auto extentOf = [&](const Operator &op, const Operand &o, unsigned d) {
-    if (&o == &co && v.count == 0 && v.producerDimOf[d] >= 0)
-      return prod.loops[po.dims[v.producerDimOf[d]]].extent;
-    return op.loops[o.dims[d]].extent;
+  // The operands' extents; without views they are one tensor, whose
+  // extents are the producer's (a grouped-query key read by the
+  // query-head loop has the key/value heads).
+  SmallVector<int64_t, 4> prodExtents, consExtents;
+  for (unsigned d : po.dims)
+    prodExtents.push_back(prod.loops[d].extent);
+  for (auto [c, d] : llvm::enumerate(co.dims))
+    consExtents.push_back(v.count == 0 && v.producerDimOf[c] >= 0
+                              ? prodExtents[v.producerDimOf[c]]
+                              : cons.loops[d].extent);
+  auto prodBytes = [&](ArrayRef<AxisUse> u) {
+    return getLocalBytes(po.elementBytes, prodExtents, u, config.mesh);
   };
-  auto localBytes = [&](const Operator &op, const Operand &o,
-                        ArrayRef<AxisUse> u) {
-    double local = double(o.elementBytes);
-    for (unsigned d = 0; d < o.dims.size(); ++d) {
-      int64_t split = 1;
-      for (unsigned a = 0; a < numAxes; ++a)
-        if (u[a].state == AxisUse::State::Split && u[a].dim == d)
-          split *= config.mesh.axes[a].size;
-      int64_t extent = extentOf(op, o, d);
-      local *= double((extent + split - 1) / split);
-    }
-    return local;
+  auto consBytes = [&](ArrayRef<AxisUse> u) {
+    return getLocalBytes(co.elementBytes, consExtents, u, config.mesh);
   };
   SmallVector<int, 4> losses = getViewLosses(edge, from);
   // The producer's layout, what the views keep of it (in the producer's
   // dims and in the consumer's), and the consumer's.
-  SmallVector<AxisUse, 4> before(numAxes), kept(numAxes), after(numAxes),
-      want(numAxes), grad(numAxes);
+  SmallVector<AxisUse, 4> before(numAxes), kept(numAxes), after(numAxes);
   unsigned prodRank = unsigned(po.dims.size()),
            consRank = unsigned(co.dims.size());
   for (unsigned a = 0; a < numAxes && a < src.size(); ++a) {
@@ -813,46 +838,24 @@ double Instance::Impl::relayoutViews(const Edge &edge, int from, int to,
   for (AxisUse &u : back)
     if (u.state == AxisUse::State::Partial)
       u = AxisUse();
-  for (unsigned a = 0; a < numAxes && a < dst.size(); ++a) {
-    if (dst[a] >= 0 && unsigned(dst[a]) < consRank) {
-      want[a] = {AxisUse::State::Split, unsigned(dst[a])};
-      grad[a] = want[a];
-    } else if (dst[a] == kPartialGradient) {
-      grad[a] = {AxisUse::State::Partial, 0};
-    }
-  }
+  SmallVector<AxisUse, 4> want =
+                              getAxisUses(dst, numAxes, consRank, true, false),
+                          grad =
+                              getAxisUses(dst, numAxes, consRank, true, true);
+  // (getRelayoutSeconds appends its steps to the cost it is given.)
   double seconds = 0;
-  if (v.count && v.chargesGather) {
-    RelayoutCost gather;
-    seconds += getRelayoutSeconds(before, kept, localBytes(prod, po, before),
-                                  config.mesh, placements, cluster,
-                                  beforeViews || forward ? &gather : nullptr);
-    RelayoutCost *into = beforeViews ? beforeViews : forward;
-    if (into) {
-      into->steps.insert(into->steps.end(), gather.steps.begin(),
-                         gather.steps.end());
-      into->seconds += gather.seconds;
-      into->receivedBytes += gather.receivedBytes;
-    }
-  }
-  if (forward) {
-    RelayoutCost rest;
-    seconds += getRelayoutSeconds(after, want, localBytes(cons, co, after),
-                                  config.mesh, placements, cluster, &rest);
-    forward->steps.insert(forward->steps.end(), rest.steps.begin(),
-                          rest.steps.end());
-    forward->seconds += rest.seconds;
-    forward->receivedBytes += rest.receivedBytes;
-  } else {
-    seconds += getRelayoutSeconds(after, want, localBytes(cons, co, after),
-                                  config.mesh, placements, cluster);
-  }
+  if (v.count && v.chargesGather)
+    seconds += getRelayoutSeconds(before, kept, prodBytes(before), config.mesh,
+                                  placements, cluster,
+                                  beforeViews ? beforeViews : forward);
+  seconds += getRelayoutSeconds(after, want, consBytes(after), config.mesh,
+                                placements, cluster, forward);
   // The gradient: from the consumer's layout (its partial sums reduced)
   // back to what the views keep; through the views and into the
   // producer's split nothing moves (only slices).
   if (co.needsGrad)
-    seconds += getRelayoutSeconds(grad, back, localBytes(cons, co, grad),
-                                  config.mesh, placements, cluster, backward);
+    seconds += getRelayoutSeconds(grad, back, consBytes(grad), config.mesh,
+                                  placements, cluster, backward);
   return seconds;
 }
 
@@ -860,9 +863,9 @@ double Instance::Impl::relayoutEdge(unsigned consumer, unsigned operand,
                                     int from, int to, RelayoutCost *forward,
                                     RelayoutCost *backward,
                                     RelayoutCost *beforeViews) const {
-  unsigned numAxesNow = unsigned(config.mesh.axes.size());
-  if (placements.size() != numAxesNow)
-    for (unsigned a = 0; a < numAxesNow; ++a)
+  // Placement of each mesh axis, filled on first use.
+  if (placements.size() != config.mesh.axes.size())
+    for (unsigned a = 0; a < config.mesh.axes.size(); ++a)
       placements.push_back(config.mesh.getPlacement(a, cluster.devicesPerNode));
   if (const Edge *edge = getViewEdge(consumer, operand))
     return relayoutViews(*edge, from, to, forward, backward, beforeViews);
@@ -871,34 +874,14 @@ double Instance::Impl::relayoutEdge(unsigned consumer, unsigned operand,
   const LayoutCode &src = layouts[from], &dst = layouts[to];
   unsigned rank = unsigned(o.dims.size());
   unsigned numAxes = unsigned(config.mesh.axes.size());
-  if (placements.size() != numAxes)
-    for (unsigned a = 0; a < numAxes; ++a)
-      placements.push_back(config.mesh.getPlacement(a, cluster.devicesPerNode));
-  // Per mesh axis: split on a dim of the tensor, partial sums (kPartial
-  // unless dropped; kPartialGradient in the gradient's layout), or
-  // replicated.
   auto uses = [&](const LayoutCode &code, bool dropPartial, bool gradient) {
-    SmallVector<AxisUse, 4> u(numAxes);
-    for (unsigned a = 0; a < numAxes && a < code.size(); ++a) {
-      if (code[a] >= 0 && unsigned(code[a]) < rank)
-        u[a] = {AxisUse::State::Split, unsigned(code[a])};
-      else if ((code[a] == kPartial && !dropPartial) ||
-               (code[a] == kPartialGradient && gradient))
-        u[a] = {AxisUse::State::Partial, 0};
-    }
-    return u;
+    return getAxisUses(code, numAxes, rank, dropPartial, gradient);
   };
+  SmallVector<int64_t, 4> extents;
+  for (unsigned d : o.dims)
+    extents.push_back(op.loops[d].extent);
   auto localBytes = [&](ArrayRef<AxisUse> u) {
-    double local = double(o.elementBytes);
-    for (unsigned d = 0; d < rank; ++d) {
-      int64_t split = 1;
-      for (unsigned a = 0; a < numAxes; ++a)
-        if (u[a].state == AxisUse::State::Split && u[a].dim == d)
-          split *= config.mesh.axes[a].size;
-      int64_t extent = op.loops[o.dims[d]].extent;
-      local *= double((extent + split - 1) / split);
-    }
-    return local;
+    return getLocalBytes(o.elementBytes, extents, u, config.mesh);
   };
   SmallVector<AxisUse, 4> f = uses(src, false, false),
                           t = uses(dst, true, false);

@@ -125,6 +125,16 @@ struct OperatorGraph {
   /// Forward FLOPs of operator `i` (flopsPerPoint * product of extents; 0
   /// for embeddings).
   double getForwardFlops(unsigned i) const;
+  /// The views (indices into `views`) between tensor `t` and the tensor they
+  /// are views of, the one reading that tensor first; empty when `t` is no
+  /// view.
+  std::vector<unsigned> getViewChain(unsigned t) const {
+    std::vector<unsigned> chain;
+    for (; tensors[t].producerView >= 0;
+         t = views[tensors[t].producerView].source)
+      chain.insert(chain.begin(), unsigned(tensors[t].producerView));
+    return chain;
+  }
 
   /// Follows one tracked dim per tensor through views: `dims[t]` is the
   /// tracked dim of tensor `t` (-1 none, -2 not known yet). A tensor a view

@@ -84,25 +84,12 @@ struct Root {
   /// Producer graph operator (-1: a graph input, parameter or buffer).
   int producer = -1;
   unsigned tensor = 0;
-  /// Whether every view on the way keeps rank and dim order (an edge can
-  /// then join the operands dim by dim).
-  bool direct = true;
 };
 
 Root traceRoot(const OperatorGraph &g, unsigned t) {
-  Root r;
-  while (g.tensors[t].producerView >= 0) {
-    const GraphView &v = g.views[g.tensors[t].producerView];
-    if (v.sourceDimOf.size() != g.tensors[v.source].shape.size())
-      r.direct = false;
-    for (auto [k, s] : enumerate(v.sourceDimOf))
-      if (s != int(k))
-        r.direct = false;
-    t = v.source;
-  }
-  r.tensor = t;
-  r.producer = g.tensors[t].producerOp;
-  return r;
+  while (g.tensors[t].producerView >= 0)
+    t = g.views[g.tensors[t].producerView].source;
+  return {g.tensors[t].producerOp, t};
 }
 
 /// A candidate edge between kept operators (kept indices).
@@ -165,18 +152,6 @@ EdgeViews composeViews(const OperatorGraph &g, ArrayRef<unsigned> chain,
     }
   }
   return v;
-}
-
-/// The views between tensor `t` and the tensor they are views of, the one
-/// reading that tensor first.
-std::vector<unsigned> getViewChain(const OperatorGraph &g, unsigned t) {
-  std::vector<unsigned> chain;
-  while (g.tensors[t].producerView >= 0) {
-    chain.push_back(unsigned(g.tensors[t].producerView));
-    t = g.views[g.tensors[t].producerView].source;
-  }
-  std::reverse(chain.begin(), chain.end());
-  return chain;
 }
 
 /// Structural signature of an operator (layers are identical when their
@@ -293,8 +268,12 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
       for (auto [k, o] : enumerate(prod.op.operands))
         if (o.role == OperandRole::Output && prod.tensors[k] == r.tensor)
           po = unsigned(k);
-      std::vector<unsigned> chain = getViewChain(graph, gop.tensors[j]);
-      if (po && !chain.empty()) {
+      if (!po) {
+        ++dropped;
+        continue;
+      }
+      std::vector<unsigned> chain = graph.getViewChain(gop.tensors[j]);
+      if (!chain.empty()) {
         // Through views: the composed dim map (the partitioned program
         // re-lays the producer's output out before the first view that
         // drops a split, and the consumer's operand after the last).
@@ -303,6 +282,10 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
                                       gop.tensorDimLoops[j])});
         continue;
       }
+      // One tensor: both sides index its dims, but where one side indexes
+      // a dim by no loop (a broadcast unit dim) or the consumer by a larger
+      // loop (grouped-query key/value heads read by the query-head loop),
+      // operand dim positions or extents differ: joined by tensor dim.
       auto largerInConsumer = [&] {
         for (auto [a, b] : zip(gop.tensorDimLoops[j], prod.tensorDimLoops[*po]))
           if (a >= 0 && b >= 0 &&
@@ -310,29 +293,11 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
             return true;
         return false;
       };
-      if (po && chain.empty() &&
-          gop.tensorDimLoops[j].size() == prod.tensorDimLoops[*po].size() &&
-          (is_contained(gop.tensorDimLoops[j], -1) ||
-           is_contained(prod.tensorDimLoops[*po], -1) || largerInConsumer())) {
-        // The same tensor, but a dim one side indexes by no loop (a
-        // broadcast unit dim) or by a larger loop (grouped-query key/value
-        // heads read by the query-head loop): joined by tensor dim.
-        EdgeViews v = composeViews(graph, {}, prod.tensorDimLoops[*po],
-                                   gop.tensorDimLoops[j]);
-        edges.push_back({unsigned(pk), *po, c, unsigned(j), r.tensor, v});
-        continue;
-      }
-      bool ok = r.direct && po &&
-                !is_contained(gop.tensorDimLoops[j], -1) &&
-                !is_contained(prod.tensorDimLoops[*po], -1) &&
-                gop.tensorDimLoops[j].size() ==
-                    prod.tensorDimLoops[*po].size();
-      if (ok)
-        for (unsigned d = 0; d < gop.tensorDimLoops[j].size(); ++d)
-          ok &= ops[c].loops[gop.tensorDimLoops[j][d]].extent <=
-                ops[pk].loops[prod.tensorDimLoops[*po][d]].extent;
-      if (!ok) {
-        ++dropped;
+      if (is_contained(gop.tensorDimLoops[j], -1) ||
+          is_contained(prod.tensorDimLoops[*po], -1) || largerInConsumer()) {
+        edges.push_back({unsigned(pk), *po, c, unsigned(j), r.tensor,
+                         composeViews(graph, {}, prod.tensorDimLoops[*po],
+                                      gop.tensorDimLoops[j])});
         continue;
       }
       edges.push_back({unsigned(pk), *po, c, unsigned(j), r.tensor, {}});
@@ -351,8 +316,8 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
   }
   if (dropped)
     out.notes.push_back(std::to_string(dropped) +
-                        " tensor edge(s) through broadcasts or from "
-                        "unplanned operators carry no re-layout cost");
+                        " tensor edge(s) from unplanned operators carry no "
+                        "re-layout cost");
 
   // Residual cuts: positions c (between kept ops c-1 and c) crossed by
   // exactly one gradient-carrying tensor.
