@@ -122,6 +122,27 @@ TEST(ProblemFormat, Errors) {
   e = errorOf("op a elementwise\n loop b 4\n input x b\n output y b\n"
               "edge a.x -> a.y\n");
   EXPECT_NE(e.find("not an output"), std::string::npos) << e;
+  // Edges through views: the map must match the operands' ranks, its
+  // entries the producer's dims; unknown edge and loop attributes.
+  const char *twoOps = "op a elementwise\n loop b 4\n loop h 8\n"
+                       " output y b,h\n"
+                       "op c elementwise\n loop b 4\n loop h 2\n loop d 4\n"
+                       " input x b,h,d\n";
+  e = errorOf(std::string(twoOps) + "edge a.y -> c.x views=1 map=0,1 "
+                                    "sizes=4,2,4 lost=-,-\n");
+  EXPECT_NE(e.find("does not match the operands' ranks"), std::string::npos)
+      << e;
+  e = errorOf(std::string(twoOps) + "edge a.y -> c.x views=1 map=0,5,- "
+                                    "sizes=4,2,4 lost=-,-\n");
+  EXPECT_NE(e.find("view map entry 5 out of range"), std::string::npos) << e;
+  e = errorOf(std::string(twoOps) + "edge a.y -> c.x views=1 map=0,1,- "
+                                    "sizes=4,2,4 lost=-,3\n");
+  EXPECT_NE(e.find("view position 3 out of range"), std::string::npos) << e;
+  EXPECT_EQ(errorOf(std::string(twoOps) + "edge a.y -> c.x via=2\n"),
+            "bad.txt:10: expected 'next', 'views=', 'map=', 'sizes=', "
+            "'lost=' or 'shared', got 'via=2'");
+  EXPECT_EQ(errorOf("op a elementwise\n loop b 4 frozen\n"),
+            "bad.txt:2: expected 'reduction' or 'fixed', got 'frozen'");
 }
 
 } // namespace
