@@ -16,6 +16,8 @@
 #include "llvm/Support/Format.h"
 
 #include <limits>
+#include <map>
+#include <tuple>
 
 using namespace llvm;
 using namespace stpar::cost;
@@ -110,6 +112,76 @@ static void keepBest(SearchResult &r, Plan plan) {
     r.best = std::move(plan);
 }
 
+namespace {
+/// The partition tables of a search (Instance::create's `sameTables`), one
+/// per configuration group (mesh shape and micro-batch count) and space,
+/// kept across the search's passes: the capped seed search, the exact pass
+/// and the temporal pass build each group's tables (every partition
+/// costed, the re-layout cache filled by the chain bounds) once, as long
+/// as all of them fit in `budget` bytes; beyond it the least recently used
+/// are dropped (and rebuilt when needed again).
+class TableCache {
+public:
+  static constexpr size_t budget = size_t(1) << 30;
+  const Instance *find(const Config &c, const SpaceOptions &space) {
+    auto it = reps.find(getKey(c, space));
+    if (it == reps.end())
+      return nullptr;
+    it->second.lastUse = ++clock;
+    return it->second.rep.get();
+  }
+  /// Any group's tables on the same mesh (they share the re-layout
+  /// coefficients, Instance::create).
+  const Instance *findMesh(const Config &c) const {
+    std::vector<int64_t> shape = getShape(c);
+    for (const auto &[key, entry] : reps)
+      if (std::get<0>(key) == shape)
+        return entry.rep.get();
+    return nullptr;
+  }
+  void keep(const Config &c, const SpaceOptions &space,
+            std::unique_ptr<Instance> rep) {
+    reps.try_emplace(getKey(c, space), Entry{std::move(rep), ++clock});
+    // The tables grow while configurations are solved: measured here.
+    size_t total = 0;
+    for (const auto &[key, entry] : reps)
+      total += entry.rep->getTableBytes();
+    while (total > budget && reps.size() > 1) {
+      auto lru = reps.begin();
+      for (auto it = reps.begin(); it != reps.end(); ++it)
+        if (it->second.lastUse < lru->second.lastUse)
+          lru = it;
+      total -= std::min(total, lru->second.rep->getTableBytes());
+      reps.erase(lru);
+    }
+  }
+
+private:
+  using Key = std::tuple<std::vector<int64_t>, int64_t, bool, unsigned, bool>;
+  static std::vector<int64_t> getShape(const Config &c) {
+    std::vector<int64_t> shape;
+    for (const MeshAxis &a : c.mesh.axes)
+      shape.push_back(a.size);
+    return shape;
+  }
+  static Key getKey(const Config &c, const SpaceOptions &space) {
+    return {getShape(c), c.microBatches, space.temporal, space.firstAxis,
+            space.onlyTemporal};
+  }
+  struct Entry {
+    std::unique_ptr<Instance> rep;
+    uint64_t lastUse = 0;
+  };
+  std::map<Key, Entry> reps;
+  uint64_t clock = 0;
+};
+} // namespace
+
+static Expected<SearchResult>
+searchWith(const Problem &problem, const Cluster &cluster,
+           const EfficiencyModel &eff, const SearchOptions &options,
+           const Plan *incumbent, TableCache &cache);
+
 Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
                               const EfficiencyModel &eff,
                               const SearchOptions &options) {
@@ -120,6 +192,14 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
                               const EfficiencyModel &eff,
                               const SearchOptions &options,
                               const Plan *incumbent) {
+  TableCache cache;
+  return searchWith(problem, cluster, eff, options, incumbent, cache);
+}
+
+static Expected<SearchResult>
+searchWith(const Problem &problem, const Cluster &cluster,
+           const EfficiencyModel &eff, const SearchOptions &options,
+           const Plan *incumbent, TableCache &cache) {
   if (problem.devices > cluster.getNumDevices())
     return err("the cluster '" + cluster.name + "' has " +
                Twine(cluster.getNumDevices()) + " devices; it cannot host " +
@@ -133,8 +213,11 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
     SearchOptions capped = options;
     capped.solver.setDefaultCaps();
     capped.progress = nullptr;
+    // Only its bound is used: the temporal pass of a capped search (a
+    // heuristic for capped results) adds nothing the exact pass misses.
+    capped.temporalPass = false;
     Expected<SearchResult> seed =
-        search(problem, cluster, eff, capped, incumbent);
+        searchWith(problem, cluster, eff, capped, incumbent, cache);
     if (!seed)
       return seed.takeError();
     if (seed->best)
@@ -178,7 +261,6 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
   // whose every candidate costs at least as much time and memory as under
   // another of them (e.g. ZeRO 1 vs 2 when the objective charges both the
   // same traffic) has no better plan and is dropped (exact).
-  std::vector<size_t> groupOf(configs.size());
   std::vector<std::pair<double, size_t>> order;
   auto sameExceptZeRO = [&](size_t a, size_t b) {
     const Config &x = configs[a], &y = configs[b];
@@ -195,11 +277,15 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
     while (end < configs.size() && sameExceptZeRO(first, end))
       ++end;
     std::vector<std::unique_ptr<Instance>> group;
+    const SpaceOptions &space = options.solver.space;
+    const Instance *same = cache.find(configs[first], space);
+    const Instance *sameMesh = same ? same : cache.findMesh(configs[first]);
     for (size_t i = first; i < end; ++i) {
-      groupOf[i] = first;
       Expected<std::unique_ptr<Instance>> inst =
           Instance::create(problem, cluster, configs[i], eff, options.solver,
-                           group.empty() ? nullptr : group.front().get());
+                           group.empty() ? sameMesh
+                           : same        ? same
+                                         : group.front().get());
       if (!inst)
         return inst.takeError();
       result.memoryLimit = (*inst)->getMemoryLimit();
@@ -220,14 +306,14 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
       if (group[j]->getSmallestMemory() <= result.memoryLimit * (1 + 1e-9))
         order.push_back({group[j]->getLowerBound(), first + j});
     }
+    if (!same)
+      cache.keep(configs[first], space, std::move(group.front()));
     first = end;
   }
   llvm::stable_sort(order, [](const auto &a, const auto &b) {
     return a.first < b.first;
   });
   const double inf = std::numeric_limits<double>::infinity();
-  // Tables of recently solved groups (a few; they are large).
-  std::vector<std::pair<size_t, std::unique_ptr<Instance>>> recent;
   // One total for the whole search: the temporal pass's configurations
   // (those with a q x q square) count after this pass's.
   bool secondPass = options.temporalPass && capped &&
@@ -252,23 +338,11 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
                        : inf;
     if (lowerBound >= bound)
       break;
-    const Instance *same = nullptr;
-    for (auto &[g, rep] : recent)
-      if (g == groupOf[i])
-        same = rep.get();
-    Expected<std::unique_ptr<Instance>> inst = Instance::create(
-        problem, cluster, configs[i], eff, options.solver, same);
+    Expected<std::unique_ptr<Instance>> inst =
+        Instance::create(problem, cluster, configs[i], eff, options.solver,
+                         cache.find(configs[i], options.solver.space));
     if (!inst)
       return inst.takeError();
-    if (!same) {
-      Expected<std::unique_ptr<Instance>> rep = Instance::create(
-          problem, cluster, configs[i], eff, options.solver, inst->get());
-      if (!rep)
-        return rep.takeError();
-      if (recent.size() == 8)
-        recent.erase(recent.begin());
-      recent.push_back({groupOf[i], std::move(*rep)});
-    }
     DPStats stats;
     Expected<Plan> plan = (*inst)->solveDP(&stats, bound);
     ++result.solvedConfigurations;
@@ -301,8 +375,9 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
           options.progress(reported = at, total);
       };
     }
-    Expected<SearchResult> t = search(problem, cluster, eff, second,
-                                      result.best ? &*result.best : nullptr);
+    Expected<SearchResult> t =
+        searchWith(problem, cluster, eff, second,
+                   result.best ? &*result.best : nullptr, cache);
     if (!t)
       return t.takeError();
     if (t->best)

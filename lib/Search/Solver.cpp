@@ -120,11 +120,9 @@ struct Tables {
   Problem problem;
   /// Built on first use (solving, evaluating): the layers written out.
   std::optional<FlatGraph> flat;
-  const FlatGraph &getFlat() {
-    if (!flat)
-      flat = flatten(problem);
-    return *flat;
-  }
+  const FlatGraph &getFlat();
+  /// About the bytes `flat` holds (Instance::getTableBytes).
+  size_t flatBytes = 0;
   std::vector<bool> outputHasEdges;
   /// Per operator and operand: an edge feeds it (its input gradient is
   /// then re-laid out by the edge, not reduced by the operator).
@@ -135,10 +133,17 @@ struct Tables {
   std::vector<LayoutCode> layouts;
   /// Re-layout seconds (unweighted) by tensor (edgeTensorId) and layouts.
   DenseMap<uint64_t, double> edgeCache;
+  /// Shared by every table of one mesh shape (any micro-batch count):
+  /// getRelayoutSeconds is affine in the tensor's bytes per device (each
+  /// step an alpha-beta collective of those bytes times a fixed ratio), so
+  /// per pair of per-axis uses it keeps (seconds at 0 bytes, seconds per
+  /// byte) and serves every tensor and micro-batch count of the mesh.
+  std::shared_ptr<DenseMap<uint64_t, std::pair<double, double>>> relayoutCoefs =
+      std::make_shared<DenseMap<uint64_t, std::pair<double, double>>>();
   /// Per (consumer, operand): an id of what its re-layouts depend on
   /// besides the layouts (shape, element bytes, whether a gradient flows
   /// back), so that edges carrying the same tensor share cache entries.
-  DenseMap<uint64_t, unsigned> edgeTensorIds;
+  std::vector<std::vector<int>> edgeTensorIds;
   std::map<std::tuple<std::vector<int64_t>, int64_t, bool>, unsigned> tensorIds;
   /// Ids handed out (tensorIds' and one per edge through views).
   unsigned numTensorIds = 0;
@@ -146,12 +151,57 @@ struct Tables {
   DenseMap<uint64_t, unsigned> viewEdges;
   /// Per problem operator, every enumerated partition.
   std::vector<std::vector<Raw>> raw;
+  /// About the bytes `raw` holds (Instance::getTableBytes).
+  size_t rawBytes = 0;
   /// What the tables were built for.
   std::vector<int64_t> meshShape;
   int64_t microBatches = 0;
   bool temporal = true;
+  bool onlyTemporal = false;
   unsigned firstAxis = 1;
 };
+
+/// About the heap bytes of one allocation of `n` elements of `T` (malloc
+/// rounds to 16 bytes and keeps 8 of its own); for Instance::getTableBytes.
+template <typename T> static size_t getHeapBytes(size_t n) {
+  return n ? (n * sizeof(T) + 8 + 15) / 16 * 16 : 0;
+}
+static size_t getHeapBytes(const std::string &s) {
+  return s.capacity() > 15 ? getHeapBytes<char>(s.capacity() + 1) : 0;
+}
+template <typename T> static size_t getHeapBytes(const std::vector<T> &v) {
+  return getHeapBytes<T>(v.capacity());
+}
+static size_t getBytes(const Operator &op) {
+  size_t bytes = sizeof(Operator) + getHeapBytes(op.name) +
+                 getHeapBytes(op.layerKind) + getHeapBytes(op.loops) +
+                 getHeapBytes(op.operands);
+  for (const LoopDim &l : op.loops)
+    bytes += getHeapBytes(l.name) + getHeapBytes(l.axes);
+  for (const Operand &o : op.operands)
+    bytes += getHeapBytes(o.name) + getHeapBytes(o.dims);
+  return bytes;
+}
+static size_t getBytes(const Raw &r) {
+  size_t bytes = sizeof(Raw) + getHeapBytes(r.layouts) + getHeapBytes(r.syncs) +
+                 getHeapBytes(r.cost.communication) +
+                 getHeapBytes(r.part.loopAxes);
+  for (const std::vector<unsigned> &axes : r.part.loopAxes)
+    bytes += getHeapBytes(axes);
+  for (const cost::Communication &c : r.cost.communication)
+    bytes += getHeapBytes(c.axes) + getHeapBytes(c.what);
+  return bytes;
+}
+
+const FlatGraph &Tables::getFlat() {
+  if (!flat) {
+    flat = flatten(problem);
+    for (const Operator &op : flat->ops)
+      flatBytes += getBytes(op);
+    flatBytes += getHeapBytes(flat->edges) + getHeapBytes(flat->ops);
+  }
+  return *flat;
+}
 
 struct Instance::Impl {
   std::shared_ptr<Tables> tables;
@@ -246,6 +296,10 @@ struct Instance::Impl {
                       RelayoutCost *forward = nullptr,
                       RelayoutCost *backward = nullptr,
                       RelayoutCost *beforeViews = nullptr) const;
+  /// getRelayoutSeconds(from, to, localBytes) on this configuration's mesh;
+  /// without `cost` from the tables' affine coefficients (relayoutCoefs).
+  double relayoutSeconds(ArrayRef<AxisUse> from, ArrayRef<AxisUse> to,
+                         double localBytes, RelayoutCost *cost) const;
   /// The edge into `operand` of `consumer` when it runs through views.
   const Edge *getViewEdge(unsigned consumer, unsigned operand) const {
     auto it = tables->viewEdges.find(uint64_t(consumer) << 8 | operand);
@@ -275,6 +329,10 @@ struct Instance::Impl {
 Instance::Instance() = default;
 Instance::~Instance() = default;
 
+static bool sameLinks(const LinkSpec &a, const LinkSpec &b) {
+  return a.bandwidth == b.bandwidth && a.latency == b.latency;
+}
+
 Expected<std::unique_ptr<Instance>>
 Instance::create(const Problem &problem, const Cluster &cluster,
                  const Config &config, const EfficiencyModel &eff,
@@ -283,12 +341,18 @@ Instance::create(const Problem &problem, const Cluster &cluster,
   for (const MeshAxis &a : config.mesh.axes)
     shape.push_back(a.size);
   std::shared_ptr<Tables> tables;
+  bool sameMesh = false;
   if (sameTables) {
     const Tables &t = *sameTables->impl->tables;
-    if (t.meshShape == shape && t.microBatches == config.microBatches &&
+    sameMesh =
+        t.meshShape == shape &&
+        sameTables->impl->cluster.devicesPerNode == cluster.devicesPerNode &&
+        sameLinks(sameTables->impl->cluster.intraNode, cluster.intraNode) &&
+        sameLinks(sameTables->impl->cluster.interNode, cluster.interNode);
+    if (sameMesh && t.microBatches == config.microBatches &&
         t.temporal == options.space.temporal &&
-        t.firstAxis == options.space.firstAxis &&
-        sameTables->impl->config.mesh.axes.size() == config.mesh.axes.size())
+        t.onlyTemporal == options.space.onlyTemporal &&
+        t.firstAxis == options.space.firstAxis)
       tables = sameTables->impl->tables;
   }
   bool fresh = !tables;
@@ -298,7 +362,11 @@ Instance::create(const Problem &problem, const Cluster &cluster,
     tables->meshShape = shape;
     tables->microBatches = config.microBatches;
     tables->temporal = options.space.temporal;
+    tables->onlyTemporal = options.space.onlyTemporal;
     tables->firstAxis = options.space.firstAxis;
+    // The re-layout coefficients depend on the mesh and its links only.
+    if (sameMesh)
+      tables->relayoutCoefs = sameTables->impl->tables->relayoutCoefs;
   }
   std::unique_ptr<Instance> inst(new Instance());
   inst->impl = std::make_unique<Impl>(std::move(tables));
@@ -387,6 +455,10 @@ Error Instance::Impl::init(bool fresh) {
       }
       if (tables->raw[i].empty())
         return err("operator '" + problem.ops[i].name + "' has no partition");
+      for (const Raw &r : tables->raw[i])
+        tables->rawBytes += getBytes(r);
+      tables->rawBytes +=
+          getBytes(problem.ops[i]) + getHeapBytes(tables->raw[i]);
     }
   }
   // Stage-boundary sends: the carry tensor, evenly split over a stage, sent
@@ -681,9 +753,14 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
                                    int from, int to) {
   if (from == kExternal)
     return 0;
-  uint64_t edge = uint64_t(consumer) << 8 | operand;
-  auto tid = tables->edgeTensorIds.find(edge);
-  if (tid == tables->edgeTensorIds.end()) {
+  std::vector<std::vector<int>> &ids = tables->edgeTensorIds;
+  if (ids.size() <= consumer)
+    ids.resize(problem.ops.size());
+  if (ids[consumer].size() <= operand)
+    ids[consumer].resize(problem.ops[consumer].operands.size(), -1);
+  int &tid = ids[consumer][operand];
+  if (tid < 0) {
+    uint64_t edge = uint64_t(consumer) << 8 | operand;
     const Operator &op = problem.ops[consumer];
     const Operand &o = op.operands[operand];
     std::vector<int64_t> shape;
@@ -700,12 +777,11 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
         ++tables->numTensorIds;
       id = it->second;
     }
-    tid = tables->edgeTensorIds.try_emplace(edge, id).first;
+    tid = int(id);
   }
-  assert(from < (1 << 21) && to < (1 << 21) && tid->second < (1u << 21) &&
+  assert(from < (1 << 21) && to < (1 << 21) && tid < (1 << 21) &&
          "re-layout cache key fields overflow");
-  uint64_t key =
-      (uint64_t(tid->second) << 42) | (uint64_t(from) << 21) | uint64_t(to);
+  uint64_t key = (uint64_t(tid) << 42) | (uint64_t(from) << 21) | uint64_t(to);
   auto it = edgeCache.find(key);
   if (it != edgeCache.end())
     return it->second;
@@ -743,6 +819,38 @@ static double getLocalBytes(int64_t elementBytes, ArrayRef<int64_t> extents,
     local *= double((extents[d] + split - 1) / split);
   }
   return local;
+}
+
+double Instance::Impl::relayoutSeconds(ArrayRef<AxisUse> from,
+                                       ArrayRef<AxisUse> to, double localBytes,
+                                       RelayoutCost *cost) const {
+  auto direct = [&](double bytes, RelayoutCost *c) {
+    return getRelayoutSeconds(from, to, bytes, config.mesh, placements, cluster,
+                              c);
+  };
+  if (cost || localBytes <= 0)
+    return direct(localBytes, cost);
+  // Key: per axis 5 bits (state, dim) of `from` and of `to`.
+  uint64_t key = 0;
+  unsigned numAxes = unsigned(from.size());
+  if (numAxes > 6 || to.size() != numAxes)
+    return direct(localBytes, nullptr);
+  for (ArrayRef<AxisUse> uses : {from, to})
+    for (const AxisUse &u : uses) {
+      if (u.dim >= 8)
+        return direct(localBytes, nullptr);
+      key = key << 5 | uint64_t(u.state) << 3 | u.dim;
+    }
+  auto [it, inserted] = tables->relayoutCoefs->try_emplace(key);
+  if (inserted) {
+    // Two evaluations far apart: the per-byte slope to full precision,
+    // then the intercept (latencies).
+    const double lo = 1 << 20, hi = double(int64_t(1) << 40);
+    double sLo = direct(lo, nullptr), sHi = direct(hi, nullptr);
+    double slope = (sHi - sLo) / (hi - lo);
+    it->second = {sLo - slope * lo, slope};
+  }
+  return it->second.first + it->second.second * localBytes;
 }
 
 SmallVector<int, 4> Instance::Impl::getViewLosses(const Edge &edge,
@@ -845,17 +953,14 @@ double Instance::Impl::relayoutViews(const Edge &edge, int from, int to,
   // (getRelayoutSeconds appends its steps to the cost it is given.)
   double seconds = 0;
   if (v.count && v.chargesGather)
-    seconds += getRelayoutSeconds(before, kept, prodBytes(before), config.mesh,
-                                  placements, cluster,
-                                  beforeViews ? beforeViews : forward);
-  seconds += getRelayoutSeconds(after, want, consBytes(after), config.mesh,
-                                placements, cluster, forward);
+    seconds += relayoutSeconds(before, kept, prodBytes(before),
+                               beforeViews ? beforeViews : forward);
+  seconds += relayoutSeconds(after, want, consBytes(after), forward);
   // The gradient: from the consumer's layout (its partial sums reduced)
   // back to what the views keep; through the views and into the
   // producer's split nothing moves (only slices).
   if (co.needsGrad)
-    seconds += getRelayoutSeconds(grad, back, consBytes(grad), config.mesh,
-                                  placements, cluster, backward);
+    seconds += relayoutSeconds(grad, back, consBytes(grad), backward);
   return seconds;
 }
 
@@ -885,13 +990,11 @@ double Instance::Impl::relayoutEdge(unsigned consumer, unsigned operand,
   };
   SmallVector<AxisUse, 4> f = uses(src, false, false),
                           t = uses(dst, true, false);
-  double seconds = getRelayoutSeconds(f, t, localBytes(f), config.mesh,
-                                      placements, cluster, forward);
+  double seconds = relayoutSeconds(f, t, localBytes(f), forward);
   if (o.needsGrad) {
     SmallVector<AxisUse, 4> grad = uses(dst, true, true),
                             back = uses(src, true, false);
-    seconds += getRelayoutSeconds(grad, back, localBytes(grad), config.mesh,
-                                  placements, cluster, backward);
+    seconds += relayoutSeconds(grad, back, localBytes(grad), backward);
   }
   return seconds;
 }
@@ -1497,25 +1600,43 @@ Expected<Plan> Instance::Impl::solve() {
       else
         for (const Cand &c : cands[items[v].op])
           ls.push_back(c.raw->layouts[from]);
-      // Candidates in increasing g: once g alone cannot beat the best, no
-      // later one can (re-layouts >= 0), so few re-layouts are costed.
-      SmallVector<unsigned> order(g.size());
-      std::iota(order.begin(), order.end(), 0u);
-      llvm::stable_sort(
-          order, [&](unsigned a, unsigned b) { return g[a].time < g[b].time; });
+      // The candidates of w grouped by the layouts their chain inputs
+      // want (many share them), each group at its smallest g, in
+      // increasing g: once g alone cannot beat the best, no later group
+      // can (re-layouts >= 0), so few re-layouts are costed.
+      struct Group {
+        SmallVector<int, 2> wants;
+        Value g;
+      };
+      SmallVector<Group> groups;
+      {
+        std::map<SmallVector<int, 2>, unsigned> index;
+        for (auto [k, c] : llvm::enumerate(cands[op])) {
+          SmallVector<int, 2> wants;
+          for (const SegEdge *e : chainIn[w])
+            wants.push_back(c.raw->layouts[e->toOperand]);
+          auto [it, ins] = index.try_emplace(wants, unsigned(groups.size()));
+          if (ins)
+            groups.push_back({std::move(wants), g[k]});
+          else if (g[k].time < groups[it->second].g.time)
+            groups[it->second].g = g[k];
+        }
+      }
+      llvm::stable_sort(groups, [](const Group &a, const Group &b) {
+        return a.g.time < b.g.time;
+      });
       for (int l : ls) {
         auto [it, ins] = cb.after[v].try_emplace(l, Value{inf, 0});
         if (!ins)
           continue;
-        for (unsigned k : order) {
-          if (g[k].time >= it->second.time)
+        for (const Group &grp : groups) {
+          if (grp.g.time >= it->second.time)
             break;
-          const Cand &c = cands[op][k];
-          double t = g[k].time;
-          for (const SegEdge *e : chainIn[w])
-            t += edgeCost(op, e->toOperand, l, c.raw->layouts[e->toOperand]);
+          double t = grp.g.time;
+          for (auto [e, want] : llvm::zip(chainIn[w], grp.wants))
+            t += edgeCost(op, e->toOperand, l, want);
           if (t < it->second.time)
-            it->second = {t, g[k].mem};
+            it->second = {t, grp.g.mem};
         }
       }
     }
@@ -1822,6 +1943,11 @@ Expected<Plan> Instance::Impl::solve() {
       DenseMap<uint64_t, unsigned> slotOf;
       std::vector<std::pair<uint64_t, Front>> slots;
       std::vector<const std::vector<double> *> rowPtr(numIn);
+      // Per choice s: the least own time + rest bound of choices s, s+1, ...
+      std::vector<double> restFrom(scs.size() + 1,
+                                   std::numeric_limits<double>::infinity());
+      for (unsigned s = unsigned(scs.size()); s-- > 0;)
+        restFrom[s] = std::min(restFrom[s + 1], scs[s].time + scs[s].rest);
       for (State &st : states) {
         ++stats.statesVisited;
         const Key &key = st.key;
@@ -1839,8 +1965,22 @@ Expected<Plan> Instance::Impl::solve() {
         if (bins)
           bases.push_back(&bit->first);
         uint64_t bi = uint64_t(bit->second) << 32;
+        // Re-layouts add >= 0, so a choice whose own time and rest bound,
+        // from the state's fastest point, already fail admissible's time
+        // test is skipped before its edges are looked up (the same
+        // additions in the same order: exact), and the loop ends where no
+        // later choice can pass (suffix minima, with a margin for their
+        // different rounding).
+        double fastest = std::numeric_limits<double>::infinity();
+        for (const Point &pt : st.front)
+          fastest = std::min(fastest, pt.time);
         for (unsigned s = 0; s < scs.size(); ++s) {
+          if ((fastest + restFrom[s] + outTime) + constantTime >=
+              bound + 1e-12 * std::abs(bound))
+            break;
           const SC &sc = scs[s];
+          if ((fastest + sc.time) + (sc.rest + outTime) + constantTime >= bound)
+            continue;
           double add = sc.time;
           for (unsigned k = 0; k < numIn; ++k)
             add += (*rowPtr[k])[colOf[s][k]];
@@ -2193,6 +2333,15 @@ bool Instance::dominates(const Instance &other) const {
     }
   }
   return true;
+}
+
+size_t Instance::getTableBytes() const {
+  const Tables &t = *impl->tables;
+  size_t bytes = t.rawBytes + t.flatBytes + t.edgeCache.getMemorySize() +
+                 t.layouts.size() * (2 * sizeof(LayoutCode) + 64);
+  for (const std::vector<Cand> &c : impl->cands)
+    bytes += getHeapBytes(c);
+  return bytes;
 }
 
 double Instance::getSmallestMemory() const { return impl->smallestMemory; }

@@ -243,6 +243,10 @@ public:
   const FlatGraph &getFlatGraph() const;
   /// Number of candidates of problem operator `op`.
   size_t getNumCandidates(unsigned op) const;
+  /// Approximate bytes held by the partition tables this instance shares
+  /// (Instance::create's `sameTables`): the costed partitions and the
+  /// re-layout cache; for bounding the memory of a search's table cache.
+  size_t getTableBytes() const;
 
   struct Impl;
 
