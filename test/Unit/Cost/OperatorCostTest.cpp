@@ -225,6 +225,45 @@ TEST(OperatorCostTest, Relayout) {
   EXPECT_FALSE(bool(getRelayoutCost(rows, partial, mesh, dgx())));
 }
 
+TEST(OperatorCostTest, RelayoutSecondsAreAffineInBytes) {
+  // The search keeps per pair of per-axis uses (seconds at 0 bytes, seconds
+  // per byte) and serves every tensor size from them (Solver.cpp,
+  // relayoutSeconds): every re-layout between two uses of a 3-axis mesh
+  // that spans nodes (hierarchical collectives) must be affine in the bytes
+  // per device, s(x) = a + b x for x > 0.
+  Mesh mesh{{{"x0", 2}, {"x1", 4}, {"x2", 4}}};
+  Cluster cluster = dgx(4);
+  llvm::SmallVector<AxisPlacement, 3> placements;
+  for (unsigned a = 0; a < 3; ++a)
+    placements.push_back(mesh.getPlacement(a, cluster.devicesPerNode));
+  using State = AxisUse::State;
+  std::vector<AxisUse> uses = {{State::Replicated, 0},
+                               {State::Split, 0},
+                               {State::Split, 1},
+                               {State::Partial, 0}};
+  unsigned checked = 0, moving = 0;
+  for (unsigned f = 0; f < 64; ++f)
+    for (unsigned t = 0; t < 27; ++t) {
+      llvm::SmallVector<AxisUse, 3> from, to;
+      for (unsigned a = 0, ff = f, tt = t; a < 3; ++a, ff /= 4, tt /= 3) {
+        from.push_back(uses[ff % 4]);
+        to.push_back(uses[tt % 3]); // a target holds no partial sums
+      }
+      auto at = [&](double bytes) {
+        return getRelayoutSeconds(from, to, bytes, mesh, placements, cluster,
+                                  nullptr);
+      };
+      double s1 = at(1e6), s2 = at(3e6), s3 = at(7e8);
+      double b = (s2 - s1) / 2e6, a = s1 - b * 1e6;
+      EXPECT_NEAR(s3, a + b * 7e8, 1e-9 * s3) << "uses " << f << " -> " << t;
+      EXPECT_GE(a, 0);
+      ++checked;
+      moving += s1 > 0;
+    }
+  EXPECT_EQ(checked, 64u * 27u);
+  EXPECT_GT(moving, 1000u);
+}
+
 TEST(OperatorCostTest, ZeroModelStates) {
   // psi = 1e9 parameters, N_d = 8 (bytes): stage 0 16e9; stage 1 4e9 +
   // 12e9/8 = 5.5e9; stage 2 2e9 + 14e9/8 = 3.75e9; stage 3 16e9/8 = 2e9.
