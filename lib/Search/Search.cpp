@@ -338,11 +338,21 @@ searchWith(const Problem &problem, const Cluster &cluster,
                        : inf;
     if (lowerBound >= bound)
       break;
+    const Instance *same = cache.find(configs[i], options.solver.space);
     Expected<std::unique_ptr<Instance>> inst =
         Instance::create(problem, cluster, configs[i], eff, options.solver,
-                         cache.find(configs[i], options.solver.space));
+                         same ? same : cache.findMesh(configs[i]));
     if (!inst)
       return inst.takeError();
+    if (!same) {
+      // Dropped from the cache (its bound): kept again for the group's
+      // other configurations.
+      Expected<std::unique_ptr<Instance>> rep = Instance::create(
+          problem, cluster, configs[i], eff, options.solver, inst->get());
+      if (!rep)
+        return rep.takeError();
+      cache.keep(configs[i], options.solver.space, std::move(*rep));
+    }
     DPStats stats;
     Expected<Plan> plan = (*inst)->solveDP(&stats, bound);
     ++result.solvedConfigurations;
