@@ -142,7 +142,8 @@ struct Tables {
       std::make_shared<DenseMap<uint64_t, std::pair<double, double>>>();
   /// Per (consumer, operand): an id of what its re-layouts depend on
   /// besides the layouts (shape, element bytes, whether a gradient flows
-  /// back), so that edges carrying the same tensor share cache entries.
+  /// back), so that edges carrying the same tensor share cache entries;
+  /// -1 until first used. Indexed [consumer][operand].
   std::vector<std::vector<int>> edgeTensorIds;
   std::map<std::tuple<std::vector<int64_t>, int64_t, bool>, unsigned> tensorIds;
   /// Ids handed out (tensorIds' and one per edge through views).
@@ -431,6 +432,10 @@ Error Instance::Impl::init(bool fresh) {
       inputHasEdges[i].assign(problem.ops[i].operands.size(), false);
     for (const Edge &e : problem.edges)
       inputHasEdges[e.consumer][e.consumerOperand] = true;
+    // Tensor ids are handed out on first use (edgeSeconds).
+    tables->edgeTensorIds.resize(problem.ops.size());
+    for (unsigned i = 0; i < problem.ops.size(); ++i)
+      tables->edgeTensorIds[i].assign(problem.ops[i].operands.size(), -1);
     tables->viewEdges.clear();
     for (auto [k, e] : llvm::enumerate(problem.edges))
       if (e.views)
@@ -753,12 +758,7 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
                                    int from, int to) {
   if (from == kExternal)
     return 0;
-  std::vector<std::vector<int>> &ids = tables->edgeTensorIds;
-  if (ids.size() <= consumer)
-    ids.resize(problem.ops.size());
-  if (ids[consumer].size() <= operand)
-    ids[consumer].resize(problem.ops[consumer].operands.size(), -1);
-  int &tid = ids[consumer][operand];
+  int &tid = tables->edgeTensorIds[consumer][operand];
   if (tid < 0) {
     uint64_t edge = uint64_t(consumer) << 8 | operand;
     const Operator &op = problem.ops[consumer];
