@@ -235,7 +235,9 @@ Expected<MoECost> getMoECost(const MoELayer &layer, const ExpertLoad &load,
   const int64_t p = ep.size, experts = layer.experts;
   const int64_t perWorker = experts / p;
   const int64_t g = ep.groupSize ? ep.groupSize : p, steps = p / g;
-  const double peak = cluster.device.getPeak(eff.dtype);
+  double peak = cluster.device.getPeak(eff.dtype);
+  if (peak <= 0)
+    peak = cluster.device.fp32; // as getRooflineTime
   const double tokenBytes = double(layer.hidden) * layer.activationBytes;
   const double localSlots =
       double(layer.tokens) / double(p) * double(layer.topK);

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "stpar/Cost/OperatorCost.h"
+#include "stpar/Cost/MoE.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
@@ -168,12 +169,14 @@ static double localBytes(const Operator &op, const Operand &operand,
 static std::vector<unsigned> axesOutside(const Operator &op,
                                          const Operand &operand,
                                          std::optional<unsigned> ignored) {
-  std::vector<unsigned> axes;
+  std::vector<unsigned> axes, inside;
   for (unsigned d = 0; d < op.loops.size(); ++d)
-    if (!indexes(operand, d))
-      for (unsigned axis : op.loops[d].axes)
-        if (axis != ignored)
-          axes.push_back(axis);
+    for (unsigned axis : op.loops[d].axes)
+      if (axis != ignored)
+        (indexes(operand, d) ? inside : axes).push_back(axis);
+  // An axis splitting a loop the operand indexes splits the operand too
+  // (an MoE operator's expert loop shares its axes with the token loops).
+  llvm::erase_if(axes, [&](unsigned a) { return is_contained(inside, a); });
   llvm::sort(axes);
   axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
   return axes;
@@ -309,11 +312,179 @@ costTemporal(const Operator &op, const Mesh &mesh, const Cluster &cluster,
   return seconds;
 }
 
+/// The placement of the group of devices spanned by `axes` together: as
+/// many per node as the axes' intra-node parts multiply to.
+static AxisPlacement getGroupPlacement(ArrayRef<unsigned> axes,
+                                       const Mesh &mesh,
+                                       const Cluster &cluster) {
+  AxisPlacement group;
+  for (unsigned axis : axes) {
+    AxisPlacement p = mesh.getPlacement(axis, cluster.devicesPerNode);
+    group.intraNodeSize *= p.intraNodeSize;
+    group.interNodeSize *= p.interNodeSize;
+    group.regular = group.regular && p.regular;
+  }
+  return group;
+}
+
+/// OpKind::MoE (costOperator's comment; FasterMoE's model in MoE.h).
+static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
+                                      const Cluster &cluster,
+                                      const EfficiencyModel &eff) {
+  if (!op.moe)
+    return opError(op, "an MoE operator needs its MoE description");
+  const MoESpec &spec = *op.moe;
+  unsigned numLoops = unsigned(op.loops.size());
+  if (spec.expertLoop >= numLoops || spec.hiddenLoop >= numLoops ||
+      spec.ffnLoop >= numLoops)
+    return opError(op, "the MoE description names a missing loop");
+  for (unsigned d : {spec.hiddenLoop, spec.ffnLoop})
+    if (!op.loops[d].axes.empty())
+      return opError(op, "the MoE loop '" + op.loops[d].name +
+                             "' (model or expert hidden dim) is not split");
+  double localTokens = 1;
+  std::vector<unsigned> tokenAxes;
+  for (unsigned d = 0; d < numLoops; ++d) {
+    if (d == spec.expertLoop || d == spec.hiddenLoop || d == spec.ffnLoop)
+      continue;
+    localTokens *= double(getLocalExtent(op, d, mesh));
+    llvm::append_range(tokenAxes, op.loops[d].axes);
+  }
+  const LoopDim &expertLoop = op.loops[spec.expertLoop];
+  int64_t group = 1;
+  for (unsigned axis : expertLoop.axes) {
+    if (!is_contained(tokenAxes, axis))
+      return opError(op, "the expert loop's mesh axis '" +
+                             mesh.axes[axis].name +
+                             "' does not split the tokens (expert "
+                             "parallelism exchanges the tokens of its group)");
+    group *= mesh.axes[axis].size;
+  }
+  const Operand *input = nullptr, *weight = nullptr, *output = nullptr;
+  for (const Operand &o : op.operands) {
+    const Operand *&slot = o.role == OperandRole::Input       ? input
+                           : o.role == OperandRole::Parameter ? weight
+                                                              : output;
+    if (!slot)
+      slot = &o;
+  }
+  if (!input || !weight || !output)
+    return opError(op, "an MoE operator needs an input, expert weights and "
+                       "an output");
+
+  MoELayer layer;
+  layer.experts = expertLoop.extent;
+  layer.topK = spec.topK;
+  layer.hidden = op.loops[spec.hiddenLoop].extent;
+  layer.ffnHidden = op.loops[spec.ffnLoop].extent;
+  layer.ffnMatrices = spec.ffnMatrices;
+  layer.tokens = int64_t(std::llround(localTokens)) * group;
+  layer.activationBytes = double(input->elementBytes);
+  layer.weightBytes = layer.gradientBytes = double(weight->elementBytes);
+  ExpertLoad load = spec.load.empty() ? ExpertLoad::uniform(layer.experts)
+                                      : ExpertLoad{spec.load};
+  ExpertParallelism ep;
+  ep.size = group;
+  ep.placement = getGroupPlacement(expertLoop.axes, mesh, cluster);
+  ep.capacityFactor = spec.capacityFactor;
+  std::optional<MoECost> best;
+  ExpertParallelism chosen;
+  bool spans = ep.placement.regular && ep.placement.crossesIntraNode() &&
+               ep.placement.crossesInterNode();
+  for (bool hierarchical : {false, true}) {
+    if (hierarchical && !(spec.hierarchical && spans))
+      continue;
+    ExpertParallelism trial = ep;
+    trial.hierarchical = hierarchical;
+    if (spec.shadowing && group > 1) {
+      Expected<std::vector<bool>> s =
+          chooseShadowedExperts(layer, load, trial, cluster, eff);
+      if (!s)
+        return opError(op, toString(s.takeError()));
+      trial.shadowed = std::move(*s);
+    }
+    if (spec.smartSchedule && group > 1) {
+      Expected<int64_t> g = chooseGroupSize(layer, load, trial, cluster, eff);
+      if (!g)
+        return opError(op, toString(g.takeError()));
+      trial.groupSize = *g;
+    }
+    Expected<MoECost> c = getMoECost(layer, load, trial, cluster, eff);
+    if (!c)
+      return opError(op, toString(c.takeError()));
+    if (!best || c->total < best->total) {
+      best = std::move(*c);
+      chosen = std::move(trial);
+    }
+  }
+
+  OperatorCost cost;
+  double routerFlops =
+      2 * localTokens * double(layer.hidden) * double(layer.experts);
+  double router =
+      getRooflineTime(OpKind::MatMul, routerFlops,
+                      (localTokens * double(layer.hidden + layer.experts) +
+                       double(layer.hidden * layer.experts)) *
+                          layer.activationBytes,
+                      cluster, eff);
+  double useful =
+      localTokens * double(layer.topK) * layer.getFlopsPerToken() + routerFlops;
+  cost.forwardFlops = cost.backwardInputFlops = cost.backwardWeightFlops =
+      useful;
+  cost.forward = best->computeForward + router + best->shadow;
+  cost.backwardInput = cost.backwardWeight = best->computeForward + router;
+  cost.forwardComm = std::max(0.0, best->forward - best->computeForward);
+  cost.backwardComm = std::max(0.0, best->backward - 2 * best->computeForward);
+  for (const Operand &o : op.operands)
+    if (o.role == OperandRole::Parameter)
+      cost.parameterBytes += localBytes(op, o, mesh);
+  double tokenBytes = double(layer.hidden) * layer.activationBytes;
+  // Stashed for B: the input, the dispatched tokens and the experts'
+  // intermediate activations (one F-wide tensor per weight matrix).
+  cost.stashBytes =
+      localBytes(op, *input, mesh) +
+      best->maxWorkerTokens *
+          (tokenBytes + double(layer.ffnMatrices) * double(layer.ffnHidden) *
+                            layer.activationBytes);
+  // The dispatch and combine buffers and the output.
+  cost.transientBytes = 2 * best->receiveBufferTokens * tokenBytes +
+                        localBytes(op, *output, mesh);
+  if (group > 1)
+    for (Phase phase : {Phase::Forward, Phase::InputGrad}) {
+      Communication c;
+      c.phase = phase;
+      c.kind = Collective::AllToAll;
+      c.axes = expertLoop.axes;
+      c.bytes = localTokens * double(layer.topK) * tokenBytes;
+      c.elementBytes = input->elementBytes;
+      c.count = 2;
+      c.what = phase == Phase::Forward
+                   ? "dispatch and combine of the routed tokens"
+                   : "the gradients of the dispatch and the combine";
+      cost.communication.push_back(std::move(c));
+    }
+  OperatorCost::MoEChoice m;
+  m.expertParallel = group;
+  m.hierarchical = chosen.hierarchical;
+  m.groupSize = chosen.groupSize;
+  for (auto [e, s] : llvm::enumerate(chosen.shadowed))
+    if (s)
+      m.shadowed.push_back(int64_t(e));
+  m.maxWorkerTokens = best->maxWorkerTokens;
+  m.droppedTokens = best->droppedTokens;
+  m.intraNodeLinkBytes = best->intraNodeLinkBytes;
+  m.interNodeLinkBytes = best->interNodeLinkBytes;
+  cost.moe = std::move(m);
+  return cost;
+}
+
 Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
                                     const Cluster &cluster,
                                     const EfficiencyModel &eff) {
   if (Error e = verifyOperator(op, mesh))
     return std::move(e);
+  if (op.kind == OpKind::MoE)
+    return costMoE(op, mesh, cluster, eff);
   OperatorCost cost;
   double points = 1;
   for (unsigned d = 0; d < op.loops.size(); ++d)
@@ -651,6 +822,8 @@ llvm::StringRef stpar::cost::getOpKindName(OpKind kind) {
     return "norm";
   case OpKind::Embedding:
     return "embedding";
+  case OpKind::MoE:
+    return "moe";
   }
   return "?";
 }

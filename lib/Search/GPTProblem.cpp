@@ -141,9 +141,40 @@ Problem buildTransformerProblem(const TransformerShape &shape,
   unsigned res1 = elementwise("residual1", "attention", H, 2, 3);
   unsigned ln2 = norm("ln2", L, "mlp");
   int64_t F1 = shape.gatedFFN ? 2 * F : F;
-  unsigned fc1 = linear("fc1", L, "mlp", H, F1);
-  unsigned act = elementwise("act", "mlp", F, 1, 8);
-  unsigned fc2 = linear("fc2", L, "mlp", F, H);
+  unsigned fc1 = 0, act = 0, fc2 = 0, moe = 0;
+  if (shape.moe) {
+    const TransformerShape::MoE &x = *shape.moe;
+    moe = b.add("moe", OpKind::MoE, L, "mlp", 2,
+                {{"b", B, false},
+                 {"s", S, false},
+                 {"h", H, false},
+                 {"e", x.experts, false},
+                 {"f", F, false}});
+    for (unsigned d = 2; d < 5; ++d)
+      p.ops[moe].loops[d].splittable = false;
+    b.operand(moe, "x", In, {"b", "s", "h"});
+    b.operand(moe, "w1", W, {"e", "h", "f"});
+    if (shape.gatedFFN)
+      b.operand(moe, "w3", W, {"e", "h", "f"});
+    b.operand(moe, "w2", W, {"e", "h", "f"});
+    b.operand(moe, "y", Out, {"b", "s", "h"});
+    MoESpec spec;
+    spec.expertLoop = 3;
+    spec.hiddenLoop = 2;
+    spec.ffnLoop = 4;
+    spec.topK = x.topK;
+    spec.ffnMatrices = shape.gatedFFN ? 3 : 2;
+    spec.load = x.load;
+    spec.capacityFactor = x.capacityFactor;
+    spec.shadowing = x.shadowing;
+    spec.smartSchedule = x.smartSchedule;
+    spec.hierarchical = x.hierarchical;
+    p.ops[moe].moe = std::move(spec);
+  } else {
+    fc1 = linear("fc1", L, "mlp", H, F1);
+    act = elementwise("act", "mlp", F, 1, 8);
+    fc2 = linear("fc2", L, "mlp", F, H);
+  }
   unsigned res2 = elementwise("residual2", "mlp", H, 2, 3);
   unsigned lnf = norm("ln_f", post, "head");
   unsigned head = linear("lm_head", post, "head", H, V);
@@ -177,10 +208,15 @@ Problem buildTransformerProblem(const TransformerShape &shape,
   b.edge(proj, 2, res1, 1);
   b.edge(res1, 2, ln2, 0);
   b.edge(res1, 2, res2, 0);
-  b.edge(ln2, 2, fc1, 0);
-  b.edge(fc1, 2, act, 0);
-  b.edge(act, 1, fc2, 0);
-  b.edge(fc2, 2, res2, 1);
+  if (shape.moe) {
+    b.edge(ln2, 2, moe, 0);
+    b.edge(moe, unsigned(p.ops[moe].operands.size() - 1), res2, 1);
+  } else {
+    b.edge(ln2, 2, fc1, 0);
+    b.edge(fc1, 2, act, 0);
+    b.edge(act, 1, fc2, 0);
+    b.edge(fc2, 2, res2, 1);
+  }
   b.edge(res2, 2, lnf, 0);
   b.edge(lnf, 2, head, 0);
   b.edge(head, 2, loss, 0);

@@ -16,6 +16,8 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Format.h"
 
+#include <cmath>
+
 using namespace llvm;
 using namespace stpar::cost;
 
@@ -119,6 +121,37 @@ Error verifyProblem(const Problem &p) {
         none_of(op.loops, [&](const LoopDim &l) { return l.name == p.batchLoop; }))
       return err("operator '" + op.name + "' has no batch loop '" +
                  p.batchLoop + "'");
+    if ((op.kind == OpKind::MoE) != op.moe.has_value())
+      return err("operator '" + op.name + "': " +
+                 (op.moe ? "only an moe operator has an 'moe' line"
+                         : "an moe operator needs an 'moe' line"));
+    if (op.moe) {
+      const MoESpec &m = *op.moe;
+      unsigned n = unsigned(op.loops.size());
+      if (m.expertLoop >= n || m.hiddenLoop >= n || m.ffnLoop >= n ||
+          m.expertLoop == m.hiddenLoop || m.expertLoop == m.ffnLoop ||
+          m.hiddenLoop == m.ffnLoop)
+        return err("operator '" + op.name +
+                   "': 'moe' needs three distinct loops (experts, hidden, "
+                   "ffn)");
+      int64_t experts = op.loops[m.expertLoop].extent;
+      if (m.topK < 1 || m.topK > experts || m.ffnMatrices < 1)
+        return err("operator '" + op.name +
+                   "': 'moe' needs 1 <= top-k <= experts and matrices >= 1");
+      if (!m.load.empty()) {
+        double sum = 0;
+        for (double x : m.load)
+          sum += x;
+        if (int64_t(m.load.size()) != experts ||
+            any_of(m.load, [](double x) { return !(x >= 0); }) ||
+            std::abs(sum - 1) > 1e-6)
+          return err("operator '" + op.name + "': 'moe' load needs " +
+                     Twine(experts) + " non-negative shares that sum to 1");
+      }
+      if (m.capacityFactor < 0)
+        return err("operator '" + op.name +
+                   "': 'moe' capacity must not be negative");
+    }
   }
   std::optional<unsigned> carry = getCarryOp(p);
   std::optional<unsigned> carryOperand;
@@ -307,6 +340,7 @@ Error Parser::parseLine(StringRef keyword, SmallVectorImpl<StringRef> &w) {
                                      .Case("softmax", OpKind::Softmax)
                                      .Case("norm", OpKind::Norm)
                                      .Case("embedding", OpKind::Embedding)
+                                     .Case("moe", OpKind::MoE)
                                      .Default(std::nullopt);
     if (!kind)
       return error("unknown operator kind '" + w[1] + "'");
@@ -368,6 +402,66 @@ Error Parser::parseLine(StringRef keyword, SmallVectorImpl<StringRef> &w) {
       if (o.name == d.name)
         return error("loop '" + d.name + "' defined twice");
     op->loops.push_back(std::move(d));
+    return Error::success();
+  }
+  if (keyword == "moe") {
+    Operator *op = current();
+    if (!op)
+      return error("'moe' before any 'op'");
+    if (op->moe)
+      return error("operator '" + op->name + "' has two 'moe' lines");
+    MoESpec m;
+    bool seen[3] = {false, false, false};
+    for (StringRef attr : w) {
+      auto [key, value] = attr.split('=');
+      auto loopIndex = [&](unsigned &slot, int which) -> Error {
+        auto it = find_if(op->loops,
+                          [&](const LoopDim &l) { return l.name == value; });
+        if (it == op->loops.end())
+          return error("'moe' names unknown loop '" + value + "'");
+        slot = unsigned(it - op->loops.begin());
+        seen[which] = true;
+        return Error::success();
+      };
+      if (key == "experts" || key == "hidden" || key == "ffn") {
+        int which = key == "experts" ? 0 : key == "hidden" ? 1 : 2;
+        unsigned &slot = which == 0   ? m.expertLoop
+                         : which == 1 ? m.hiddenLoop
+                                      : m.ffnLoop;
+        if (Error e = loopIndex(slot, which))
+          return e;
+      } else if (key == "top-k" || key == "matrices") {
+        Expected<int64_t> v = integer(value, key);
+        if (!v)
+          return v.takeError();
+        (key == "top-k" ? m.topK : m.ffnMatrices) = *v;
+      } else if (key == "capacity") {
+        Expected<double> v = real(value, "capacity");
+        if (!v)
+          return v.takeError();
+        m.capacityFactor = *v;
+      } else if (key == "load") {
+        SmallVector<StringRef> items;
+        value.split(items, ',');
+        for (StringRef item : items) {
+          Expected<double> v = real(item, "a load share");
+          if (!v)
+            return v.takeError();
+          m.load.push_back(*v);
+        }
+      } else if (attr == "no-shadowing") {
+        m.shadowing = false;
+      } else if (attr == "no-smart-schedule") {
+        m.smartSchedule = false;
+      } else if (attr == "flat") {
+        m.hierarchical = false;
+      } else {
+        return error("unknown 'moe' attribute '" + attr + "'");
+      }
+    }
+    if (!seen[0] || !seen[1] || !seen[2])
+      return error("'moe' needs experts=, hidden= and ffn= loops");
+    op->moe = std::move(m);
     return Error::success();
   }
   if (keyword == "input" || keyword == "param" || keyword == "output") {
@@ -546,6 +640,27 @@ void printProblem(raw_ostream &os, const Problem &p) {
       os << " bytes=" << o.elementBytes;
       if (!o.needsGrad)
         os << " nograd";
+      os << "\n";
+    }
+    if (op.moe) {
+      const MoESpec &m = *op.moe;
+      os << "  moe experts=" << op.loops[m.expertLoop].name
+         << " hidden=" << op.loops[m.hiddenLoop].name
+         << " ffn=" << op.loops[m.ffnLoop].name << " top-k=" << m.topK
+         << " matrices=" << m.ffnMatrices;
+      if (m.capacityFactor > 0)
+        os << " capacity=" << format("%.17g", m.capacityFactor);
+      if (!m.load.empty()) {
+        os << " load=";
+        for (auto [k, x] : enumerate(m.load))
+          os << (k ? "," : "") << format("%.17g", x);
+      }
+      if (!m.shadowing)
+        os << " no-shadowing";
+      if (!m.smartSchedule)
+        os << " no-smart-schedule";
+      if (!m.hierarchical)
+        os << " flat";
       os << "\n";
     }
   }

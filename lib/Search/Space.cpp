@@ -126,6 +126,41 @@ static std::vector<std::array<unsigned, 3>> getTemporalTriples(const Operator &o
   return triples;
 }
 
+/// An MoE operator's model, expert and expert-hidden loops: never split
+/// like other loops (the expert loop only by addExpertParallel).
+static bool isMoEInner(const Operator &op, unsigned d) {
+  return op.moe && (d == op.moe->expertLoop || d == op.moe->hiddenLoop ||
+                    d == op.moe->ffnLoop);
+}
+
+/// Expert parallelism: for each partition of an MoE operator's token loops,
+/// every non-empty subset of the axes splitting them (in axis order) whose
+/// sizes multiply to a divisor of the expert count also splits the experts.
+static void addExpertParallel(const Operator &op, const Mesh &mesh,
+                              std::vector<Partition> &result) {
+  unsigned e = op.moe->expertLoop;
+  int64_t experts = op.loops[e].extent;
+  size_t base = result.size();
+  for (size_t i = 0; i < base; ++i) {
+    std::vector<unsigned> tokenAxes;
+    for (unsigned d = 0; d < op.loops.size(); ++d)
+      if (!isMoEInner(op, d))
+        llvm::append_range(tokenAxes, result[i].loopAxes[d]);
+    llvm::sort(tokenAxes);
+    for (uint64_t mask = 1; mask < (uint64_t(1) << tokenAxes.size()); ++mask) {
+      Partition p = result[i];
+      int64_t group = 1;
+      for (unsigned j = 0; j < tokenAxes.size(); ++j)
+        if (mask & (uint64_t(1) << j)) {
+          p.loopAxes[e].push_back(tokenAxes[j]);
+          group *= mesh.axes[tokenAxes[j]].size;
+        }
+      if (experts % group == 0)
+        result.push_back(std::move(p));
+    }
+  }
+}
+
 std::vector<Partition> enumeratePartitions(const Operator &op, const Mesh &mesh,
                                            const SpaceOptions &options) {
   std::vector<Partition> result;
@@ -174,7 +209,7 @@ std::vector<Partition> enumeratePartitions(const Operator &op, const Mesh &mesh,
     choice[a] = numLoops;
     rec(a + 1);
     for (unsigned d = 0; d < numLoops; ++d) {
-      if (!op.loops[d].splittable)
+      if (!op.loops[d].splittable || isMoEInner(op, d))
         continue;
       int64_t s = split[d] * mesh.axes[a].size;
       if (op.loops[d].extent % s)
@@ -187,6 +222,8 @@ std::vector<Partition> enumeratePartitions(const Operator &op, const Mesh &mesh,
     choice[a] = numLoops;
   };
   rec(0);
+  if (op.moe)
+    addExpertParallel(op, mesh, result);
   if (options.onlyTemporal &&
       any_of(result, [](const Partition &p) { return p.temporal.has_value(); }))
     llvm::erase_if(result,

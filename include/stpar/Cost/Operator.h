@@ -57,6 +57,12 @@ enum class OpKind {
   /// leaves partial outputs to all-reduce, as in Megatron's
   /// vocab-parallel embedding.
   Embedding,
+  /// A mixture-of-experts FFN (router, top-k dispatch, the experts' FFNs,
+  /// combine), described by Operator::moe and costed with FasterMoE's model
+  /// (stpar/Cost/MoE.h): its expert loop may take mesh axes that also split
+  /// its token loops (expert parallelism: tokens reach their experts by
+  /// all-to-all over those axes).
+  MoE,
 };
 
 /// The kind's name as printed in tables and problem files ("matmul",
@@ -96,6 +102,27 @@ struct TemporalPrimitive {
   unsigned kDim = 0;
 };
 
+/// What an OpKind::MoE operator is (FasterMoE's model, stpar/Cost/MoE.h):
+/// loops over the tokens (the batch and sequence loops, any others
+/// parallel), the model dim H, the experts E and an expert's hidden dim F;
+/// parameters are `ffnMatrices` expert weights indexed (E, H, F). A
+/// partition may split the token loops like any loop; the expert loop
+/// takes a subset of the axes that split the token loops (the expert-
+/// parallel group), never other axes. H and F are not split.
+struct MoESpec {
+  unsigned expertLoop = 0, hiddenLoop = 0, ffnLoop = 0;
+  int64_t topK = 1;
+  int64_t ffnMatrices = 2;
+  /// Share of the routed token slots per expert (sums to 1); empty: uniform.
+  std::vector<double> load;
+  /// GShard/Switch capacity factor; 0: no drop (ExpertParallelism).
+  double capacityFactor = 0;
+  /// FasterMoE's optimizations the cost may use, each chosen where it
+  /// lowers the operator's time: dynamic shadowing, smart scheduling and
+  /// the hierarchical all-to-all.
+  bool shadowing = true, smartSchedule = true, hierarchical = true;
+};
+
 /// One operator of one micro-batch's forward pass with its partition.
 struct Operator {
   std::string name;
@@ -120,6 +147,8 @@ struct Operator {
   /// Under recomputation, its first input is the stashed checkpoint (the
   /// input of a transformer layer).
   bool checkpoint = false;
+  /// Set exactly for OpKind::MoE.
+  std::optional<MoESpec> moe;
 };
 
 } // namespace stpar::cost

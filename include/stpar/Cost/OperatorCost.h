@@ -22,6 +22,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <vector>
 
 namespace stpar::cost {
@@ -161,6 +162,22 @@ struct OperatorCost {
   /// Transient working set beyond stashes (output buffer, temporal double
   /// buffers), bytes.
   double transientBytes = 0;
+  /// OpKind::MoE: what FasterMoE's model chose and predicts (MoE.h).
+  struct MoEChoice {
+    /// Workers of the expert-parallel group (the expert loop's axes).
+    int64_t expertParallel = 1;
+    bool hierarchical = false;
+    /// Smart scheduling's group size; 0 = not scheduled.
+    int64_t groupSize = 0;
+    /// Shadowed experts, by index.
+    std::vector<int64_t> shadowed;
+    /// Tokens the most loaded worker computes, tokens dropped by the
+    /// capacity (one micro-batch of the group), bytes on the busiest
+    /// NVLink port and node network of one dispatch.
+    double maxWorkerTokens = 0, droppedTokens = 0;
+    double intraNodeLinkBytes = 0, interNodeLinkBytes = 0;
+  };
+  std::optional<MoEChoice> moe;
 };
 
 /// One parameter's gradient synchronization: `bytes` of local gradient,
@@ -174,6 +191,18 @@ struct GradientSync {
 
 /// Costs `op` (see OperatorCost). Fails when axes are out of range or the
 /// temporal primitive is malformed (non-square, wrong loop kinds).
+///
+/// OpKind::MoE (FasterMoE's model, MoE.h; docs/cost-model.md "Mixture of
+/// Experts"): the expert-parallel group is the expert loop's axes (each
+/// must split a token loop); the group's tokens are the device's tokens
+/// times its size. Of the optimizations its MoESpec allows, the
+/// combination with the lowest layer time is used (hierarchical or flat
+/// all-to-all; greedy shadowing; smart scheduling's group size) and
+/// reported in OperatorCost::moe. forward / backwardInput / backwardWeight
+/// are the experts' compute on the most loaded worker (plus the router's
+/// GEMM and, in forward, the shadowed experts' weight broadcast and
+/// gradient reduce); forwardComm / backwardComm the all-to-all time not
+/// hidden by smart scheduling. The router's weights are not counted.
 llvm::Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
                                           const Cluster &cluster,
                                           const EfficiencyModel &eff);

@@ -26,11 +26,23 @@ struct TransformerShape {
   int64_t kvHeads = 0;
   /// SwiGLU-style FFN: fc1 produces 2 x ffn, the activation halves it.
   bool gatedFFN = false;
+  /// Every layer's FFN a mixture of experts (Mixtral, GShard/Switch-style
+  /// GPTs): `experts` FFNs of model.ffn each (3 matrices when gatedFFN,
+  /// else 2), top-k routing, one OpKind::MoE operator (cost::MoESpec).
+  struct MoE {
+    int64_t experts = 0, topK = 2;
+    double capacityFactor = 0;
+    /// Per-expert share of the routed tokens; empty: uniform.
+    std::vector<double> load;
+    bool shadowing = true, smartSchedule = true, hierarchical = true;
+  };
+  std::optional<MoE> moe;
 };
 
 /// The problem: embedding (pre); ln1, qkv, scores, softmax, context, proj,
 /// residual1, ln2, fc1, act, fc2, residual2 (layer, x layers); ln_f,
-/// lm_head, loss (post). Batch loop "b", sequence loop "s".
+/// lm_head, loss (post). Batch loop "b", sequence loop "s". With `moe`,
+/// fc1, act and fc2 are one operator "moe" (loops b, s, h, e, f).
 Problem buildTransformerProblem(const TransformerShape &shape,
                                 llvm::StringRef cluster, int64_t devices);
 

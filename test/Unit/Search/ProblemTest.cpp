@@ -98,11 +98,59 @@ TEST(ProblemFormat, GPTProblemRoundTrips) {
   EXPECT_EQ(q->edges.size(), p.edges.size());
 }
 
+TEST(ProblemFormat, MoEProblemRoundTrips) {
+  TransformerShape s;
+  s.model = {2, 64, 4, 256, 128, 32, 8};
+  s.gatedFFN = true;
+  s.moe = TransformerShape::MoE{};
+  s.moe->experts = 4;
+  s.moe->capacityFactor = 1.25;
+  s.moe->load = {0.5, 0.25, 0.125, 0.125};
+  s.moe->smartSchedule = false;
+  Problem p = buildTransformerProblem(s, "dgx-a100-80g-2", 8);
+  ASSERT_FALSE(bool(verifyProblem(p))) << toString(verifyProblem(p));
+  std::string once = print(p);
+  EXPECT_NE(once.find("  moe experts=e hidden=h ffn=f top-k=2 matrices=3 "
+                      "capacity=1.25 load=0.5,0.25,0.125,0.125 "
+                      "no-smart-schedule\n"),
+            std::string::npos)
+      << once;
+  Expected<Problem> q = parseProblem(once, "moe");
+  ASSERT_TRUE(bool(q)) << toString(q.takeError());
+  EXPECT_EQ(print(*q), once);
+  const Operator &moe = q->ops[9];
+  ASSERT_EQ(moe.kind, OpKind::MoE);
+  ASSERT_TRUE(moe.moe.has_value());
+  EXPECT_EQ(moe.moe->expertLoop, 3u);
+  EXPECT_FALSE(moe.moe->smartSchedule);
+  EXPECT_TRUE(moe.moe->shadowing);
+}
+
 std::string errorOf(StringRef text) {
   Expected<Problem> p = parseProblem(text, "bad.txt");
   if (p)
     return "";
   return toString(p.takeError());
+}
+
+TEST(ProblemFormat, MoEErrors) {
+  std::string op = "devices 2\nop m moe\n  loop b 4\n  loop h 8\n"
+                   "  loop e 4\n  loop f 16\n";
+  EXPECT_EQ(errorOf(op + "  moe experts=e hidden=h ffn=g\n"),
+            "bad.txt:7: 'moe' names unknown loop 'g'");
+  EXPECT_EQ(errorOf(op + "  moe experts=e hidden=h\n"),
+            "bad.txt:7: 'moe' needs experts=, hidden= and ffn= loops");
+  EXPECT_EQ(errorOf(op + "  moe experts=e hidden=h ffn=f frob\n"),
+            "bad.txt:7: unknown 'moe' attribute 'frob'");
+  EXPECT_EQ(errorOf(op),
+            "bad.txt: operator 'm': an moe operator needs an 'moe' line");
+  EXPECT_EQ(errorOf(op + "  moe experts=e hidden=h ffn=f top-k=2 "
+                         "load=0.5,0.5\n"),
+            "bad.txt: operator 'm': 'moe' load needs 4 non-negative shares "
+            "that sum to 1");
+  EXPECT_EQ(errorOf(op + "  moe experts=e hidden=h ffn=f top-k=5\n"),
+            "bad.txt: operator 'm': 'moe' needs 1 <= top-k <= experts and "
+            "matrices >= 1");
 }
 
 TEST(ProblemFormat, Errors) {

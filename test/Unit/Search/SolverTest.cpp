@@ -4,8 +4,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "stpar/Search/GPTProblem.h"
 #include "stpar/Search/Solver.h"
+#include "stpar/Cost/MoE.h"
+#include "stpar/Search/GPTProblem.h"
 
 #include "gtest/gtest.h"
 
@@ -847,3 +848,170 @@ edge fc.y -> r1.x views=1 map=0,1,- sizes=8,4,4 lost=-,- shared
   // (8 x 16 elements of 2 bytes), at the view; r0 and r1 slice.
   EXPECT_EQ(gathered(8, 0), (std::vector<std::string>{"all-gather@0:256"}));
 }
+
+namespace {
+
+Problem moeGPT(int64_t experts, StringRef clusterName, int64_t devices,
+               int64_t seq = 256) {
+  TransformerShape s;
+  // layers, hidden, heads, ffn, vocab, seq, batch.
+  s.model = {2, 1024, 16, 4096, 1024, seq, 16};
+  s.gatedFFN = true;
+  s.moe = TransformerShape::MoE{};
+  s.moe->experts = experts;
+  return buildTransformerProblem(s, clusterName, devices);
+}
+
+/// The flattened problem's first MoE operator with `part` applied.
+Operator moeWith(const Problem &p, const Partition &part) {
+  Operator op = *llvm::find_if(
+      p.ops, [](const Operator &o) { return o.kind == OpKind::MoE; });
+  applyPartition(op, part);
+  return op;
+}
+
+TEST(MoE, OperatorCostIsFasterMoEsModel) {
+  // moe on mesh [pp 1, x0 4, x1 2, x2 2] of 2 DGX A100 nodes: tokens
+  // b{x0,x1,x2} (16 devices, 1 sequence of 256 tokens each), experts
+  // e{x0,x1} (8 workers, 1 expert each, 2 nodes x 4). The operator's time
+  // is getMoECost's total with the choices it reports, plus the router's
+  // GEMM in F, B and G.
+  EfficiencyModel eff = getDefaultEfficiency();
+  Cluster dgx = cantFail(getPreset("dgx-a100-80g-2"));
+  Problem p = moeGPT(8, "dgx-a100-80g-2", 16);
+  Mesh mesh = makeSearchMesh(1, {4, 2, 2});
+  Partition part;
+  part.loopAxes = {{1, 2, 3}, {}, {}, {1, 2}, {}};
+  Operator op = moeWith(p, part);
+  Expected<OperatorCost> c = costOperator(op, mesh, dgx, eff);
+  ASSERT_TRUE(bool(c)) << toString(c.takeError());
+  ASSERT_TRUE(c->moe.has_value());
+  EXPECT_EQ(c->moe->expertParallel, 8);
+  MoELayer layer;
+  layer.experts = 8;
+  layer.topK = 2;
+  layer.hidden = 1024;
+  layer.ffnHidden = 4096;
+  layer.ffnMatrices = 3;
+  layer.tokens = 256 * 8;
+  ExpertParallelism ep;
+  ep.size = 8;
+  ep.placement.intraNodeSize = 4;
+  ep.placement.interNodeSize = 2;
+  ep.hierarchical = c->moe->hierarchical;
+  ep.groupSize = c->moe->groupSize;
+  ep.shadowed.assign(8, false);
+  for (int64_t e : c->moe->shadowed)
+    ep.shadowed[e] = true;
+  Expected<MoECost> m = getMoECost(layer, ExpertLoad::uniform(8), ep, dgx, eff);
+  ASSERT_TRUE(bool(m));
+  double router =
+      getRooflineTime(OpKind::MatMul, 2.0 * 256 * 1024 * 8,
+                      (256.0 * (1024 + 8) + 1024 * 8) * 2, dgx, eff);
+  double t = c->forward + c->backwardInput + c->backwardWeight +
+             c->forwardComm + c->backwardComm;
+  EXPECT_NEAR(t, m->total + 3 * router, 1e-12 * t);
+  // The choices only help: no better than plain FastMoE (flat, nothing
+  // shadowed, unscheduled) is impossible.
+  ExpertParallelism plain = ep;
+  plain.hierarchical = false;
+  plain.groupSize = 0;
+  plain.shadowed.clear();
+  Expected<MoECost> fast =
+      getMoECost(layer, ExpertLoad::uniform(8), plain, dgx, eff);
+  ASSERT_TRUE(bool(fast));
+  EXPECT_LE(m->total, fast->total);
+  // Two all-to-alls per phase over the expert axes, each 256 tokens x 2
+  // experts x 1024 x 2 B sent per device.
+  ASSERT_EQ(c->communication.size(), 2u);
+  EXPECT_EQ(c->communication[0].kind, Collective::AllToAll);
+  EXPECT_EQ(c->communication[0].axes, (std::vector<unsigned>{1, 2}));
+  EXPECT_DOUBLE_EQ(c->communication[0].bytes, 256.0 * 2 * 1024 * 2);
+  EXPECT_EQ(c->communication[0].count, 2);
+  // One expert per device: 3 x 1024 x 4096 x 2 B of weights; their
+  // gradients are summed over x2 only (the token axis the experts do not
+  // take: expert data parallelism).
+  EXPECT_DOUBLE_EQ(c->parameterBytes, 3.0 * 1024 * 4096 * 2);
+  for (const GradientSync &g : getGradientSyncs(op, mesh, 0u))
+    EXPECT_EQ(g.axes, (std::vector<unsigned>{3})) << g.parameter;
+  // The experts may only take axes that split the tokens.
+  part.loopAxes = {{1}, {}, {}, {2}, {}};
+  Expected<OperatorCost> bad = costOperator(moeWith(p, part), mesh, dgx, eff);
+  ASSERT_FALSE(bool(bad));
+  EXPECT_EQ(toString(bad.takeError()),
+            "operator 'moe': the expert loop's mesh axis 'x1' does not split "
+            "the tokens (expert parallelism exchanges the tokens of its "
+            "group)");
+}
+
+TEST(MoE, SkewedRoutingCostsMoreAndShadowsTheHotExpert) {
+  // 65% of the routed tokens go to expert 0 (FasterMoE Sec. 4.1's case):
+  // its worker sets the time unless the expert is shadowed. With 2048
+  // tokens per device its worker would compute 8 x 2 x 2048 x 0.65 = 21299
+  // tokens, while broadcasting its 12.6 M weights and reducing their
+  // gradients costs about 2 ms over the network: the cost shadows it, and
+  // with shadowing off the operator is slower. (At 256 tokens per device,
+  // OperatorCostIsFasterMoEsModel's size, it does not pay.)
+  EfficiencyModel eff = getDefaultEfficiency();
+  Cluster dgx = cantFail(getPreset("dgx-a100-80g-2"));
+  Problem p = moeGPT(8, "dgx-a100-80g-2", 16, 2048);
+  Mesh mesh = makeSearchMesh(1, {4, 2, 2});
+  Partition part;
+  part.loopAxes = {{1, 2, 3}, {}, {}, {1, 2}, {}};
+  auto seconds = [&](std::vector<double> load, bool shadowing,
+                     OperatorCost *out = nullptr) {
+    Operator op = moeWith(p, part);
+    op.moe->load = std::move(load);
+    op.moe->shadowing = shadowing;
+    Expected<OperatorCost> c = costOperator(op, mesh, dgx, eff);
+    EXPECT_TRUE(bool(c));
+    if (!c)
+      return 0.0;
+    if (out)
+      *out = *c;
+    return c->forward + c->backwardInput + c->backwardWeight + c->forwardComm +
+           c->backwardComm;
+  };
+  std::vector<double> skew = {0.65, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05};
+  OperatorCost hot;
+  double uniform = seconds({}, true);
+  double skewed = seconds(skew, true, &hot);
+  double skewedNoShadow = seconds(skew, false);
+  EXPECT_GT(skewed, uniform);
+  EXPECT_LT(skewed, skewedNoShadow);
+  ASSERT_TRUE(hot.moe.has_value());
+  EXPECT_EQ(hot.moe->shadowed, (std::vector<int64_t>{0}));
+}
+
+TEST(MoE, SearchUsesExpertParallelism) {
+  // A 2-layer MoE GPT (8 experts of 3 x 1024 x 4096) on 16 A100s: the
+  // searched plan splits the experts over the devices (their gradient
+  // sync and memory shrink with the group; the all-to-all runs over
+  // NVLink and 2 nodes' networks), and its reported cost is the
+  // evaluator's.
+  EfficiencyModel eff = getDefaultEfficiency();
+  Cluster dgx = cantFail(getPreset("dgx-a100-80g-2"));
+  Problem p = moeGPT(8, "dgx-a100-80g-2", 16);
+  SearchOptions opts;
+  opts.solver.setDefaultCaps();
+  Expected<SearchResult> r = search(p, dgx, eff, opts);
+  ASSERT_TRUE(bool(r)) << toString(r.takeError());
+  ASSERT_TRUE(r->best.has_value());
+  auto inst = Instance::create(p, dgx, r->best->config, eff, {});
+  ASSERT_TRUE(bool(inst));
+  const FlatGraph &g = (*inst)->getFlatGraph();
+  unsigned moes = 0;
+  for (unsigned i = 0; i < g.ops.size(); ++i)
+    if (g.ops[i].kind == OpKind::MoE) {
+      ++moes;
+      EXPECT_FALSE(r->best->partitions[i].loopAxes[3].empty())
+          << describePartition(g.ops[i], r->best->partitions[i],
+                               r->best->config.mesh);
+    }
+  EXPECT_EQ(moes, 2u);
+  Expected<PlanCost> again = (*inst)->evaluate(r->best->partitions);
+  ASSERT_TRUE(bool(again));
+  EXPECT_NEAR(again->stepTime, r->best->cost.stepTime, 1e-12 * again->stepTime);
+}
+
+} // namespace

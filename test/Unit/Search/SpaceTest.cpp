@@ -5,9 +5,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "stpar/Search/Space.h"
+#include "stpar/Search/GPTProblem.h"
 
 #include "gtest/gtest.h"
 
+using namespace llvm;
 using namespace stpar::cost;
 using namespace stpar::search;
 
@@ -102,3 +104,30 @@ TEST(PartitionSpace, LayoutsFollowIndexingMaps) {
 }
 
 } // namespace
+
+TEST(Space, MoEExpertLoopTakesTokenAxes) {
+  // E = 4 experts; b (8) and s (32) split over x0 (2) and x1 (4) in 9 ways.
+  // Each way also comes with the experts over every subset of its axes
+  // whose sizes divide 4: {x0} or {x1} alone, never both (8), never an
+  // axis that splits no token loop: 9 + 2 x 1 + 2 x 1 + 4 x 2 = 21.
+  TransformerShape s;
+  s.model = {1, 64, 4, 256, 128, 32, 8};
+  s.moe = TransformerShape::MoE{};
+  s.moe->experts = 4;
+  Problem p = buildTransformerProblem(s, "dgx-a100-80g-1", 8);
+  const Operator &moe = p.ops[9];
+  ASSERT_EQ(moe.kind, OpKind::MoE);
+  Mesh mesh = makeSearchMesh(1, {2, 4});
+  std::vector<Partition> parts = enumeratePartitions(moe, mesh, {});
+  EXPECT_EQ(parts.size(), 21u);
+  unsigned ep = 0;
+  for (const Partition &part : parts) {
+    EXPECT_FALSE(part.temporal.has_value());
+    EXPECT_TRUE(part.loopAxes[2].empty() && part.loopAxes[4].empty());
+    for (unsigned axis : part.loopAxes[3])
+      EXPECT_TRUE(is_contained(part.loopAxes[0], axis) ||
+                  is_contained(part.loopAxes[1], axis));
+    ep += !part.loopAxes[3].empty();
+  }
+  EXPECT_EQ(ep, 12u);
+}
