@@ -740,6 +740,37 @@ void printPlan(raw_ostream &os, const Problem &problem, const Plan &plan,
                  describePartition(g.ops[i], plan.partitions[i], mesh).c_str(),
                  s * 1e3, b / gib);
   }
+  // MoE operators: FasterMoE's choices, once when every layer's are the
+  // same.
+  for (const auto &[i, m] : plan.cost.moe) {
+    if (identical && g.layerOf[i] > 0)
+      continue;
+    std::string name = g.ops[i].name;
+    if (identical && g.layerOf[i] == 0)
+      name = problem.ops[g.original[i]].name + " x" +
+             std::to_string(problem.layers);
+    const Operator &op = g.ops[i];
+    int64_t experts = op.moe ? op.loops[op.moe->expertLoop].extent : 0;
+    os << "  " << name << ": expert parallelism " << m.expertParallel << " ("
+       << experts / std::max<int64_t>(1, m.expertParallel) << " of " << experts
+       << " experts per device), " << (m.hierarchical ? "hierarchical" : "flat")
+       << " all-to-all, "
+       << (m.groupSize
+               ? "smart schedule in groups of " + std::to_string(m.groupSize)
+               : std::string("not scheduled"))
+       << ", shadowed experts ";
+    if (m.shadowed.empty())
+      os << "none";
+    for (auto [k, e] : enumerate(m.shadowed))
+      os << (k ? "," : "") << e;
+    os << format("; most loaded device %.0f tokens, busiest link per "
+                 "dispatch %.2f MB NVLink / %.2f MB network",
+                 m.maxWorkerTokens, m.intraNodeLinkBytes / 1e6,
+                 m.interNodeLinkBytes / 1e6);
+    if (m.droppedTokens > 0)
+      os << format(", %.0f tokens dropped", m.droppedTokens);
+    os << "\n";
+  }
   printPlanTotals(os, plan.cost);
 }
 

@@ -1078,6 +1078,8 @@ Expected<PlanCost> Instance::Impl::composePlan(const CostedOps &ops) {
     pc.transientBytes = std::max(pc.transientBytes, c.peak);
     pc.opSeconds[i] = c.seconds;
     pc.opBytes[i] = c.bytes;
+    if (c.raw && c.raw->cost.moe)
+      pc.moe.push_back({i, *c.raw->cost.moe});
     double share = c.seconds > 0 ? c.pipe / c.seconds : 0;
     pc.ring += c.ring.scaled(share);
     pc.collectives += share * c.collectives;

@@ -101,6 +101,10 @@ struct PlanCost {
   /// collectives + re-layouts of its inputs) and bytes (model states +
   /// stashes, unweighted).
   std::vector<double> opSeconds, opBytes;
+  /// Per MoE operator (flattened index): what FasterMoE's model chose
+  /// (expert-parallel group, all-to-all form, schedule, shadowed experts)
+  /// and predicts (most loaded worker, busiest links).
+  std::vector<std::pair<unsigned, cost::OperatorCost::MoEChoice>> moe;
 };
 
 /// A plan: the configuration and one partition per operator of the

@@ -1015,3 +1015,32 @@ TEST(MoE, SearchUsesExpertParallelism) {
 }
 
 } // namespace
+
+namespace {
+TEST(MoE, PlanTableShowsTheChoices) {
+  // The plan table's line per MoE operator (printPlan): the group, the
+  // all-to-all form, the schedule, the shadowed experts and the load.
+  EfficiencyModel eff = getDefaultEfficiency();
+  Cluster dgx = cantFail(getPreset("dgx-a100-80g-2"));
+  Problem p = moeGPT(8, "dgx-a100-80g-2", 16);
+  SearchOptions opts;
+  opts.solver.setDefaultCaps();
+  Expected<SearchResult> r = search(p, dgx, eff, opts);
+  ASSERT_TRUE(r && r->best);
+  ASSERT_EQ(r->best->cost.moe.size(), 2u);
+  std::string table;
+  raw_string_ostream os(table);
+  printPlan(os, p, *r->best);
+  // One sequence of 256 tokens per device: a group of 8 devices routes
+  // 8 x 256 x 2 = 4096 token slots, 512 per expert (uniform), and each
+  // device holds one expert.
+  EXPECT_NE(table.find("  moe#0: expert parallelism 8 (1 of 8 experts per "
+                       "device), "),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("most loaded device 512 tokens, busiest link per "
+                       "dispatch "),
+            std::string::npos)
+      << table;
+}
+} // namespace
