@@ -83,5 +83,6 @@ config.substitutions.append(
 
 tool_dirs = [config.stpar_tools_dir, config.llvm_tools_dir]
 tools = ["stpar", "stpar-opt", "stpar-translate", "stpar-bench-search",
+         "stpar-bench-moe",
          "FileCheck", "not", "count"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

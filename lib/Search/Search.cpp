@@ -17,6 +17,7 @@
 
 #include <limits>
 #include <map>
+#include <numeric>
 #include <tuple>
 
 using namespace llvm;
@@ -597,7 +598,19 @@ static Error addZeROPlan(SearchResult &result, const Problem &problem,
   c.microBatches = microBatches;
   c.recompute = recompute;
   c.mesh.axes = {{"pp", 1}};
-  if (meshShape.size() <= 1) {
+  // DeepSpeed-MoE: the experts of MoE operators over the minor
+  // gcd(experts, devices) data-parallel ranks (expert parallelism inside
+  // data parallelism, an "ep" axis), their weights data-parallel over the
+  // rest.
+  int64_t ep = 0;
+  for (const Operator &op : problem.ops)
+    if (op.moe)
+      ep = std::gcd(ep, op.loops[op.moe->expertLoop].extent);
+  ep = ep ? std::gcd(ep, problem.devices) : 1;
+  if (meshShape.size() <= 1 && ep > 1) {
+    c.mesh.axes.push_back({"dp", problem.devices / ep});
+    c.mesh.axes.push_back({"ep", ep});
+  } else if (meshShape.size() <= 1) {
     c.mesh.axes.push_back({"dp", problem.devices});
   } else {
     int64_t product = 1;
@@ -633,6 +646,8 @@ static Error addZeROPlan(SearchResult &result, const Problem &problem,
       }
     if (!split && problem.devices > 1)
       return Error::success(); // the batch does not divide: no ZeRO plan
+    if (op.moe && c.mesh.axes.back().name == "ep")
+      p.loopAxes[op.moe->expertLoop] = {unsigned(c.mesh.axes.size() - 1)};
     parts.push_back(std::move(p));
   }
   ++result.configurations;
@@ -648,6 +663,8 @@ static Error addZeROPlan(SearchResult &result, const Problem &problem,
     plan.cost = std::move(*pc);
     plan.label = "zero-" + std::to_string(zeroStage) + " dp=" +
                  std::to_string(problem.devices);
+    if (c.mesh.axes.back().name == "ep")
+      plan.label += " ep=" + std::to_string(c.mesh.axes.back().size);
     if (microBatches > 1)
       plan.label += " m=" + std::to_string(microBatches);
     plan.label += getRecomputeLabel(recompute);

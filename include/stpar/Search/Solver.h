@@ -401,7 +401,10 @@ llvm::Expected<SearchResult> searchMegatron(const Problem &problem,
 /// Pure data parallelism over all devices with ZeRO stage `zeroStage`: the
 /// batch loop split over one "dp" axis, or, with a `meshShape` of several
 /// axes ("dp0", "dp1", ...), over all of them (its product must be the
-/// devices).
+/// devices). Without a `meshShape`, a problem with MoE operators gets
+/// DeepSpeed-MoE's layout: axes "dp" and "ep" (ep = gcd of the expert
+/// count and the devices, minor), the batch over both, the experts over
+/// "ep" (the plan's label adds "ep=N").
 llvm::Expected<SearchResult> searchZeRO(const Problem &problem,
                                         const cost::Cluster &cluster,
                                         const cost::EfficiencyModel &eff,
