@@ -474,6 +474,7 @@ static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
   m.droppedTokens = best->droppedTokens;
   m.intraNodeLinkBytes = best->intraNodeLinkBytes;
   m.interNodeLinkBytes = best->interNodeLinkBytes;
+  m.expertTokens = best->expertTokens;
   cost.moe = std::move(m);
   return cost;
 }

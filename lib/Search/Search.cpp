@@ -784,6 +784,17 @@ void printPlan(raw_ostream &os, const Problem &problem, const Plan &plan,
                  "dispatch %.2f MB NVLink / %.2f MB network",
                  m.maxWorkerTokens, m.intraNodeLinkBytes / 1e6,
                  m.interNodeLinkBytes / 1e6);
+    if (!m.expertTokens.empty()) {
+      auto [lo, hi] =
+          std::minmax_element(m.expertTokens.begin(), m.expertTokens.end());
+      if (*hi - *lo <= 1e-9 * *hi)
+        os << format("; tokens per expert %.0f each", *hi);
+      else
+        os << format("; tokens per expert %.0f (expert %d) to %.0f (expert "
+                     "%d)",
+                     *lo, int(lo - m.expertTokens.begin()), *hi,
+                     int(hi - m.expertTokens.begin()));
+    }
     if (m.droppedTokens > 0)
       os << format(", %.0f tokens dropped", m.droppedTokens);
     os << "\n";

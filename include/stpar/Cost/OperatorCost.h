@@ -176,6 +176,8 @@ struct OperatorCost {
     /// NVLink port and node network of one dispatch.
     double maxWorkerTokens = 0, droppedTokens = 0;
     double intraNodeLinkBytes = 0, interNodeLinkBytes = 0;
+    /// Token slots each expert processes (one micro-batch of the group).
+    std::vector<double> expertTokens;
   };
   std::optional<MoEChoice> moe;
 };

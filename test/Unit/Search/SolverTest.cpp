@@ -1042,5 +1042,8 @@ TEST(MoE, PlanTableShowsTheChoices) {
                        "dispatch "),
             std::string::npos)
       << table;
+  // Uniform routing: each expert of a group gets the same 512 slots.
+  EXPECT_NE(table.find("; tokens per expert 512 each\n"), std::string::npos)
+      << table;
 }
 } // namespace
