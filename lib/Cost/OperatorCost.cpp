@@ -446,9 +446,13 @@ static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
       best->maxWorkerTokens *
           (tokenBytes + double(layer.ffnMatrices) * double(layer.ffnHidden) *
                             layer.activationBytes);
-  // The dispatch and combine buffers and the output.
+  // The dispatch and combine buffers, the output, and the copies of the
+  // shadowed experts' weights and gradients every worker holds.
+  double shadowed = double(llvm::count(chosen.shadowed, true));
   cost.transientBytes = 2 * best->receiveBufferTokens * tokenBytes +
-                        localBytes(op, *output, mesh);
+                        localBytes(op, *output, mesh) +
+                        shadowed * layer.getExpertParams() *
+                            (layer.weightBytes + layer.gradientBytes);
   if (group > 1)
     for (Phase phase : {Phase::Forward, Phase::InputGrad}) {
       Communication c;

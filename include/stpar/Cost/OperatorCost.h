@@ -204,7 +204,11 @@ struct GradientSync {
 /// are the experts' compute on the most loaded worker (plus the router's
 /// GEMM and, in forward, the shadowed experts' weight broadcast and
 /// gradient reduce); forwardComm / backwardComm the all-to-all time not
-/// hidden by smart scheduling. The router's weights are not counted.
+/// hidden by smart scheduling. Stashed: the input, the dispatched tokens
+/// and the experts' F-wide activations of the most loaded worker;
+/// transient: the dispatch and combine buffers, the output and the copies
+/// of shadowed experts' weights and gradients. The router's weights are not
+/// counted.
 llvm::Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
                                           const Cluster &cluster,
                                           const EfficiencyModel &eff);

@@ -973,14 +973,19 @@ TEST(MoE, SkewedRoutingCostsMoreAndShadowsTheHotExpert) {
            c->backwardComm;
   };
   std::vector<double> skew = {0.65, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05};
-  OperatorCost hot;
-  double uniform = seconds({}, true);
+  OperatorCost hot, flat;
+  double uniform = seconds({}, true, &flat);
   double skewed = seconds(skew, true, &hot);
   double skewedNoShadow = seconds(skew, false);
   EXPECT_GT(skewed, uniform);
   EXPECT_LT(skewed, skewedNoShadow);
   ASSERT_TRUE(hot.moe.has_value());
   EXPECT_EQ(hot.moe->shadowed, (std::vector<int64_t>{0}));
+  // Every device holds a copy of the shadowed expert's weights and
+  // gradients (3 x 1024 x 4096, 2 + 2 bytes) beyond the buffers, which are
+  // the same (the no-drop bound does not depend on the load).
+  EXPECT_DOUBLE_EQ(hot.transientBytes - flat.transientBytes,
+                   3.0 * 1024 * 4096 * 4);
 }
 
 TEST(MoE, SearchUsesExpertParallelism) {
