@@ -338,10 +338,9 @@ static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
   if (spec.expertLoop >= numLoops || spec.hiddenLoop >= numLoops ||
       spec.ffnLoop >= numLoops)
     return opError(op, "the MoE description names a missing loop");
-  for (unsigned d : {spec.hiddenLoop, spec.ffnLoop})
-    if (!op.loops[d].axes.empty())
-      return opError(op, "the MoE loop '" + op.loops[d].name +
-                             "' (model or expert hidden dim) is not split");
+  if (!op.loops[spec.hiddenLoop].axes.empty())
+    return opError(op, "the MoE loop '" + op.loops[spec.hiddenLoop].name +
+                           "' (the model dim) is not split");
   double localTokens = 1;
   std::vector<unsigned> tokenAxes;
   for (unsigned d = 0; d < numLoops; ++d) {
@@ -376,7 +375,10 @@ static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
   layer.experts = expertLoop.extent;
   layer.topK = spec.topK;
   layer.hidden = op.loops[spec.hiddenLoop].extent;
-  layer.ffnHidden = op.loops[spec.ffnLoop].extent;
+  // Tensor parallelism inside the experts: each device holds F / tp of
+  // every expert's hidden dim.
+  const std::vector<unsigned> &tpAxes = op.loops[spec.ffnLoop].axes;
+  layer.ffnHidden = getLocalExtent(op, spec.ffnLoop, mesh);
   layer.ffnMatrices = spec.ffnMatrices;
   layer.tokens = int64_t(std::llround(localTokens)) * group;
   layer.activationBytes = double(input->elementBytes);
@@ -453,6 +455,24 @@ static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
                         localBytes(op, *output, mesh) +
                         shadowed * layer.getExpertParams() *
                             (layer.weightBytes + layer.gradientBytes);
+  if (!tpAxes.empty())
+    for (Phase phase : {Phase::Forward, Phase::InputGrad}) {
+      // Partial sums of the experts' output (F) and of the input's
+      // gradient (B) over the axes splitting F, as for Megatron's
+      // row- and column-parallel pair.
+      Communication c;
+      c.phase = phase;
+      c.axes = tpAxes;
+      c.bytes =
+          localBytes(op, phase == Phase::Forward ? *output : *input, mesh);
+      c.elementBytes = input->elementBytes;
+      c.what = phase == Phase::Forward ? "partial sums of the experts' output"
+                                       : "partial sums of the input gradient";
+      double t = getMultiAxisCollectiveTime(Collective::AllReduce, c.bytes,
+                                            c.axes, mesh, cluster);
+      (phase == Phase::Forward ? cost.forwardComm : cost.backwardComm) += t;
+      cost.communication.push_back(std::move(c));
+    }
   if (group > 1)
     for (Phase phase : {Phase::Forward, Phase::InputGrad}) {
       Communication c;

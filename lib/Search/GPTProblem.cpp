@@ -150,7 +150,9 @@ Problem buildTransformerProblem(const TransformerShape &shape,
                  {"h", H, false},
                  {"e", x.experts, false},
                  {"f", F, false}});
-    for (unsigned d = 2; d < 5; ++d)
+    // H and E are never split like other loops (E only as expert
+    // parallelism, Space.cpp); F may be (tensor parallelism in experts).
+    for (unsigned d = 2; d < 4; ++d)
       p.ops[moe].loops[d].splittable = false;
     b.operand(moe, "x", In, {"b", "s", "h"});
     b.operand(moe, "w1", W, {"e", "h", "f"});

@@ -126,11 +126,17 @@ static std::vector<std::array<unsigned, 3>> getTemporalTriples(const Operator &o
   return triples;
 }
 
-/// An MoE operator's model, expert and expert-hidden loops: never split
-/// like other loops (the expert loop only by addExpertParallel).
+/// An MoE operator's model and expert loops: never split like other loops
+/// (the expert loop only by addExpertParallel). Its expert-hidden loop is
+/// (tensor parallelism inside the experts).
 static bool isMoEInner(const Operator &op, unsigned d) {
-  return op.moe && (d == op.moe->expertLoop || d == op.moe->hiddenLoop ||
-                    d == op.moe->ffnLoop);
+  return op.moe && (d == op.moe->expertLoop || d == op.moe->hiddenLoop);
+}
+
+/// An MoE operator's token loops: all but the model, expert and
+/// expert-hidden loops.
+static bool isMoEToken(const Operator &op, unsigned d) {
+  return !isMoEInner(op, d) && d != op.moe->ffnLoop;
 }
 
 /// Expert parallelism: for each partition of an MoE operator's token loops,
@@ -144,7 +150,7 @@ static void addExpertParallel(const Operator &op, const Mesh &mesh,
   for (size_t i = 0; i < base; ++i) {
     std::vector<unsigned> tokenAxes;
     for (unsigned d = 0; d < op.loops.size(); ++d)
-      if (!isMoEInner(op, d))
+      if (isMoEToken(op, d))
         llvm::append_range(tokenAxes, result[i].loopAxes[d]);
     llvm::sort(tokenAxes);
     for (uint64_t mask = 1; mask < (uint64_t(1) << tokenAxes.size()); ++mask) {

@@ -177,9 +177,10 @@ chooseShadowedExperts(const MoELayer &layer, const ExpertLoad &load,
                       const ExpertParallelism &ep, const Cluster &cluster,
                       const EfficiencyModel &eff);
 
-/// Smart scheduling's group size (Sec. 4.2, "the granularity is chosen
-/// from the topology"): the divisor g of P (0 = unscheduled included) with
-/// the lowest modelled total; ties go to the larger g (fewer steps).
+/// Smart scheduling's group size (Sec. 4.2), chosen on the cluster's links
+/// by the model: of no schedule (0) and every divisor g of P, the one with
+/// the lowest modelled total; ties go to no schedule, then to the larger g
+/// (fewer steps).
 llvm::Expected<int64_t> chooseGroupSize(const MoELayer &layer,
                                         const ExpertLoad &load,
                                         const ExpertParallelism &ep,

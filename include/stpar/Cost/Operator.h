@@ -108,7 +108,10 @@ struct TemporalPrimitive {
 /// parameters are `ffnMatrices` expert weights indexed (E, H, F). A
 /// partition may split the token loops like any loop; the expert loop
 /// takes a subset of the axes that split the token loops (the expert-
-/// parallel group), never other axes. H and F are not split.
+/// parallel group), never other axes; F may be split over other axes
+/// (tensor parallelism inside every expert, Megatron-style: the output's
+/// partial sums and the input's gradient are all-reduced over them). H is
+/// not split.
 struct MoESpec {
   unsigned expertLoop = 0, hiddenLoop = 0, ffnLoop = 0;
   int64_t topK = 1;

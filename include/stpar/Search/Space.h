@@ -71,10 +71,11 @@ struct SpaceOptions {
 /// operators with an Input (M, N), a Parameter (N, K) and an Output (M, K),
 /// the temporal primitive on every ordered pair of unused axes of equal size
 /// q >= 2 and every (M, N, K) loop triple whose local extents q divides.
-/// An MoE operator (cost::MoESpec) splits only its token loops that way;
-/// each such partition also comes with its expert loop split over every
-/// non-empty subset of the token loops' axes whose sizes multiply to a
-/// divisor of the expert count (expert parallelism).
+/// An MoE operator (cost::MoESpec) splits only its token loops and its
+/// expert-hidden loop that way; each such partition also comes with its
+/// expert loop split over every non-empty subset of the token loops' axes
+/// whose sizes multiply to a divisor of the expert count (expert
+/// parallelism).
 std::vector<Partition> enumeratePartitions(const cost::Operator &op,
                                            const cost::Mesh &mesh,
                                            const SpaceOptions &options);

@@ -934,6 +934,27 @@ TEST(MoE, OperatorCostIsFasterMoEsModel) {
   EXPECT_DOUBLE_EQ(c->parameterBytes, 3.0 * 1024 * 4096 * 2);
   for (const GradientSync &g : getGradientSyncs(op, mesh, 0u))
     EXPECT_EQ(g.axes, (std::vector<unsigned>{3})) << g.parameter;
+  // Tensor parallelism inside the experts: F over x2 (2 devices), the
+  // tokens over x0, x1 only (2 sequences per device, replicated over x2).
+  // Each device holds half of every local expert; the experts' output and
+  // the input's gradient (2 x 256 x 1024 x 2 B each) are all-reduced over
+  // x2, and no expert weight is replicated, so none is synced.
+  part.loopAxes = {{1, 2}, {}, {}, {1, 2}, {3}};
+  Operator tpOp = moeWith(p, part);
+  Expected<OperatorCost> tp = costOperator(tpOp, mesh, dgx, eff);
+  ASSERT_TRUE(bool(tp)) << toString(tp.takeError());
+  EXPECT_DOUBLE_EQ(tp->parameterBytes, 3.0 * 1024 * 2048 * 2);
+  ASSERT_EQ(tp->communication.size(), 4u);
+  EXPECT_EQ(tp->communication[0].kind, Collective::AllReduce);
+  EXPECT_EQ(tp->communication[0].axes, (std::vector<unsigned>{3}));
+  EXPECT_DOUBLE_EQ(tp->communication[0].bytes, 2.0 * 256 * 1024 * 2);
+  EXPECT_EQ(tp->communication[1].phase, Phase::InputGrad);
+  EXPECT_GT(tp->forwardComm,
+            getCollectiveTime(Collective::AllReduce, 2.0 * 256 * 1024 * 2,
+                              mesh.getPlacement(3, dgx.devicesPerNode), dgx) *
+                (1 - 1e-12));
+  for (const GradientSync &g : getGradientSyncs(tpOp, mesh, 0u))
+    EXPECT_TRUE(g.axes.empty()) << g.parameter;
   // The experts may only take axes that split the tokens.
   part.loopAxes = {{1}, {}, {}, {2}, {}};
   Expected<OperatorCost> bad = costOperator(moeWith(p, part), mesh, dgx, eff);

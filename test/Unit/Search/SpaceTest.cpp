@@ -106,10 +106,12 @@ TEST(PartitionSpace, LayoutsFollowIndexingMaps) {
 } // namespace
 
 TEST(Space, MoEExpertLoopTakesTokenAxes) {
-  // E = 4 experts; b (8) and s (32) split over x0 (2) and x1 (4) in 9 ways.
-  // Each way also comes with the experts over every subset of its axes
+  // E = 4 experts; each of x0 (2) and x1 (4) is unused or splits b (8), s
+  // (32) or f (the experts' hidden dim, 256): 16 partitions. Each also
+  // comes with the experts over every subset of the axes splitting b or s
   // whose sizes divide 4: {x0} or {x1} alone, never both (8), never an
-  // axis that splits no token loop: 9 + 2 x 1 + 2 x 1 + 4 x 2 = 21.
+  // axis on f or an unused one. Partitions whose token axes are {}, {x0},
+  // {x1}, {x0,x1} (4 of each) add 0, 1, 1 and 2: 16 + 16 = 32.
   TransformerShape s;
   s.model = {1, 64, 4, 256, 128, 32, 8};
   s.moe = TransformerShape::MoE{};
@@ -119,15 +121,20 @@ TEST(Space, MoEExpertLoopTakesTokenAxes) {
   ASSERT_EQ(moe.kind, OpKind::MoE);
   Mesh mesh = makeSearchMesh(1, {2, 4});
   std::vector<Partition> parts = enumeratePartitions(moe, mesh, {});
-  EXPECT_EQ(parts.size(), 21u);
-  unsigned ep = 0;
+  EXPECT_EQ(parts.size(), 32u);
+  unsigned ep = 0, tp = 0;
   for (const Partition &part : parts) {
     EXPECT_FALSE(part.temporal.has_value());
-    EXPECT_TRUE(part.loopAxes[2].empty() && part.loopAxes[4].empty());
+    EXPECT_TRUE(part.loopAxes[2].empty());
     for (unsigned axis : part.loopAxes[3])
       EXPECT_TRUE(is_contained(part.loopAxes[0], axis) ||
                   is_contained(part.loopAxes[1], axis));
     ep += !part.loopAxes[3].empty();
+    tp += !part.loopAxes[4].empty();
   }
-  EXPECT_EQ(ep, 12u);
+  EXPECT_EQ(ep, 16u);
+  // f split: on x0 with x1 unused, on b, on s or on f too (x0 then x1: 8
+  // divides 256), or on x1 with x0 unused, on b or on s: 7; and the 4
+  // expert-parallel variants of those whose other axis splits b or s.
+  EXPECT_EQ(tp, 7u + 4u);
 }
