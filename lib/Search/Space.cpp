@@ -128,7 +128,7 @@ static std::vector<std::array<unsigned, 3>> getTemporalTriples(const Operator &o
 
 /// An MoE operator's model and expert loops: never split like other loops
 /// (the expert loop only by addExpertParallel). Its expert-hidden loop is
-/// (tensor parallelism inside the experts).
+/// split like any other (tensor parallelism inside the experts).
 static bool isMoEInner(const Operator &op, unsigned d) {
   return op.moe && (d == op.moe->expertLoop || d == op.moe->hiddenLoop);
 }
