@@ -256,10 +256,13 @@ static json::Object specJSON(const Operator &op, const Partition &part,
     json::Array axes;
     for (unsigned a : part.loopAxes[d])
       axes.push_back(mesh.axes[a].name);
-    loops.push_back(json::Object{{"name", l.name},
-                                 {"extent", l.extent},
-                                 {"reduction", l.kind == LoopKind::Reduction},
-                                 {"axes", std::move(axes)}});
+    json::Object loop{{"name", l.name},
+                      {"extent", l.extent},
+                      {"reduction", l.kind == LoopKind::Reduction},
+                      {"axes", std::move(axes)}};
+    if (op.moe && d == op.moe->expertLoop)
+      loop["experts"] = true;
+    loops.push_back(std::move(loop));
   }
   json::Object spec{{"loops", std::move(loops)}};
   if (part.temporal) {

@@ -1060,12 +1060,11 @@ LogicalResult Printer::emitOp(Operation *op) {
         return success();
       })
       .Case<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::CastOp,
-            tensor::ReshapeOp>(
-          [&](Operation *r) {
-            line() << "auto " << define(r->getResult(0)) << " = "
-                   << name(r->getOperand(0)) << "; // same buffer\n";
-            return success();
-          })
+            tensor::ReshapeOp>([&](Operation *r) {
+        line() << "auto " << define(r->getResult(0)) << " = "
+               << name(r->getOperand(0)) << "; // same buffer\n";
+        return success();
+      })
       .Case([&](tensor::ExtractSliceOp s) {
         std::string out = newTensor(s.getResult());
         line() << "stpar_rt::extractSlice(ctx, " << name(s.getSource()) << ", "
@@ -1200,6 +1199,59 @@ LogicalResult Printer::emitOp(Operation *op) {
                << floatLiteral(at.getScaleAttr().getValue(),
                                Float32Type::get(op->getContext()))
                << ", " << (at.getCausal() ? "true" : "false") << ");\n";
+        return success();
+      })
+      .Case([&](stp::MoERouteOp r) {
+        auto t = tensorType(r.getTokens()).getShape();
+        std::string gates = newTensor(r.getGates());
+        std::string experts = newTensor(r.getExperts());
+        line() << "stpar_rt::moeRoute(ctx, " << name(r.getTokens()) << ", "
+               << name(r.getRouter()) << ", " << gates << ", " << experts
+               << ", " << t[0] << ", " << t[1] << ", "
+               << tensorType(r.getRouter()).getDimSize(1) << ", " << r.getTopK()
+               << ", " << (r.getNormalize() ? "true" : "false") << ");\n";
+        return success();
+      })
+      .Case([&](stp::MoEDispatchOp dp) {
+        auto t = tensorType(dp.getTokens()).getShape();
+        auto b = tensorType(dp.getBuffer()).getShape();
+        std::string buffer = newTensor(dp.getBuffer());
+        std::string counts = newTensor(dp.getCounts());
+        std::string slots = newTensor(dp.getSlots());
+        line() << "stpar_rt::moeDispatch(ctx, " << name(dp.getTokens()) << ", "
+               << name(dp.getExperts()) << ", " << buffer << ", " << counts
+               << ", " << slots << ", " << t[0] << ", " << t[1] << ", "
+               << tensorType(dp.getExperts()).getDimSize(1) << ", " << b[0]
+               << ", " << b[1] << ");\n";
+        return success();
+      })
+      .Case([&](stp::MoEExpertsOp ex) {
+        auto b = tensorType(ex.getBuffer()).getShape();
+        int activation = llvm::StringSwitch<int>(ex.getActivation())
+                             .Case("silu", 0)
+                             .Case("gelu", 1)
+                             .Case("gelu_tanh", 2)
+                             .Default(3);
+        std::string mul = ex.getWMul() ? "&" + name(ex.getWMul())
+                                       : typedNull(tensorType(ex.getWIn()));
+        std::string out = newTensor(ex.getResult());
+        line() << "stpar_rt::moeExperts(ctx, " << name(ex.getBuffer()) << ", "
+               << name(ex.getCounts()) << ", " << name(ex.getWIn()) << ", "
+               << mul << ", " << name(ex.getWOut()) << ", " << out << ", "
+               << b[0] << ", " << b[1] << ", "
+               << tensorType(ex.getCounts()).getDimSize(1) << ", " << b[2]
+               << ", " << tensorType(ex.getWIn()).getDimSize(2) << ", "
+               << activation << ");\n";
+        return success();
+      })
+      .Case([&](stp::MoECombineOp cb) {
+        auto o = tensorType(cb.getOutputs()).getShape();
+        auto g = tensorType(cb.getGates()).getShape();
+        std::string out = newTensor(cb.getResult());
+        line() << "stpar_rt::moeCombine(ctx, " << name(cb.getOutputs()) << ", "
+               << name(cb.getSlots()) << ", " << name(cb.getExperts()) << ", "
+               << name(cb.getGates()) << ", " << out << ", " << g[0] << ", "
+               << g[1] << ", " << o[1] << ", " << o[2] << ");\n";
         return success();
       })
       .Case([&](stp::TopKOp tk) {

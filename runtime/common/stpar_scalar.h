@@ -133,6 +133,22 @@ template <typename T> STP_HD inline T affine_mod(T a, T b) {
 template <typename T> STP_HD inline T maxsi(T a, T b) { return a > b ? a : b; }
 template <typename T> STP_HD inline T minsi(T a, T b) { return a < b ? a : b; }
 
+/// An stp.moe expert's activation: 0 SiLU, 1 GELU (erf form), 2 GELU (tanh
+/// form), 3 ReLU (the codes the emitter passes).
+STP_HD inline float moeActivation(int kind, float x) {
+  switch (kind) {
+  case 0:
+    return x / (1.0f + expf(-x));
+  case 1:
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  case 2:
+    return 0.5f * x *
+           (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  default:
+    return x > 0.0f ? x : 0.0f;
+  }
+}
+
 } // namespace stpar_rt
 
 #endif // STPAR_RUNTIME_SCALAR_H

@@ -415,6 +415,113 @@ void attention(const T *q, const T *k, const T *v, const T *mask,
     }
 }
 
+/// stp.moe_route on n tokens of dim d, e experts: softmax of the router
+/// logits, the k largest (ties: lower expert), optionally renormalized.
+template <typename T>
+void moeRoute(const T *tokens, const T *router, T *gates, int64_t *experts,
+              int64_t n, int64_t d, int64_t e, int64_t k, bool normalize) {
+  std::vector<double> p(e);
+  std::vector<int64_t> order(e);
+  for (int64_t t = 0; t < n; ++t) {
+    double top = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < e; ++j) {
+      float acc = 0;
+      for (int64_t h = 0; h < d; ++h)
+        acc +=
+            float(widen(tokens[t * d + h])) * float(widen(router[h * e + j]));
+      p[j] = acc;
+      top = std::max(top, p[j]);
+    }
+    for (int64_t j = 0; j < e; ++j)
+      sum += (p[j] = std::exp(p[j] - top));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    double chosen = 0;
+    for (int64_t j = 0; j < k; ++j)
+      chosen += p[order[j]] / sum;
+    for (int64_t j = 0; j < k; ++j) {
+      double g = p[order[j]] / sum;
+      gates[t * k + j] = static_cast<T>(normalize ? g / chosen : g);
+      experts[t * k + j] = order[j];
+    }
+  }
+}
+
+/// stp.moe_dispatch: tokens [n, d] into buffer [e, c, d] (zero past each
+/// expert's count), counts [e], slots [n, k] (-1: dropped).
+template <typename T>
+void moeDispatch(const T *tokens, const int64_t *experts, T *buffer,
+                 int64_t *counts, int64_t *slots, int64_t n, int64_t d,
+                 int64_t k, int64_t e, int64_t c) {
+  std::fill(buffer, buffer + e * c * d, T(0));
+  std::fill(counts, counts + e, int64_t(0));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t x = experts[t * k + j];
+      if (x < 0 || x >= e || counts[x] >= c) {
+        slots[t * k + j] = -1;
+        continue;
+      }
+      int64_t slot = counts[x]++;
+      std::copy(tokens + t * d, tokens + (t + 1) * d,
+                buffer + (x * c + slot) * d);
+      slots[t * k + j] = slot;
+    }
+}
+
+/// stp.moe_experts: el local experts, each with p segments of s / p rows
+/// of which counts[expert * p + segment] are used; wMul may be null.
+template <typename T>
+void moeExperts(const T *buffer, const int64_t *counts, const T *wIn,
+                const T *wMul, const T *wOut, T *out, int64_t el, int64_t s,
+                int64_t p, int64_t d, int64_t f, int activation) {
+  std::fill(out, out + el * s * d, T(0));
+  int64_t c = s / p;
+  std::vector<float> h(f);
+  for (int64_t x = 0; x < el; ++x)
+    for (int64_t g = 0; g < p; ++g)
+      for (int64_t r = 0; r < std::min(c, counts[x * p + g]); ++r) {
+        const T *row = buffer + (x * s + g * c + r) * d;
+        for (int64_t j = 0; j < f; ++j) {
+          float a = 0, u = 0;
+          for (int64_t i = 0; i < d; ++i) {
+            float v = float(widen(row[i]));
+            a += v * float(widen(wIn[(x * d + i) * f + j]));
+            if (wMul)
+              u += v * float(widen(wMul[(x * d + i) * f + j]));
+          }
+          h[j] = moeActivation(activation, a) * (wMul ? u : 1.0f);
+        }
+        T *o = out + (x * s + g * c + r) * d;
+        for (int64_t i = 0; i < d; ++i) {
+          float acc = 0;
+          for (int64_t j = 0; j < f; ++j)
+            acc += h[j] * float(widen(wOut[(x * f + j) * d + i]));
+          o[i] = static_cast<T>(acc);
+        }
+      }
+}
+
+/// stp.moe_combine: out [n, d] = sum over a token's k choices of the gate
+/// times its expert's output row.
+template <typename T>
+void moeCombine(const T *outputs, const int64_t *slots, const int64_t *experts,
+                const T *gates, T *out, int64_t n, int64_t k, int64_t c,
+                int64_t d) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < d; ++i) {
+      float acc = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t slot = slots[t * k + j];
+        if (slot >= 0)
+          acc += float(widen(gates[t * k + j])) *
+                 float(widen(outputs[(experts[t * k + j] * c + slot) * d + i]));
+      }
+      out[t * d + i] = static_cast<T>(acc);
+    }
+}
+
 /// stp.topk along `axis`.
 template <typename T>
 void topk(const T *in, T *values, int64_t *indices, const Shape &shape,
@@ -830,9 +937,42 @@ void attention(Context &, const Tensor<T> &q, const Tensor<T> &k,
             maskShape, out.data(), B, Hq, Sq, D, Hkv, Skv, Dv, scale, causal);
 }
 template <typename T>
+void moeRoute(Context &, const Tensor<T> &tokens, const Tensor<T> &router,
+              Tensor<T> &gates, Tensor<int64_t> &experts, int64_t n, int64_t d,
+              int64_t e, int64_t k, bool normalize) {
+  moeRoute(tokens.data(), router.data(), gates.data(), experts.data(), n, d, e,
+           k, normalize);
+}
+template <typename T>
+void moeDispatch(Context &, const Tensor<T> &tokens,
+                 const Tensor<int64_t> &experts, Tensor<T> &buffer,
+                 Tensor<int64_t> &counts, Tensor<int64_t> &slots, int64_t n,
+                 int64_t d, int64_t k, int64_t e, int64_t c) {
+  moeDispatch(tokens.data(), experts.data(), buffer.data(), counts.data(),
+              slots.data(), n, d, k, e, c);
+}
+template <typename T>
+void moeExperts(Context &, const Tensor<T> &buffer,
+                const Tensor<int64_t> &counts, const Tensor<T> &wIn,
+                const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
+                int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
+                int activation) {
+  moeExperts(buffer.data(), counts.data(), wIn.data(),
+             wMul ? wMul->data() : nullptr, wOut.data(), out.data(), el, s, p,
+             d, f, activation);
+}
+template <typename T>
+void moeCombine(Context &, const Tensor<T> &outputs,
+                const Tensor<int64_t> &slots, const Tensor<int64_t> &experts,
+                const Tensor<T> &gates, Tensor<T> &out, int64_t n, int64_t k,
+                int64_t c, int64_t d) {
+  moeCombine(outputs.data(), slots.data(), experts.data(), gates.data(),
+             out.data(), n, k, c, d);
+}
+template <typename T>
 void topk(Context &, const Tensor<T> &in, Tensor<T> &values,
-          Tensor<int64_t> &indices, const Shape &shape, int64_t axis,
-          int64_t k, bool largest) {
+          Tensor<int64_t> &indices, const Shape &shape, int64_t axis, int64_t k,
+          bool largest) {
   topk(in.data(), values.data(), indices.data(), shape, axis, k, largest);
 }
 template <typename T, typename I>

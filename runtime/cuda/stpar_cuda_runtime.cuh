@@ -832,6 +832,171 @@ void attention(Context &ctx, const Tensor<T> &q, const Tensor<T> &k,
   STP_CUDA(cudaGetLastError());
 }
 
+/// stp.moe_route: one block per token; its threads compute the router
+/// logits into shared memory (e floats), thread 0 the softmax and top-k.
+template <typename T>
+__global__ void moeRouteKernel(const T *tokens, const T *router, T *gates,
+                               int64_t *experts, int64_t d, int64_t e,
+                               int64_t k, bool normalize) {
+  extern __shared__ float logits[];
+  int64_t t = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < e; j += blockDim.x) {
+    float acc = 0;
+    for (int64_t h = 0; h < d; ++h)
+      acc += float(widen(tokens[t * d + h])) * float(widen(router[h * e + j]));
+    logits[j] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0)
+    return;
+  float top = -INFINITY, sum = 0;
+  for (int64_t j = 0; j < e; ++j)
+    top = fmaxf(top, logits[j]);
+  for (int64_t j = 0; j < e; ++j)
+    sum += (logits[j] = expf(logits[j] - top));
+  // k selection passes over the probabilities (ties: lower expert first).
+  int64_t prev = -1;
+  float chosen = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t c = 0; c < e; ++c) {
+      if (prev >= 0 && (logits[c] > logits[prev] ||
+                        (logits[c] == logits[prev] && c <= prev)))
+        continue;
+      if (best < 0 || logits[c] > logits[best])
+        best = c;
+    }
+    experts[t * k + j] = best;
+    chosen += logits[best] / sum;
+    prev = best;
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    float g = logits[experts[t * k + j]] / sum;
+    gates[t * k + j] = static_cast<T>(normalize ? g / chosen : g);
+  }
+}
+template <typename T>
+void moeRoute(Context &ctx, const Tensor<T> &tokens, const Tensor<T> &router,
+              Tensor<T> &gates, Tensor<int64_t> &experts, int64_t n, int64_t d,
+              int64_t e, int64_t k, bool normalize) {
+  moeRouteKernel<<<unsigned(n), 128, sizeof(float) * e, ctx.compute>>>(
+      tokens.data(), router.data(), gates.data(), experts.data(), d, e, k,
+      normalize);
+  STP_CUDA(cudaGetLastError());
+}
+
+/// stp.moe_dispatch's slots: one thread, in token order (the order every
+/// target uses, so slots are deterministic).
+template <typename I>
+__global__ void moeSlotsKernel(const I *experts, I *counts, I *slots, I n, I k,
+                               I e, I c) {
+  for (I x = 0; x < e; ++x)
+    counts[x] = 0;
+  for (I p = 0; p < n * k; ++p) {
+    I x = experts[p];
+    slots[p] = (x < 0 || x >= e || counts[x] >= c) ? -1 : counts[x]++;
+  }
+}
+template <typename T>
+__global__ void moeCopyRowsKernel(const T *tokens, const int64_t *experts,
+                                  const int64_t *slots, T *buffer, int64_t n,
+                                  int64_t d, int64_t k, int64_t c) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * k * d)
+    return;
+  int64_t p = i / d, h = i % d, slot = slots[p];
+  if (slot >= 0)
+    buffer[(experts[p] * c + slot) * d + h] = tokens[(p / k) * d + h];
+}
+template <typename T>
+void moeDispatch(Context &ctx, const Tensor<T> &tokens,
+                 const Tensor<int64_t> &experts, Tensor<T> &buffer,
+                 Tensor<int64_t> &counts, Tensor<int64_t> &slots, int64_t n,
+                 int64_t d, int64_t k, int64_t e, int64_t c) {
+  STP_CUDA(
+      cudaMemsetAsync(buffer.data(), 0, sizeof(T) * e * c * d, ctx.compute));
+  moeSlotsKernel<int64_t><<<1, 1, 0, ctx.compute>>>(
+      experts.data(), counts.data(), slots.data(), n, k, e, c);
+  moeCopyRowsKernel<<<blocksFor(n * k * d), 256, 0, ctx.compute>>>(
+      tokens.data(), experts.data(), slots.data(), buffer.data(), n, d, k, c);
+  STP_CUDA(cudaGetLastError());
+}
+
+/// stp.moe_experts: one block per buffer row; the row's hidden activations
+/// in shared memory (f floats). Unused rows are written as zeros.
+template <typename T>
+__global__ void moeExpertsKernel(const T *buffer, const int64_t *counts,
+                                 const T *wIn, const T *wMul, const T *wOut,
+                                 T *out, int64_t s, int64_t p, int64_t d,
+                                 int64_t f, int activation) {
+  extern __shared__ float hidden[];
+  int64_t x = blockIdx.x / s, r = blockIdx.x % s, c = s / p;
+  const T *row = buffer + (x * s + r) * d;
+  T *o = out + (x * s + r) * d;
+  if (r % c >= counts[x * p + r / c]) {
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+      o[i] = T(0);
+    return;
+  }
+  for (int64_t j = threadIdx.x; j < f; j += blockDim.x) {
+    float a = 0, u = 0;
+    for (int64_t i = 0; i < d; ++i) {
+      float v = float(widen(row[i]));
+      a += v * float(widen(wIn[(x * d + i) * f + j]));
+      if (wMul)
+        u += v * float(widen(wMul[(x * d + i) * f + j]));
+    }
+    hidden[j] = moeActivation(activation, a) * (wMul ? u : 1.0f);
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float acc = 0;
+    for (int64_t j = 0; j < f; ++j)
+      acc += hidden[j] * float(widen(wOut[(x * f + j) * d + i]));
+    o[i] = static_cast<T>(acc);
+  }
+}
+template <typename T>
+void moeExperts(Context &ctx, const Tensor<T> &buffer,
+                const Tensor<int64_t> &counts, const Tensor<T> &wIn,
+                const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
+                int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
+                int activation) {
+  moeExpertsKernel<<<unsigned(el * s), 128, sizeof(float) * f, ctx.compute>>>(
+      buffer.data(), counts.data(), wIn.data(), wMul ? wMul->data() : nullptr,
+      wOut.data(), out.data(), s, p, d, f, activation);
+  STP_CUDA(cudaGetLastError());
+}
+
+/// stp.moe_combine: one thread per output element.
+template <typename T>
+__global__ void moeCombineKernel(const T *outputs, const int64_t *slots,
+                                 const int64_t *experts, const T *gates, T *out,
+                                 int64_t n, int64_t k, int64_t c, int64_t d) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * d)
+    return;
+  int64_t t = i / d, h = i % d;
+  float acc = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t slot = slots[t * k + j];
+    if (slot >= 0)
+      acc += float(widen(gates[t * k + j])) *
+             float(widen(outputs[(experts[t * k + j] * c + slot) * d + h]));
+  }
+  out[i] = static_cast<T>(acc);
+}
+template <typename T>
+void moeCombine(Context &ctx, const Tensor<T> &outputs,
+                const Tensor<int64_t> &slots, const Tensor<int64_t> &experts,
+                const Tensor<T> &gates, Tensor<T> &out, int64_t n, int64_t k,
+                int64_t c, int64_t d) {
+  moeCombineKernel<<<blocksFor(n * d), 256, 0, ctx.compute>>>(
+      outputs.data(), slots.data(), experts.data(), gates.data(), out.data(), n,
+      k, c, d);
+  STP_CUDA(cudaGetLastError());
+}
+
 /// One thread per row: k selection passes (ties: lower index first).
 template <typename T>
 __global__ void topkKernel(const T *in, T *values, int64_t *indices,

@@ -99,6 +99,7 @@ private:
   void convertNorm(Operation *op, Value input, Value scale, Value bias,
                    int64_t axis, double flopsPerPoint);
   void convertAttention(stp::AttentionOp op);
+  void convertMoE(stp::MoEOp op);
   void convertFallback(Operation *op, double flopsPerPoint, StringRef why);
 
   void findLayers();
@@ -565,6 +566,102 @@ void Converter::convertAttention(stp::AttentionOp op) {
   addOperator(std::move(c), {Value(op.getResult())});
 }
 
+void Converter::convertMoE(stp::MoEOp op) {
+  // Two operators: the layer (OpKind::MoE, FasterMoE's model; its spec is
+  // the op's) and the router's matmul. Loops of the layer as
+  // GPTProblem.cpp's: tokens n, model dim h, experts e, expert hidden f.
+  auto tokens = cast<RankedTensorType>(op.getTokens().getType());
+  auto wIn = cast<RankedTensorType>(op.getWIn().getType());
+  int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1),
+          e = wIn.getDimSize(0), f = wIn.getDimSize(2);
+  std::string name = getName(op);
+  unsigned xt = getTensor(op.getTokens());
+  auto operand = [&](unsigned t, OperandRole role, ArrayRef<int> loops) {
+    if (role == OperandRole::Input &&
+        graph.tensors[t].kind == TensorKind::Parameter)
+      role = OperandRole::Parameter;
+    return Operand{graph.tensors[t].name, role, toDims(loops),
+                   graph.tensors[t].elementBytes, true};
+  };
+
+  GraphOperator layer;
+  Operator &o = layer.op;
+  o.name = name;
+  o.kind = OpKind::MoE;
+  o.layerKind = "mlp";
+  o.loops = {makeLoop(0, n, false), makeLoop(1, d, false),
+             makeLoop(2, e, false), makeLoop(3, f, false)};
+  o.loops[0].name = "n";
+  o.loops[1].name = "h";
+  o.loops[2].name = "e";
+  o.loops[3].name = "f";
+  // The model dim is never split; the experts only by expert parallelism
+  // (Space.cpp), the expert hidden dim like any loop.
+  o.loops[1].splittable = false;
+  o.loops[2].splittable = false;
+  MoESpec spec;
+  spec.hiddenLoop = 1;
+  spec.expertLoop = 2;
+  spec.ffnLoop = 3;
+  spec.topK = int64_t(op.getTopK());
+  spec.ffnMatrices = op.getWMul() ? 3 : 2;
+  // The generated program has none of FasterMoE's optimizations yet
+  // (docs/moe.md): the plan must not count on them.
+  spec.shadowing = spec.smartSchedule = spec.hierarchical = false;
+  o.moe = std::move(spec);
+  layer.tensors.push_back(xt);
+  layer.tensorDimLoops.push_back({0, 1});
+  for (Value w : {op.getWIn(), op.getWMul()}) {
+    if (!w)
+      continue;
+    layer.tensors.push_back(getTensor(w));
+    layer.tensorDimLoops.push_back({2, 1, 3});
+  }
+  layer.tensors.push_back(getTensor(op.getWOut()));
+  layer.tensorDimLoops.push_back({2, 3, 1});
+  unsigned out = addTensor(op.getResult(), TensorKind::Activation, name);
+  layer.tensors.push_back(out);
+  layer.tensorDimLoops.push_back({0, 1});
+  for (auto [i, t] : llvm::enumerate(layer.tensors))
+    o.operands.push_back(operand(t,
+                                 i + 1 == layer.tensors.size()
+                                     ? OperandRole::Output
+                                     : OperandRole::Input,
+                                 layer.tensorDimLoops[i]));
+  std::string note = "stp.moe: expert parallelism costed without FasterMoE's "
+                     "shadowing, smart scheduling or hierarchical all-to-all "
+                     "(the generated program has none of them yet)";
+  if (!llvm::is_contained(graph.notes, note))
+    graph.notes.push_back(note);
+  addOperator(std::move(layer), {Value(op.getResult())});
+
+  // The router: logits [n, e] = tokens [n, h] @ router [h, e], split over
+  // the tokens only (the program runs it on each rank's tokens with the
+  // router replicated).
+  GraphTensor logits;
+  logits.name = name + ".router_logits";
+  logits.parameterName = logits.name;
+  logits.shape = {n, e};
+  logits.elementBytes = graph.tensors[xt].elementBytes;
+  graph.tensors.push_back(std::move(logits));
+  unsigned lt = unsigned(graph.tensors.size() - 1);
+  GraphOperator router;
+  router.op.name = name + ".router";
+  router.op.kind = OpKind::MatMul;
+  router.op.layerKind = "mlp";
+  router.op.loops = {makeLoop(0, n, false), makeLoop(1, e, false),
+                     makeLoop(2, d, true)};
+  router.op.loops[1].splittable = false;
+  router.op.loops[2].splittable = false;
+  router.tensors = {xt, getTensor(op.getRouter()), lt};
+  router.tensorDimLoops = {{0, 2}, {2, 1}, {0, 1}};
+  for (auto [i, t] : llvm::enumerate(router.tensors))
+    router.op.operands.push_back(
+        operand(t, i == 2 ? OperandRole::Output : OperandRole::Input,
+                router.tensorDimLoops[i]));
+  addOperator(std::move(router), {});
+}
+
 void Converter::convertFallback(Operation *op, double flopsPerPoint,
                                 StringRef why) {
   // Elementwise over the first result's shape; same-rank operands indexed
@@ -888,6 +985,9 @@ FailureOr<OperatorGraph> Converter::run(func::FuncOp func) {
     }
     case stp::CostKind::Attention:
       convertAttention(cast<stp::AttentionOp>(op));
+      break;
+    case stp::CostKind::MoE:
+      convertMoE(cast<stp::MoEOp>(op));
       break;
     case stp::CostKind::Elementwise:
       convertFallback(&op, rule.flopsPerPoint, rule.note);

@@ -73,3 +73,43 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = stp.grid_permute %x on @grid grid_axes = [1, 1] sources = [0, 1, 2, 3] : tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// -----
+
+func.func @f(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %w1: tensor<4x32x64xf32>, %w2: tensor<4x64x32xf32>) -> tensor<16x32xf32> {
+  // expected-error @+1 {{'stp.moe' op top_k must be in [1, 4], got 5}}
+  %0 = stp.moe %x, %r experts %w1 down %w2 {top_k = 5 : i64, activation = "silu"} : (tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>, tensor<4x64x32xf32>) -> tensor<16x32xf32>
+  return %0 : tensor<16x32xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %w1: tensor<4x32x64xf32>, %w2: tensor<4x64x32xf32>) -> tensor<16x32xf32> {
+  // expected-error @+1 {{'stp.moe' op activation must be silu, gelu, gelu_tanh or relu, got 'swish'}}
+  %0 = stp.moe %x, %r experts %w1 down %w2 {top_k = 2 : i64, activation = "swish"} : (tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>, tensor<4x64x32xf32>) -> tensor<16x32xf32>
+  return %0 : tensor<16x32xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %w1: tensor<4x32x64xf32>, %w2: tensor<4x32x32xf32>) -> tensor<16x32xf32> {
+  // expected-error @+1 {{'stp.moe' op w_out dim 1 must be 64, got 'tensor<4x32x32xf32>'}}
+  %0 = stp.moe %x, %r experts %w1 down %w2 {top_k = 2 : i64, activation = "silu"} : (tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>, tensor<4x32x32xf32>) -> tensor<16x32xf32>
+  return %0 : tensor<16x32xf32>
+}
+
+// -----
+
+func.func @f(%buf: tensor<2x30x32xf32>, %c: tensor<2x4xi64>, %w1: tensor<2x32x64xf32>, %w2: tensor<2x64x32xf32>) -> tensor<2x30x32xf32> {
+  // expected-error @+1 {{'stp.moe_experts' op buffer rows (30) must split evenly into the 4 segments of counts}}
+  %0 = stp.moe_experts %buf, %c experts %w1 down %w2 {activation = "silu"} : (tensor<2x30x32xf32>, tensor<2x4xi64>, tensor<2x32x64xf32>, tensor<2x64x32xf32>) -> tensor<2x30x32xf32>
+  return %0 : tensor<2x30x32xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<16x32xf32>, %e: tensor<16x2xi64>) -> tensor<4x16x32xf32> {
+  // expected-error @+1 {{'stp.moe_dispatch' op counts dim 0 must be 4, got 'tensor<3x1xi64>'}}
+  %b, %c, %s = stp.moe_dispatch %x, %e : (tensor<16x32xf32>, tensor<16x2xi64>) -> (tensor<4x16x32xf32>, tensor<3x1xi64>, tensor<16x2xi64>)
+  return %b : tensor<4x16x32xf32>
+}

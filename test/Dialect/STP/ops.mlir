@@ -53,3 +53,36 @@ func.func private @params(
     tensor<768x2304xf32> {stp.param = #stp.param<name = "h.0.attn.c_attn.weight", data = external, file = "gpt2.data", offset = 4096, length = 7077888, trainable = true>},
     tensor<1x1x8x8xi1> {stp.param = #stp.param<name = "bias", data = embedded>},
     tensor<1x8xi64> {stp.name = "input_ids"}) -> (tensor<1x8x100xf32> {stp.name = "logits"})
+
+// CHECK-LABEL: func.func @moe
+func.func @moe(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %w1: tensor<4x32x64xf32>,
+               %w3: tensor<4x32x64xf32>, %w2: tensor<4x64x32xf32>) -> (tensor<16x32xf32>, tensor<16x32xf32>) {
+  // CHECK: stp.moe %{{.*}}, %{{.*}} experts %{{.*}} gated %{{.*}} down %{{.*}} {activation = "silu", normalize, top_k = 2 : i64}
+  %0 = stp.moe %x, %r experts %w1 gated %w3 down %w2 {top_k = 2 : i64, normalize, activation = "silu"}
+      : (tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>, tensor<4x32x64xf32>, tensor<4x64x32xf32>) -> tensor<16x32xf32>
+  // CHECK: stp.moe %{{.*}}, %{{.*}} experts %{{.*}} down %{{.*}} {activation = "gelu", top_k = 1 : i64}
+  %1 = stp.moe %x, %r experts %w1 down %w2 {top_k = 1 : i64, activation = "gelu"}
+      : (tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>, tensor<4x64x32xf32>) -> tensor<16x32xf32>
+  return %0, %1 : tensor<16x32xf32>, tensor<16x32xf32>
+}
+
+// The per-rank pieces -stp-partition makes of it (2 local experts of 4, 2
+// segments of 16 rows).
+// CHECK-LABEL: func.func @moe_per_rank
+func.func @moe_per_rank(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %recv: tensor<2x32x32xf32>,
+                        %counts: tensor<2x2xi64>, %w1: tensor<2x32x64xf32>, %w2: tensor<2x64x32xf32>,
+                        %back: tensor<4x16x32xf32>) -> (tensor<4x16x32xf32>, tensor<2x32x32xf32>, tensor<16x32xf32>) {
+  // CHECK: stp.moe_route %{{.*}}, %{{.*}} {normalize, top_k = 2 : i64}
+  %g, %e = stp.moe_route %x, %r {top_k = 2 : i64, normalize}
+      : (tensor<16x32xf32>, tensor<32x4xf32>) -> (tensor<16x2xf32>, tensor<16x2xi64>)
+  // CHECK: stp.moe_dispatch
+  %buf, %cnt, %slots = stp.moe_dispatch %x, %e
+      : (tensor<16x32xf32>, tensor<16x2xi64>) -> (tensor<4x16x32xf32>, tensor<4x1xi64>, tensor<16x2xi64>)
+  // CHECK: stp.moe_experts %{{.*}}, %{{.*}} experts %{{.*}} down %{{.*}} {activation = "relu"}
+  %out = stp.moe_experts %recv, %counts experts %w1 down %w2 {activation = "relu"}
+      : (tensor<2x32x32xf32>, tensor<2x2xi64>, tensor<2x32x64xf32>, tensor<2x64x32xf32>) -> tensor<2x32x32xf32>
+  // CHECK: stp.moe_combine
+  %y = stp.moe_combine %back, %slots, %e, %g
+      : (tensor<4x16x32xf32>, tensor<16x2xi64>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x32xf32>
+  return %buf, %out, %y : tensor<4x16x32xf32>, tensor<2x32x32xf32>, tensor<16x32xf32>
+}

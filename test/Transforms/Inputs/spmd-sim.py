@@ -416,6 +416,19 @@ class Machine:
                 {"add": np.add, "mul": np.multiply, "max": np.maximum,
                  "min": np.minimum}[kind].at(out, tuple(idx), updates)
             return [out]
+        if name == "stp.moe":
+            return [moe(op, ins)]
+        if name == "stp.moe_route":
+            return list(moe_route(ins[0], ins[1], int_attr(op, "top_k"),
+                                  re.search(r"\bnormalize\b", op.text)))
+        if name == "stp.moe_dispatch":
+            shape = tensor_shape(rtypes[0])
+            return list(moe_dispatch_arrays(ins[0], ins[1], shape[0],
+                                            shape[1]))
+        if name == "stp.moe_experts":
+            return [moe_experts(ins[0], ins[1], ins[2:], moe_act(op))]
+        if name == "stp.moe_combine":
+            return [moe_combine(*ins)]
         if name == "stp.topk":
             axis, k = int_attr(op, "axis"), int_attr(op, "k")
             largest = "largest = true" in op.text
@@ -557,6 +570,97 @@ class Machine:
                 raise NotImplementedError("combiner " + d.name)
             outs.append(init)
         return outs
+
+
+def moe_act(op):
+    return re.search(r'activation = "(\w+)"', op.text).group(1)
+
+
+def moe_route(tokens, router, k, normalize):
+    logits = tokens @ router
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p = e / e.sum(axis=1, keepdims=True)
+    idx = np.argsort(-p, axis=1, kind="stable")[:, :k]
+    g = np.take_along_axis(p, idx, axis=1)
+    if normalize:
+        g = g / g.sum(axis=1, keepdims=True)
+    return g.astype(tokens.dtype), idx.astype(np.int64)
+
+
+def moe_dispatch(tokens, experts, capacity):
+    n = tokens.shape[0]
+    counts = {}
+    slots = np.full(experts.shape, -1, np.int64)
+    rows = []
+    for t in range(n):
+        for j in range(experts.shape[1]):
+            x = int(experts[t, j])
+            c = counts.get(x, 0)
+            if c < capacity:
+                slots[t, j] = c
+                counts[x] = c + 1
+                rows.append((x, c, t))
+    return rows, counts, slots
+
+
+def moe_dispatch_arrays(tokens, experts, num_experts, capacity):
+    rows, counts, slots = moe_dispatch(tokens, experts, capacity)
+    buf = np.zeros((num_experts, capacity, tokens.shape[1]), tokens.dtype)
+    cnt = np.zeros((num_experts, 1), np.int64)
+    for x, c, t in rows:
+        buf[x, c] = tokens[t]
+    for x, c in counts.items():
+        cnt[x, 0] = c
+    return buf, cnt, slots
+
+
+def moe_activation(name, x):
+    if name == "silu":
+        return x / (1 + np.exp(-x))
+    if name == "gelu":
+        from math import erf
+        return 0.5 * x * (1 + np.vectorize(erf, otypes=[x.dtype])(x / np.sqrt(2)))
+    if name == "gelu_tanh":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) *
+                                      (x + 0.044715 * x ** 3)))
+    return np.maximum(x, 0)
+
+
+def moe_experts(buffer, counts, weights, act):
+    w_in, w_out = weights[0], weights[-1]
+    w_mul = weights[1] if len(weights) == 3 else None
+    el, s, _ = buffer.shape
+    p = counts.shape[1]
+    c = s // p
+    out = np.zeros_like(buffer)
+    for x in range(el):
+        for g in range(p):
+            rows = buffer[x, g * c:g * c + int(counts[x, g])]
+            h = moe_activation(act, rows @ w_in[x])
+            if w_mul is not None:
+                h = h * (rows @ w_mul[x])
+            out[x, g * c:g * c + len(rows)] = h @ w_out[x]
+    return out
+
+
+def moe_combine(outputs, slots, experts, gates):
+    n, k = gates.shape
+    out = np.zeros((n, outputs.shape[2]), outputs.dtype)
+    for t in range(n):
+        for j in range(k):
+            if slots[t, j] >= 0:
+                out[t] += gates[t, j] * outputs[experts[t, j], slots[t, j]]
+    return out
+
+
+def moe(op, ins):
+    tokens, router, weights = ins[0], ins[1], ins[2:]
+    gates, experts = moe_route(tokens, router, int_attr(op, "top_k"),
+                               re.search(r"\bnormalize\b", op.text))
+    n = tokens.shape[0]
+    buf, cnt, slots = moe_dispatch_arrays(tokens, experts, router.shape[1], n)
+    out = moe_experts(buf, cnt, weights, moe_act(op))
+    return moe_combine(out, slots, experts, gates)
 
 
 def func_args(func):

@@ -48,6 +48,15 @@ PartitionRule AttentionOp::getPartitionRule() {
 CostRule AttentionOp::getCostRule() { return {CostKind::Attention, 0, ""}; }
 
 //===----------------------------------------------------------------------===//
+// Mixture of experts: tokens split like a batch, experts over some of the
+// token axes (expert parallelism), an expert's hidden dim over others
+// (docs/moe.md).
+//===----------------------------------------------------------------------===//
+
+PartitionRule MoEOp::getPartitionRule() { return PartitionRule::MoE; }
+CostRule MoEOp::getCostRule() { return {CostKind::MoE, 0, ""}; }
+
+//===----------------------------------------------------------------------===//
 // Ops along one axis: the axis whole, the other dims as the first split
 // operand has them.
 //===----------------------------------------------------------------------===//

@@ -258,6 +258,8 @@ static LoopDimAttr parseLoopBody(AsmParser &parser) {
   LoopKind kind = LoopKind::Parallel;
   if (succeeded(parser.parseOptionalKeyword("reduction")))
     kind = LoopKind::Reduction;
+  else if (succeeded(parser.parseOptionalKeyword("experts")))
+    kind = LoopKind::Experts;
   else
     (void)parser.parseOptionalKeyword("parallel");
   SmallVector<StringAttr> split;
@@ -285,6 +287,8 @@ static void printLoopBody(AsmPrinter &printer, LoopDimAttr loop) {
   printer << "\"" << loop.getName().getValue() << "\" = " << loop.getExtent();
   if (loop.isReduction())
     printer << " reduction";
+  if (loop.isExperts())
+    printer << " experts";
   if (!loop.getSplit().empty()) {
     printer << " {";
     llvm::interleaveComma(loop.getSplit(), printer, [&](StringAttr axis) {
@@ -707,9 +711,32 @@ PartitionSpecAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     StringRef name = loop.getName().getValue();
     if (!loopNames.insert(name).second)
       return emitError() << "duplicate loop dimension \"" << name << "\"";
+    if (loop.isExperts())
+      continue;
     for (StringAttr axis : loop.getSplit())
       if (failed(useAxis(axis, "the split of loop \"" + name + "\"")))
         return failure();
+  }
+  // Expert parallelism: an experts loop's axes split a token loop too.
+  llvm::StringSet<> expertAxes;
+  for (LoopDimAttr loop : loops) {
+    if (!loop.isExperts())
+      continue;
+    for (StringAttr axis : loop.getSplit()) {
+      if (!mesh.findAxis(axis.getValue()))
+        return emitError() << "unknown mesh axis \"" << axis.getValue()
+                           << "\" in the split of loop \""
+                           << loop.getName().getValue() << "\"";
+      if (!axisUse.count(axis.getValue()))
+        return emitError()
+               << "mesh axis \"" << axis.getValue()
+               << "\" splits the experts loop \"" << loop.getName().getValue()
+               << "\" but no other loop (expert parallelism exchanges the "
+                  "tokens of the ranks that split the tokens)";
+      if (!expertAxes.insert(axis.getValue()).second)
+        return emitError() << "mesh axis \"" << axis.getValue()
+                           << "\" is used twice by experts loops";
+    }
   }
   if (temporal) {
     StringRef row = temporal.getRowAxis().getValue();

@@ -149,3 +149,139 @@ LogicalResult GridPermuteOp::verify() {
   }
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+bool stpar::stp::isMoEActivation(StringRef name) {
+  return name == "silu" || name == "gelu" || name == "gelu_tanh" ||
+         name == "relu";
+}
+
+/// Checks `type` has rank `rank` and, where `dims` gives a size >= 0, that
+/// size; `what` names the operand.
+static LogicalResult checkShape(Operation *op, Type type, StringRef what,
+                                ArrayRef<int64_t> dims) {
+  auto t = cast<RankedTensorType>(type);
+  if (t.getRank() != static_cast<int64_t>(dims.size()))
+    return op->emitOpError()
+           << what << " must have rank " << dims.size() << ", got " << t;
+  for (auto [d, want] : llvm::enumerate(dims))
+    if (want >= 0 && t.getDimSize(d) != want)
+      return op->emitOpError()
+             << what << " dim " << d << " must be " << want << ", got " << t;
+  return success();
+}
+
+/// The expert weights of stp.moe and stp.moe_experts: w_in (and w_mul)
+/// [E, D, F], w_out [E, F, D].
+static LogicalResult verifyExpertWeights(Operation *op, int64_t e, int64_t d,
+                                         Value wIn, Value wMul, Value wOut,
+                                         StringRef activation) {
+  if (!isMoEActivation(activation))
+    return op->emitOpError() << "activation must be silu, gelu, gelu_tanh or "
+                                "relu, got '"
+                             << activation << "'";
+  if (failed(checkShape(op, wIn.getType(), "w_in", {e, d, -1})))
+    return failure();
+  int64_t f = cast<RankedTensorType>(wIn.getType()).getDimSize(2);
+  if (wMul && failed(checkShape(op, wMul.getType(), "w_mul", {e, d, f})))
+    return failure();
+  return checkShape(op, wOut.getType(), "w_out", {e, f, d});
+}
+
+LogicalResult MoEOp::verify() {
+  auto tokens = getTokens().getType();
+  if (failed(checkShape(*this, tokens, "tokens", {-1, -1})))
+    return failure();
+  int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1);
+  if (failed(checkShape(*this, getRouter().getType(), "router", {d, -1})))
+    return failure();
+  int64_t e = getRouter().getType().getDimSize(1);
+  if (static_cast<int64_t>(getTopK()) < 1 ||
+      static_cast<int64_t>(getTopK()) > e)
+    return emitOpError() << "top_k must be in [1, " << e << "], got "
+                         << getTopK();
+  if (failed(verifyExpertWeights(*this, e, d, getWIn(), getWMul(), getWOut(),
+                                 getActivation())))
+    return failure();
+  return checkShape(*this, getResult().getType(), "result", {n, d});
+}
+
+LogicalResult MoERouteOp::verify() {
+  auto tokens = getTokens().getType();
+  if (failed(checkShape(*this, tokens, "tokens", {-1, -1})))
+    return failure();
+  int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1);
+  if (failed(checkShape(*this, getRouter().getType(), "router", {d, -1})))
+    return failure();
+  int64_t e = getRouter().getType().getDimSize(1),
+          k = static_cast<int64_t>(getTopK());
+  if (k < 1 || k > e)
+    return emitOpError() << "top_k must be in [1, " << e << "], got " << k;
+  if (failed(checkShape(*this, getGates().getType(), "gates", {n, k})) ||
+      failed(checkShape(*this, getExperts().getType(), "experts", {n, k})))
+    return failure();
+  if (!getExperts().getType().getElementType().isInteger(64))
+    return emitOpError("experts must be a tensor of i64");
+  return success();
+}
+
+LogicalResult MoEDispatchOp::verify() {
+  auto tokens = getTokens().getType();
+  if (failed(checkShape(*this, tokens, "tokens", {-1, -1})))
+    return failure();
+  int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1);
+  if (failed(checkShape(*this, getExperts().getType(), "experts", {n, -1})) ||
+      failed(checkShape(*this, getBuffer().getType(), "buffer", {-1, -1, d})))
+    return failure();
+  int64_t e = getBuffer().getType().getDimSize(0);
+  int64_t k = getExperts().getType().getDimSize(1);
+  if (failed(checkShape(*this, getCounts().getType(), "counts", {e, 1})) ||
+      failed(checkShape(*this, getSlots().getType(), "slots", {n, k})))
+    return failure();
+  for (Value v : {getExperts(), getCounts(), getSlots()})
+    if (!cast<RankedTensorType>(v.getType()).getElementType().isInteger(64))
+      return emitOpError("experts, counts and slots must be tensors of i64");
+  return success();
+}
+
+LogicalResult MoEExpertsOp::verify() {
+  auto buffer = getBuffer().getType();
+  if (failed(checkShape(*this, buffer, "buffer", {-1, -1, -1})))
+    return failure();
+  int64_t e = buffer.getDimSize(0), s = buffer.getDimSize(1),
+          d = buffer.getDimSize(2);
+  if (failed(checkShape(*this, getCounts().getType(), "counts", {e, -1})))
+    return failure();
+  int64_t p = getCounts().getType().getDimSize(1);
+  if (p < 1 || s % p != 0)
+    return emitOpError() << "buffer rows (" << s
+                         << ") must split evenly into the " << p
+                         << " segments of counts";
+  if (!getCounts().getType().getElementType().isInteger(64))
+    return emitOpError("counts must be a tensor of i64");
+  if (failed(verifyExpertWeights(*this, e, d, getWIn(), getWMul(), getWOut(),
+                                 getActivation())))
+    return failure();
+  if (getResult().getType() != buffer)
+    return emitOpError("result type must equal the buffer type");
+  return success();
+}
+
+LogicalResult MoECombineOp::verify() {
+  auto outputs = getOutputs().getType();
+  if (failed(checkShape(*this, outputs, "outputs", {-1, -1, -1})))
+    return failure();
+  auto gates = getGates().getType();
+  if (failed(checkShape(*this, gates, "gates", {-1, -1})))
+    return failure();
+  int64_t n = gates.getDimSize(0), k = gates.getDimSize(1);
+  if (failed(checkShape(*this, getSlots().getType(), "slots", {n, k})) ||
+      failed(checkShape(*this, getExperts().getType(), "experts", {n, k})) ||
+      failed(checkShape(*this, getResult().getType(), "result",
+                        {n, outputs.getDimSize(2)})))
+    return failure();
+  return success();
+}

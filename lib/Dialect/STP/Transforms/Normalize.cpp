@@ -490,6 +490,7 @@ void stpar::stp::normalize::populateGeluPatterns(RewritePatternSet &patterns,
 namespace {
 struct NormalizePass
     : public stpar::stp::impl::NormalizePassBase<NormalizePass> {
+  using NormalizePassBase::NormalizePassBase;
   void runOnOperation() override {
     NormalizeCounts counts;
     RewritePatternSet patterns(&getContext());
@@ -511,6 +512,8 @@ struct NormalizePass
     numGeluFused += counts.geluFused;
     numAttention += counts.attention;
     numGeluMarked += markGeluBodies(getOperation());
+    if (moeOp)
+      numMoEOps += rewriteMoELayers(getOperation());
     numMoE += markMoELayers(getOperation());
   }
 };

@@ -150,6 +150,9 @@ void populateAttentionPatterns(mlir::RewritePatternSet &patterns,
 /// Marks single generics whose body computes GELU with
 /// `stp.composite = "gelu"`; returns how many it marked.
 int64_t markGeluBodies(mlir::Operation *root);
+/// Replaces each dense exported MoE layer under `root` whose every piece
+/// matches (NormalizeMoE.cpp) by one `stp.moe`; returns how many.
+int64_t rewriteMoELayers(mlir::Operation *root);
 /// Marks the ops of each MoE layer under `root` with
 /// `stp.composite = "moe"` and `stp.group`; returns the number of layers.
 int64_t markMoELayers(mlir::Operation *root);

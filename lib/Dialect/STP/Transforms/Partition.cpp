@@ -99,6 +99,7 @@ enum class PlanKind {
   Norm,
   NormStats,
   Attention,
+  MoE,
   Layout,
   Lazy,
   Return,
@@ -154,6 +155,9 @@ struct OpPlan {
   Value table;
   int64_t tableRowDim = 0;
   AxisList tableRowAxes;
+  /// MoE: the axes splitting the tokens, the experts (expert parallelism,
+  /// a subset of the token axes) and each expert's hidden dim.
+  AxisList moeTokens, moeExperts, moeHidden;
 };
 
 static RankedTensorType getRankedTensor(Value v) {
@@ -227,6 +231,8 @@ private:
                                  SmallVector<AxisList> loopAxes);
   FailureOr<OpPlan> planNorm(Operation *op, PartitionSpecAttr spec);
   FailureOr<OpPlan> planAttention(AttentionOp op, PartitionSpecAttr spec);
+  FailureOr<OpPlan> planMoE(MoEOp op, PartitionSpecAttr spec);
+  void emitMoE(MoEOp op, const OpPlan &plan);
   OpPlan planLayout(Operation *op, const LayoutRule &rule);
   LogicalResult emit(Operation *op, OpPlan &plan);
   void emitTemporal(linalg::LinalgOp op, OpPlan &plan);
@@ -1303,6 +1309,179 @@ FailureOr<OpPlan> Partitioner::planAttention(AttentionOp op,
   return plan;
 }
 
+/// stp.moe (docs/moe.md): loops (tokens, model dim, experts, expert hidden
+/// dim) as ConvertToOperators.cpp gives them. Tokens split over their axes;
+/// the experts over a subset of those (expert parallelism: each rank of an
+/// expert group holds E / P experts and receives their tokens from the
+/// group by all-to-all); an expert's hidden dim over other axes (tensor
+/// parallelism inside the experts: the output is a partial sum over them).
+/// The model dim is never split. Anything else runs replicated, reported.
+FailureOr<OpPlan> Partitioner::planMoE(MoEOp op, PartitionSpecAttr spec) {
+  OpPlan plan;
+  plan.kind = PlanKind::MoE;
+  auto tokens = getRankedTensor(op.getTokens());
+  auto wIn = getRankedTensor(op.getWIn());
+  int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1),
+          e = wIn.getDimSize(0), f = wIn.getDimSize(2);
+  if (spec) {
+    ArrayRef<LoopDimAttr> loops = spec.getLoops();
+    if (loops.size() != 4 || loops[0].getExtent() != n ||
+        loops[1].getExtent() != d || loops[2].getExtent() != e ||
+        loops[3].getExtent() != f)
+      return op->emitError()
+             << "stp.spec of an stp.moe must have the loops (tokens " << n
+             << ", model dim " << d << ", experts " << e << ", expert hidden "
+             << f << ")";
+    for (LoopDimAttr loop : loops)
+      if (loop.getPadded())
+        return op->emitError()
+               << "padded split of loop '" << loop.getName().getValue()
+               << "' is not supported";
+    plan.moeTokens = getLoopAxes(loops[0]);
+    plan.moeExperts = getLoopAxes(loops[2]);
+    plan.moeHidden = getLoopAxes(loops[3]);
+    if (!getLoopAxes(loops[1]).empty())
+      plan.fallback = "the model dim of an MoE layer is never split";
+  }
+  if (inLoop) {
+    AxisList data;
+    Sharding t = states.lookup(op.getTokens()).sharding;
+    if (!t.dims.empty())
+      data = t.dims[0];
+    plan.moeTokens = followMicroBatch(plan.moeTokens, data);
+  }
+  auto overlaps = [](const AxisList &a, const AxisList &b) {
+    return llvm::any_of(a, [&](auto x) { return llvm::is_contained(b, x); });
+  };
+  if (plan.fallback.empty()) {
+    if (llvm::any_of(plan.moeExperts, [&](shard::GridAxis a) {
+          return !llvm::is_contained(plan.moeTokens, a) || a == mbAxis;
+        }))
+      plan.fallback = "expert parallelism over axes that do not split the "
+                      "tokens (or over micro-batches)";
+    else if (overlaps(plan.moeHidden, plan.moeTokens))
+      plan.fallback = "the expert hidden dim split over a token axis";
+    else if (n % getGroupSize(plan.moeTokens) != 0 ||
+             e % getGroupSize(plan.moeExperts) != 0 ||
+             f % getGroupSize(plan.moeHidden) != 0)
+      plan.fallback = "tokens, experts or expert hidden dim not divisible by "
+                      "their split";
+  }
+  if (!plan.fallback.empty()) {
+    plan.moeTokens.clear();
+    plan.moeExperts.clear();
+    plan.moeHidden.clear();
+  }
+  Sharding t = Sharding::replicated(2);
+  t.dims[0] = plan.moeTokens;
+  plan.operands.push_back(t);
+  plan.operands.push_back(Sharding::replicated(2));
+  auto weight = [&](int64_t hiddenDim) {
+    Sharding w = Sharding::replicated(3);
+    w.dims[0] = plan.moeExperts;
+    w.dims[hiddenDim] = plan.moeHidden;
+    return w;
+  };
+  plan.operands.push_back(weight(2));
+  if (op.getWMul())
+    plan.operands.push_back(weight(2));
+  plan.operands.push_back(weight(1));
+  Sharding out = t;
+  out.partial = plan.moeHidden;
+  plan.results.push_back(out);
+  if (!plan.moeHidden.empty())
+    plan.partialReason = "expert hidden dim f of the MoE experts split";
+  return plan;
+}
+
+void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
+  std::string label = getLabel(op);
+  Location loc = op.getLoc();
+  MLIRContext *ctx = builder.getContext();
+  SmallVector<Value> local;
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    local.push_back(
+        getAs(v, plan.operands[i], label, "operand " + std::to_string(i)));
+  Value tokens = local[0], router = local[1], wIn = local[2],
+        wMul = op.getWMul() ? local[3] : Value(), wOut = local.back();
+  auto tokensType = getRankedTensor(tokens);
+  int64_t n = tokensType.getDimSize(0), d = tokensType.getDimSize(1);
+  int64_t e = getRankedTensor(op.getWIn()).getDimSize(0);
+  int64_t k = int64_t(op.getTopK());
+  int64_t p = getGroupSize(plan.moeExperts);
+  Type f32 = tokensType.getElementType();
+  Type i64 = builder.getI64Type();
+  auto type = [&](ArrayRef<int64_t> shape, Type elem) {
+    return RankedTensorType::get(shape, elem);
+  };
+  // 1. Route this rank's tokens.
+  auto route = MoERouteOp::create(builder, loc, type({n, k}, f32),
+                                  type({n, k}, i64), tokens, router,
+                                  op.getTopKAttr(), op.getNormalizeAttr());
+  // 2. Dispatch into one block of C = n rows per expert (no token dropped:
+  //    a static bound every rank agrees on).
+  int64_t capacity = n;
+  auto dispatch = MoEDispatchOp::create(
+      builder, loc, type({e, capacity, d}, f32), type({e, 1}, i64),
+      type({n, k}, i64), tokens, route.getExperts());
+  Value buffer = dispatch.getBuffer(), counts = dispatch.getCounts();
+  auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
+  std::string group = axesText(plan.moeExperts);
+  if (p > 1) {
+    // 3. Each expert's rows to the rank holding it; the row counts first
+    //    travel the same way, so receivers know the used rows.
+    auto sendCounts = shard::AllToAllOp::create(
+        builder, loc, type({e / p, p}, i64), gridRef,
+        builder.getDenseI16ArrayAttr(plan.moeExperts), counts,
+        builder.getIndexAttr(0), builder.getIndexAttr(1));
+    markCollective(sendCounts, label,
+                   "all-to-all of the MoE row counts per (rank, expert) over " +
+                       group + " (expert parallelism)");
+    auto sendRows = shard::AllToAllOp::create(
+        builder, loc, type({e / p, p * capacity, d}, f32), gridRef,
+        builder.getDenseI16ArrayAttr(plan.moeExperts), buffer,
+        builder.getIndexAttr(0), builder.getIndexAttr(1));
+    markCollective(sendRows, label,
+                   "all-to-all dispatching the tokens to their experts over " +
+                       group + " (expert parallelism, capacity " +
+                       std::to_string(capacity) + " rows per expert)");
+    buffer = sendRows.getResult();
+    counts = sendCounts.getResult();
+  }
+  // 4. The local experts (partial sums over the expert hidden dim's axes).
+  Value outputs =
+      MoEExpertsOp::create(builder, loc, buffer.getType(), buffer, counts, wIn,
+                           wMul, wOut, op.getActivationAttr())
+          .getResult();
+  if (p > 1) {
+    // 5. The results back to the tokens' ranks, into the dispatched rows.
+    auto back = shard::AllToAllOp::create(
+        builder, loc, type({e, capacity, d}, f32), gridRef,
+        builder.getDenseI16ArrayAttr(plan.moeExperts), outputs,
+        builder.getIndexAttr(1), builder.getIndexAttr(0));
+    markCollective(back, label,
+                   "all-to-all returning the experts' outputs over " + group +
+                       " (expert parallelism)");
+    outputs = back.getResult();
+  }
+  // 6. Combine with the gates.
+  auto combine = MoECombineOp::create(builder, loc, type({n, d}, f32), outputs,
+                                      dispatch.getSlots(), route.getExperts(),
+                                      route.getGates());
+  if (!plan.fallback.empty()) {
+    combine->setAttr(STPDialect::kFallbackAttrName,
+                     builder.getStringAttr(plan.fallback));
+    ++numFallbackOps;
+  } else if (!plan.results[0].isReplicated() || p > 1) {
+    ++numSplitOps;
+  }
+  ValueState &state = states[op.getResult()];
+  state.value = combine.getResult();
+  state.sharding = plan.results[0];
+  state.producer = label;
+  state.partialReason = plan.partialReason;
+}
+
 /// An op that follows an operand's layout (PartitionableOpInterface's
 /// LayoutRule): the leading operand keeps its splits except on the dims
 /// that must be whole, that no result dim takes, or whose size differs in
@@ -1424,6 +1603,8 @@ FailureOr<OpPlan> Partitioner::planOp(Operation *op) {
     return planNorm(op, spec);
   case PartitionRule::Attention:
     return planAttention(cast<AttentionOp>(op), spec);
+  case PartitionRule::MoE:
+    return planMoE(cast<MoEOp>(op), spec);
   case PartitionRule::Layout:
     return planLayout(op, partitionable.getLayoutRule());
   case PartitionRule::Replicated:
@@ -1734,6 +1915,9 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
     return success();
   case PlanKind::NormStats:
     emitNormStats(op, plan);
+    return success();
+  case PlanKind::MoE:
+    emitMoE(cast<MoEOp>(op), plan);
     return success();
   case PlanKind::Layout: {
     // Ops whose attributes hold global shapes are rebuilt for the local

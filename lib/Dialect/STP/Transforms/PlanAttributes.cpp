@@ -139,6 +139,8 @@ json::Value stp::getSpecJSON(PartitionSpecAttr spec) {
                       {"axes", std::move(axes)}};
     if (l.getPadded())
       loop["padded"] = true;
+    if (l.isExperts())
+      loop["experts"] = true;
     loops.push_back(std::move(loop));
   }
   json::Object out{{"loops", std::move(loops)}};
@@ -284,6 +286,10 @@ llvm::Error stp::applyPlan(ModuleOp module, const json::Value &plan,
         return bad(where + ": loop " + llvm::Twine(d) +
                    " needs \"name\", \"extent\", \"reduction\", \"axes\"");
       bool padded = l->getBoolean("padded").value_or(false);
+      bool experts = l->getBoolean("experts").value_or(false);
+      if (experts && *reduction)
+        return bad(where + ": loop '" + *name +
+                   "' cannot be both a reduction and an experts loop");
       if (ranges && d < ranges->size() && (*ranges)[d] != *extent)
         return bad(where + ": loop '" + *name + "' has extent " +
                    llvm::Twine(*extent) + " but the op's loop " +
@@ -302,10 +308,12 @@ llvm::Error stp::applyPlan(ModuleOp module, const json::Value &plan,
         return bad(where + ": loop '" + *name + "' (extent " +
                    llvm::Twine(*extent) + ") does not divide over " +
                    llvm::Twine(splitSize) + " devices");
-      loopAttrs.push_back(LoopDimAttr::get(
-          ctx, StringAttr::get(ctx, *name), *extent,
-          *reduction ? LoopKind::Reduction : LoopKind::Parallel, split,
-          padded));
+      loopAttrs.push_back(LoopDimAttr::get(ctx, StringAttr::get(ctx, *name),
+                                           *extent,
+                                           experts      ? LoopKind::Experts
+                                           : *reduction ? LoopKind::Reduction
+                                                        : LoopKind::Parallel,
+                                           split, padded));
     }
     // An embedding has one extra loop (the table rows); others match.
     if (ranges && !(loopAttrs.size() == ranges->size() ||

@@ -35,6 +35,9 @@ enum class PartitionRule {
   Norm,
   /// stp.attention: batch and head loops.
   Attention,
+  /// stp.moe: token loop, expert parallelism over token axes, an expert's
+  /// hidden dim over others (docs/moe.md).
+  MoE,
   /// Follows an operand's layout as getLayoutRule() says.
   Layout,
   /// Created on demand in the layout its user wants (tensor.empty, a fill
@@ -76,6 +79,8 @@ enum class CostKind {
   Norm,
   /// stp.attention: two batched contractions and a softmax.
   Attention,
+  /// stp.moe: one OpKind::MoE operator (FasterMoE's model).
+  MoE,
   /// One pass over the result of flopsPerPoint FLOPs per element.
   Elementwise,
 };

@@ -46,7 +46,8 @@ def STP_OptionalF64Parameter
 
 def STP_LoopKind : I32EnumAttr<"LoopKind", "kind of a loop dimension", [
     I32EnumAttrCase<"Parallel", 0, "parallel">,
-    I32EnumAttrCase<"Reduction", 1, "reduction">
+    I32EnumAttrCase<"Reduction", 1, "reduction">,
+    I32EnumAttrCase<"Experts", 2, "experts">
   ]> {
   let cppNamespace = "::stpar::stp";
   let genSpecializedAttr = 0;
@@ -248,14 +249,19 @@ def STP_LoopDimAttr : STP_Attr<"LoopDim", "loop"> {
   let description = [{
     A loop dimension of an operator's iteration space (as linalg indexing
     maps see it): its name, its extent (>= 1), whether it is `parallel`
-    (default, omitted in the syntax) or a `reduction`, the mesh axes that
-    split it in space (major to minor, in braces, omitted when none), and
-    whether a split that does not divide the extent pads it up to the next
-    multiple (`padded`).
+    (default, omitted in the syntax), a `reduction` or the `experts` loop
+    of a mixture-of-experts layer, the mesh axes that split it in space
+    (major to minor, in braces, omitted when none), and whether a split
+    that does not divide the extent pads it up to the next multiple
+    (`padded`). An `experts` loop's axes are expert parallelism: they also
+    split a token loop of the same spec (each rank of the group holds its
+    share of the experts and receives their tokens by all-to-all), so a
+    partition spec may name them twice.
 
     ```mlir
     #k = #stp.loop<"k" = 4096 {"tp"}>
     #n = #stp.loop<"n" = 1000 reduction {"tp"} padded>
+    #e = #stp.loop<"e" = 8 experts {"dp"}>
     ```
   }];
   let parameters = (ins
@@ -269,6 +275,7 @@ def STP_LoopDimAttr : STP_Attr<"LoopDim", "loop"> {
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
     bool isReduction() const { return getKind() == LoopKind::Reduction; }
+    bool isExperts() const { return getKind() == LoopKind::Experts; }
   }];
 }
 

@@ -20,4 +20,10 @@
 #define GET_OP_CLASSES
 #include "stpar/Dialect/STP/IR/STPOps.h.inc"
 
+namespace stpar::stp {
+/// Whether `name` is an activation stp.moe and stp.moe_experts accept:
+/// silu, gelu (erf form), gelu_tanh or relu.
+bool isMoEActivation(llvm::StringRef name);
+} // namespace stpar::stp
+
 #endif // STPAR_DIALECT_STP_IR_STPOPS_H

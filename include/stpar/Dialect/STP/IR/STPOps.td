@@ -157,6 +157,138 @@ def STP_ScatterElementsOp : STP_Op<"scatter_elements",
   let hasVerifier = 1;
 }
 
+def STP_MoEOp : STP_Op<"moe",
+    [Pure, DeclareOpInterfaceMethods<STP_PartitionableOpInterface,
+        ["getPartitionRule", "getCostRule"]>]> {
+  let summary = "A sparse mixture-of-experts FFN: router, top-k gates, experts, gate-weighted combine";
+  let description = [{
+    A mixture-of-experts layer as Mixtral, GShard and Switch run it
+    (Shazeer et al. 2017; Fedus et al. 2022), over `N` tokens of model dim
+    `D`, `E` experts of hidden dim `F`:
+
+    - router: `p = softmax(tokens @ router)` over the `E` experts
+      (`router [D, E]`);
+    - gates: the `top_k` largest entries of `p` per token and their experts
+      (ties: the lower expert index), divided by their sum when
+      `normalize` is set;
+    - experts: expert `e` maps a token `x` to
+      `act(x @ w_in[e]) @ w_out[e]`, or with `w_mul` (a gated FFN, SwiGLU
+      when `act` is SiLU) `(act(x @ w_in[e]) * (x @ w_mul[e])) @ w_out[e]`;
+      `w_in`, `w_mul`: `[E, D, F]`, `w_out`: `[E, F, D]`;
+    - result `[N, D]`: per token, the sum over its `top_k` experts of the
+      gate times the expert's output. A token's other experts never see it.
+
+    `activation` is `silu`, `gelu` (erf form), `gelu_tanh` or `relu`. No
+    token is dropped: every expert can take every token (a static bound).
+
+    One op because the cost model (FasterMoE's model, docs/cost-model.md)
+    and the partitioner treat the layer as one unit: -stp-normalize makes
+    it from the dense exported form (every expert on every token, masked by
+    scattered gates); -stp-partition expands it into `stp.moe_route`,
+    `stp.moe_dispatch`, `stp.moe_experts` and `stp.moe_combine` with the
+    all-to-alls of expert parallelism between them (docs/moe.md).
+
+    ```mlir
+    %y = stp.moe %x, %router experts %w1 gated %w3 down %w2
+        {top_k = 2 : i64, normalize, activation = "silu"}
+        : (tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>,
+           tensor<4x32x64xf32>, tensor<4x64x32xf32>) -> tensor<16x32xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$tokens, AnyRankedTensor:$router,
+                       AnyRankedTensor:$w_in, Optional<AnyRankedTensor>:$w_mul,
+                       AnyRankedTensor:$w_out, I64Attr:$top_k,
+                       UnitAttr:$normalize, StrAttr:$activation);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $tokens `,` $router `experts` $w_in (`gated` $w_mul^)? `down` $w_out
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_MoERouteOp : STP_Op<"moe_route", [Pure]> {
+  let summary = "An MoE layer's router: top-k gates and experts of each token";
+  let description = [{
+    The first part of `stp.moe` on one rank's tokens: `tokens [N, D]`,
+    `router [D, E]`; results `gates [N, top_k]` (the top-k softmax
+    probabilities in descending order, divided by their sum when
+    `normalize`) and `experts [N, top_k]` (i64 expert indices, ties to the
+    lower index).
+  }];
+  let arguments = (ins AnyRankedTensor:$tokens, AnyRankedTensor:$router,
+                       I64Attr:$top_k, UnitAttr:$normalize);
+  let results = (outs AnyRankedTensor:$gates, AnyRankedTensor:$experts);
+  let assemblyFormat = [{
+    $tokens `,` $router attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_MoEDispatchOp : STP_Op<"moe_dispatch", [Pure]> {
+  let summary = "Copy each token into a capacity-bounded buffer row of each of its experts";
+  let description = [{
+    `tokens [N, D]`, `experts [N, K]` (from `stp.moe_route`). Going
+    through the tokens in order and each token's K choices in order, the
+    token is copied into the next free row of its expert's block of
+    `buffer [E, C, D]` (rows past the expert's count are zero); `counts
+    [E, 1]` (i64) holds the rows used per expert and `slots [N, K]` (i64)
+    the row each choice took, or -1 where the expert's C rows were full
+    (the token is dropped for that expert). With C >= N nothing is dropped.
+    The buffer's static shape is the capacity every rank of an expert group
+    agrees on before any exchange; the counts travel with it so that
+    receivers compute only the used rows.
+  }];
+  let arguments = (ins AnyRankedTensor:$tokens, AnyRankedTensor:$experts);
+  let results = (outs AnyRankedTensor:$buffer, AnyRankedTensor:$counts,
+                      AnyRankedTensor:$slots);
+  let assemblyFormat = [{
+    $tokens `,` $experts attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_MoEExpertsOp : STP_Op<"moe_experts", [Pure]> {
+  let summary = "Run the local experts' FFNs on their received buffer rows";
+  let description = [{
+    `buffer [El, S, D]` holds, for each of the `El` local experts, `P`
+    segments of `C = S / P` rows (one per sending rank, in rank order);
+    `counts [El, P]` (i64) the used rows of each segment. Every used row
+    `x` of expert `e` becomes `act(x @ w_in[e]) @ w_out[e]` (times
+    `x @ w_mul[e]` before `w_out` when gated, as `stp.moe`); unused rows
+    are zero. Weights: `w_in`, `w_mul` `[El, D, Fl]`, `w_out [El, Fl, D]`;
+    with `F` split over tensor-parallel axes the result holds partial sums
+    over them.
+  }];
+  let arguments = (ins AnyRankedTensor:$buffer, AnyRankedTensor:$counts,
+                       AnyRankedTensor:$w_in, Optional<AnyRankedTensor>:$w_mul,
+                       AnyRankedTensor:$w_out, StrAttr:$activation);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $buffer `,` $counts `experts` $w_in (`gated` $w_mul^)? `down` $w_out
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_MoECombineOp : STP_Op<"moe_combine", [Pure]> {
+  let summary = "Sum each token's expert outputs weighted by its gates";
+  let description = [{
+    `outputs [E, C, D]` (back in the rows `stp.moe_dispatch` chose),
+    `slots`, `experts` (i64) and `gates` `[N, K]`; result `[N, D]`:
+    `sum_j gates[n, j] * outputs[experts[n, j], slots[n, j]]` over the
+    choices with `slots[n, j] >= 0`.
+  }];
+  let arguments = (ins AnyRankedTensor:$outputs, AnyRankedTensor:$slots,
+                       AnyRankedTensor:$experts, AnyRankedTensor:$gates);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $outputs `,` $slots `,` $experts `,` $gates attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def STP_GridPermuteOp : STP_Op<"grid_permute", [SameOperandsAndResultType]> {
   let summary = "Point-to-point permutation of per-device blocks over grid axes";
   let description = [{

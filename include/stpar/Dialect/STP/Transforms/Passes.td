@@ -69,11 +69,19 @@ def NormalizePass : Pass<"stp-normalize"> {
       exactly the keys after each query becomes the `causal` flag instead.
       K and V whose heads are repeated by Expand/Reshape (grouped-query
       attention) are passed un-repeated.
-    * **MoE**: for a TopK over the softmax of router logits whose indices
-      scatter the gate weights (ScatterElements), every op between the
-      router's token input and the reduction that combines the gated expert
-      outputs gets `stp.composite = "moe"` (unless it is already another
-      composite) and `stp.group = N`, N numbering the layers.
+    * **MoE**: a dense exported top-k MoE layer (a softmax router, TopK,
+      the gates, optionally divided by their sum, scattered into a
+      [tokens, experts] matrix, every expert's FFN on every token as
+      contractions with [E, D, F] and [E, F, D] weights, the gate-weighted
+      sum over experts) becomes `stp.moe`; the activation (SiLU, GELU in
+      erf or tanh form, ReLU; gated or not) is found by evaluating the
+      elementwise ops between the contractions. With `moe-op=false`, or
+      where a piece differs, the layer stays dense and, for a TopK over
+      the softmax of router logits whose indices scatter the gate weights,
+      every op between the router's token input and the reduction that
+      combines the gated expert outputs gets `stp.composite = "moe"`
+      (unless it is already another composite) and `stp.group = N`, N
+      numbering the layers.
 
     Input (a decomposed LayerNorm; generics abbreviated):
 
@@ -111,7 +119,14 @@ def NormalizePass : Pass<"stp-normalize"> {
               "Single-generic GELUs marked stp.composite = \"gelu\"">,
     Statistic<"numAttention", "num-attention",
               "Attention subgraphs rewritten to stp.attention">,
-    Statistic<"numMoE", "num-moe", "MoE layers marked stp.composite = \"moe\"">
+    Statistic<"numMoE", "num-moe", "MoE layers marked stp.composite = \"moe\"">,
+    Statistic<"numMoEOps", "num-moe-ops",
+              "Dense MoE layers rewritten to stp.moe">
+  ];
+  let options = [
+    Option<"moeOp", "moe-op", "bool", /*default=*/"true",
+           "Rewrite recognized dense MoE layers into stp.moe (false: only "
+           "mark their ops)">
   ];
 }
 
