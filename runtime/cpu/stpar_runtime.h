@@ -660,6 +660,59 @@ void allToAll(Context &ctx, const Shape &axes, const T *in, T *out,
   swap01(recv.data(), out, g, preC, chunk / preC);
 }
 
+/// The per-peer layout of stp.moe_all_to_all: the rows of local expert `x`
+/// for peer `q` start at row `moeRowOffset(...)` of the [E, C, D] buffer
+/// (whole) or of the [E / P, P * C, D] one (local).
+inline int64_t moeRowOffset(bool whole, int64_t q, int64_t x, int64_t el,
+                            int64_t p, int64_t c) {
+  return whole ? (q * el + x) * c : (x * p + q) * c;
+}
+
+/// stp.moe_all_to_all: the row counts (E / P per peer, MPI_Alltoall), then
+/// only the used rows (MPI_Alltoallv). Dispatch sends from the whole
+/// [E, C, D] buffer and receives into the local [E / P, P * C, D] one;
+/// `reverse` the other way. Unused rows of the result are zero.
+template <typename T>
+void moeAllToAll(Context &ctx, const Shape &axes, int64_t e, int64_t c,
+                 int64_t d, bool reverse, const T *rows, const int64_t *counts,
+                 T *outRows, int64_t *outCounts) {
+  const int64_t p = ctx.groupSize(axes), el = e / p;
+  MPI_Comm comm = ctx.comm(axes);
+  std::vector<int64_t> sendCounts(e), recvCounts(e);
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t x = 0; x < el; ++x)
+      sendCounts[q * el + x] = reverse ? counts[x * p + q] : counts[q * el + x];
+  MPI_Alltoall(sendCounts.data(), static_cast<int>(el), MPI_INT64_T,
+               recvCounts.data(), static_cast<int>(el), MPI_INT64_T, comm);
+  std::vector<int> sn(p), sd(p), rn(p), rd(p);
+  std::vector<T> send, recv;
+  for (int64_t q = 0; q < p; ++q) {
+    sd[q] = static_cast<int>(send.size());
+    for (int64_t x = 0; x < el; ++x) {
+      const T *from = rows + moeRowOffset(!reverse, q, x, el, p, c) * d;
+      send.insert(send.end(), from, from + sendCounts[q * el + x] * d);
+    }
+    sn[q] = static_cast<int>(send.size()) - sd[q];
+    rd[q] = q ? rd[q - 1] + rn[q - 1] : 0;
+    rn[q] = 0;
+    for (int64_t x = 0; x < el; ++x)
+      rn[q] += static_cast<int>(recvCounts[q * el + x] * d);
+  }
+  recv.resize(p ? rd[p - 1] + rn[p - 1] : 0);
+  MPI_Alltoallv(send.data(), sn.data(), sd.data(), MpiType<T>::get(),
+                recv.data(), rn.data(), rd.data(), MpiType<T>::get(), comm);
+  std::fill(outRows, outRows + e * c * d, T(0));
+  const T *next = recv.data();
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t x = 0; x < el; ++x) {
+      int64_t n = recvCounts[q * el + x];
+      std::copy(next, next + n * d,
+                outRows + moeRowOffset(reverse, q, x, el, p, c) * d);
+      next += n * d;
+      outCounts[reverse ? q * el + x : x * p + q] = n;
+    }
+}
+
 /// An MPI transfer in flight.
 struct Transfer {
   MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -727,6 +780,15 @@ void allToAll(Context &ctx, int64_t, int64_t, const Shape &axes,
               const Shape &shape, int64_t splitDim, int64_t concatDim,
               const Tensor<T> &in, const Tensor<T> &out) {
   allToAll(ctx, axes, in.data(), out.data(), shape, splitDim, concatDim);
+}
+/// stp.moe_all_to_all (blocking, as allToAll).
+template <typename T>
+void moeAllToAll(Context &ctx, int64_t, int64_t, const Shape &axes, int64_t e,
+                 int64_t c, int64_t d, bool reverse, const Tensor<T> &rows,
+                 const Tensor<int64_t> &counts, const Tensor<T> &outRows,
+                 const Tensor<int64_t> &outCounts) {
+  moeAllToAll(ctx, axes, e, c, d, reverse, rows.data(), counts.data(),
+              outRows.data(), outCounts.data());
 }
 /// shard.all_slice: a local copy of this device's block.
 template <typename T>

@@ -601,6 +601,71 @@ void allToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
   transferEnd(ctx, done);
 }
 
+/// stp.moe_all_to_all on the communication stream: the row counts (E / P
+/// int64 per peer, grouped ncclSend/ncclRecv), copied to the host (the
+/// communication stream is synchronized: the sizes of the row transfers
+/// come from them, never from this device's own routing), then one grouped
+/// ncclSend/ncclRecv per (peer, local expert) of only the used rows.
+/// Dispatch: whole [E, C, D] -> local [E / P, P * C, D]; `reverse` the
+/// other way. Unused rows of the result are zero.
+template <typename T>
+void moeAllToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
+                 int64_t e, int64_t c, int64_t d, bool reverse,
+                 const Tensor<T> &rows, const Tensor<int64_t> &counts,
+                 const Tensor<T> &outRows, const Tensor<int64_t> &outCounts) {
+  transferBegin(ctx, ready);
+  const int64_t p = ctx.groupSize(axes), el = e / p;
+  auto offset = [&](bool whole, int64_t q, int64_t x) {
+    return whole ? (q * el + x) * c : (x * p + q) * c;
+  };
+  ncclComm_t comm = ctx.nccl(axes);
+  std::vector<int64_t> local(e), sendCounts(e), recvCounts(e);
+  STP_CUDA(cudaMemcpyAsync(local.data(), counts.data(), sizeof(int64_t) * e,
+                           cudaMemcpyDeviceToHost, ctx.comm));
+  STP_CUDA(cudaStreamSynchronize(ctx.comm));
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t x = 0; x < el; ++x)
+      sendCounts[q * el + x] = reverse ? local[x * p + q] : local[q * el + x];
+  auto sendDev = scratch<int64_t>(ctx, e), recvDev = scratch<int64_t>(ctx, e);
+  STP_CUDA(cudaMemcpyAsync(sendDev.data(), sendCounts.data(),
+                           sizeof(int64_t) * e, cudaMemcpyHostToDevice,
+                           ctx.comm));
+  STP_NCCL(ncclGroupStart());
+  for (int64_t q = 0; q < p; ++q) {
+    STP_NCCL(ncclSend(sendDev.data() + q * el, el, ncclInt64,
+                      static_cast<int>(q), comm, ctx.comm));
+    STP_NCCL(ncclRecv(recvDev.data() + q * el, el, ncclInt64,
+                      static_cast<int>(q), comm, ctx.comm));
+  }
+  STP_NCCL(ncclGroupEnd());
+  STP_CUDA(cudaMemcpyAsync(recvCounts.data(), recvDev.data(),
+                           sizeof(int64_t) * e, cudaMemcpyDeviceToHost,
+                           ctx.comm));
+  STP_CUDA(cudaStreamSynchronize(ctx.comm));
+  STP_CUDA(cudaMemsetAsync(outRows.data(), 0, sizeof(T) * e * c * d, ctx.comm));
+  STP_NCCL(ncclGroupStart());
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t x = 0; x < el; ++x) {
+      if (int64_t n = sendCounts[q * el + x])
+        STP_NCCL(ncclSend(rows.data() + offset(!reverse, q, x) * d, n * d,
+                          NcclType<T>::value, static_cast<int>(q), comm,
+                          ctx.comm));
+      if (int64_t n = recvCounts[q * el + x])
+        STP_NCCL(ncclRecv(outRows.data() + offset(reverse, q, x) * d, n * d,
+                          NcclType<T>::value, static_cast<int>(q), comm,
+                          ctx.comm));
+    }
+  STP_NCCL(ncclGroupEnd());
+  std::vector<int64_t> result(e);
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t x = 0; x < el; ++x)
+      result[reverse ? q * el + x : x * p + q] = recvCounts[q * el + x];
+  STP_CUDA(cudaMemcpyAsync(outCounts.data(), result.data(), sizeof(int64_t) * e,
+                           cudaMemcpyHostToDevice, ctx.comm));
+  STP_CUDA(cudaStreamSynchronize(ctx.comm));
+  transferEnd(ctx, done);
+}
+
 /// shard.shift: the value at position p along `axis` moves to p + offset
 /// (grouped ncclSend/ncclRecv on the world communicator).
 template <typename T>

@@ -12,9 +12,10 @@
 
 // Expert parallelism over all 4 devices: each rank routes its 4 tokens,
 // dispatches them into a [4 experts, 4 rows, 16] buffer (capacity = its
-// tokens: nothing is dropped), sends the row counts and then the rows of
-// each expert to the expert's rank, runs its one expert on the 4 x 4 rows
-// it received, sends the results back and combines them with the gates.
+// tokens: nothing is dropped), sends the used rows of each expert (8 in
+// all: 4 tokens x top-2; the counts travel first) to the expert's rank,
+// runs its one expert on the used rows of the 4 x 4 it may receive, sends
+// the results back the same way and combines them with the gates.
 
 #dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
 #cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
@@ -29,10 +30,9 @@
 // CHECK-SAME: %[[W2:[a-z0-9_]+]]: tensor<1x8x16xf32> {stp.split = {{\[\[0\], \[\], \[\]\]}}})
 // CHECK: %[[G:[a-z0-9_]+]], %[[E:[a-z0-9_]+]] = stp.moe_route %[[X]], %[[R]] {normalize, top_k = 2 : i64} : (tensor<4x16xf32>, tensor<16x4xf32>) -> (tensor<4x2xf32>, tensor<4x2xi64>)
 // CHECK-NEXT: %[[B:[a-z0-9_]+]], %[[C:[a-z0-9_]+]], %[[S:[a-z0-9_]+]] = stp.moe_dispatch %[[X]], %[[E]] : (tensor<4x16xf32>, tensor<4x2xi64>) -> (tensor<4x4x16xf32>, tensor<4x1xi64>, tensor<4x2xi64>)
-// CHECK-NEXT: %[[RC:[a-z0-9_]+]] = shard.all_to_all %[[C]] on @grid grid_axes = [0] split_axis = 0 concat_axis = 1 {{.*}}"/moe forward: all-to-all of the MoE row counts per (rank, expert) over x0 (expert parallelism)"} : tensor<4x1xi64> -> tensor<1x4xi64>
-// CHECK-NEXT: %[[RB:[a-z0-9_]+]] = shard.all_to_all %[[B]] on @grid grid_axes = [0] split_axis = 0 concat_axis = 1 {{.*}}capacity 4 rows per expert{{.*}} : tensor<4x4x16xf32> -> tensor<1x16x16xf32>
+// CHECK-NEXT: %[[RB:[a-z0-9_]+]], %[[RC:[a-z0-9_]+]] = stp.moe_all_to_all %[[B]], %[[C]] on @grid grid_axes = [0] {routed_rows = 8 : i64, stp.plan_step = "/moe forward: all-to-all dispatching the tokens to their experts over x0 (expert parallelism; 8 rows per device, buffers of 4 rows per expert)"} : (tensor<4x4x16xf32>, tensor<4x1xi64>) -> (tensor<1x16x16xf32>, tensor<1x4xi64>)
 // CHECK-NEXT: %[[O:[a-z0-9_]+]] = stp.moe_experts %[[RB]], %[[RC]] experts %[[W1]] gated %[[W3]] down %[[W2]] {activation = "silu"} : (tensor<1x16x16xf32>, tensor<1x4xi64>, tensor<1x16x8xf32>, tensor<1x16x8xf32>, tensor<1x8x16xf32>) -> tensor<1x16x16xf32>
-// CHECK-NEXT: %[[BACK:[a-z0-9_]+]] = shard.all_to_all %[[O]] on @grid grid_axes = [0] split_axis = 1 concat_axis = 0 {{.*}} : tensor<1x16x16xf32> -> tensor<4x4x16xf32>
+// CHECK-NEXT: %[[BACK:[a-z0-9_]+]], %{{.*}} = stp.moe_all_to_all %[[O]], %[[RC]] on @grid grid_axes = [0] {reverse, routed_rows = 8 : i64, {{.*}}} : (tensor<1x16x16xf32>, tensor<1x4xi64>) -> (tensor<4x4x16xf32>, tensor<4x1xi64>)
 // CHECK-NEXT: %[[Y:[a-z0-9_]+]] = stp.moe_combine %[[BACK]], %[[S]], %[[E]], %[[G]] : (tensor<4x4x16xf32>, tensor<4x2xi64>, tensor<4x2xi64>, tensor<4x2xf32>) -> tensor<4x16xf32>
 module attributes {stp.mesh = #mesh} {
   func.func @main(%x: tensor<16x16xf32>, %r: tensor<16x4xf32>, %w1: tensor<4x16x8xf32>,
@@ -59,10 +59,9 @@ module attributes {stp.mesh = #mesh} {
 // CHECK: func.func @main(%{{.*}}: tensor<4x16xf32> {stp.split = {{\[\[0, 1\], \[\]\]}}},
 // CHECK-SAME: tensor<2x16x8xf32> {stp.split = {{\[\[1\], \[\], \[\]\]}}},
 // CHECK: stp.moe_dispatch {{.*}} -> (tensor<4x4x16xf32>, tensor<4x1xi64>, tensor<4x2xi64>)
-// CHECK: shard.all_to_all {{.*}} grid_axes = [1] split_axis = 0 concat_axis = 1 {{.*}} : tensor<4x1xi64> -> tensor<2x2xi64>
-// CHECK: shard.all_to_all {{.*}} grid_axes = [1] split_axis = 0 concat_axis = 1 {{.*}} : tensor<4x4x16xf32> -> tensor<2x8x16xf32>
+// CHECK: stp.moe_all_to_all {{.*}} grid_axes = [1] {routed_rows = 8 : i64{{.*}} : (tensor<4x4x16xf32>, tensor<4x1xi64>) -> (tensor<2x8x16xf32>, tensor<2x2xi64>)
 // CHECK: stp.moe_experts {{.*}} -> tensor<2x8x16xf32>
-// CHECK: shard.all_to_all {{.*}} grid_axes = [1] split_axis = 1 concat_axis = 0 {{.*}} : tensor<2x8x16xf32> -> tensor<4x4x16xf32>
+// CHECK: stp.moe_all_to_all {{.*}} grid_axes = [1] {reverse, {{.*}} : (tensor<2x8x16xf32>, tensor<2x2xi64>) -> (tensor<4x4x16xf32>, tensor<4x1xi64>)
 module attributes {stp.mesh = #mesh} {
   func.func @main(%x: tensor<16x16xf32>, %r: tensor<16x4xf32>, %w1: tensor<4x16x8xf32>,
                   %w2: tensor<4x8x16xf32>) -> tensor<16x16xf32> {
@@ -116,7 +115,7 @@ module attributes {stp.mesh = #mesh} {
 #mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 2, "x1" = 2]>
 // CHECK-LABEL: module attributes
 // CHECK: stp.moe_dispatch {{.*}} -> (tensor<4x16x16xf32>, tensor<4x1xi64>, tensor<16x1xi64>)
-// CHECK-NOT: shard.all_to_all
+// CHECK-NOT: stp.moe_all_to_all
 // CHECK: stp.moe_combine {{.*}}stp.fallback = "expert parallelism over axes that do not split the tokens (or over micro-batches)"
 module attributes {stp.mesh = #mesh} {
   func.func @main(%x: tensor<16x16xf32>, %r: tensor<16x4xf32>, %w1: tensor<4x16x8xf32>,

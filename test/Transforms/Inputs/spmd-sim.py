@@ -280,7 +280,8 @@ class Machine:
         for op in ops:
             if op.name in ("func.return", "scf.yield", "linalg.yield"):
                 return [[env[v] for v in op.operands] for env in envs]
-            if op.name.startswith("shard.") or op.name == "stp.grid_permute":
+            if op.name.startswith("shard.") or op.name in (
+                    "stp.grid_permute", "stp.moe_all_to_all"):
                 self.collective(op, envs)
                 continue
             if op.name == "scf.for":
@@ -345,6 +346,10 @@ class Machine:
                     [np.split(v, n, axis=s)[g] for v in vals], axis=c))
             elif name == "stp.grid_permute":
                 out.append(vals[i64_array(op, "sources")[g]])
+            elif name == "stp.moe_all_to_all":
+                counts = [envs[m][op.operands[1]] for m in members]
+                out.append(moe_exchange(vals, counts, g, n,
+                                        re.search(r"\breverse\b", op.text)))
             elif name == "shard.shift":
                 a = int_attr(op, "shift_axis")
                 k = int_attr(op, "offset")
@@ -354,7 +359,11 @@ class Machine:
             else:
                 raise NotImplementedError(name)
         for env, v in zip(envs, out):
-            env[op.results[0]] = v
+            if isinstance(v, tuple):
+                for res, x in zip(op.results, v):
+                    env[res] = x
+            else:
+                env[op.results[0]] = v
 
     def local(self, op, env):
         name = op.name
@@ -651,6 +660,32 @@ def moe_combine(outputs, slots, experts, gates):
             if slots[t, j] >= 0:
                 out[t] += gates[t, j] * outputs[experts[t, j], slots[t, j]]
     return out
+
+
+def moe_exchange(vals, counts, g, p, reverse):
+    """stp.moe_all_to_all as device g of a group of p sees it: only the used
+    rows move; the rest of the result is zero."""
+    if not reverse:
+        e, c, d = vals[0].shape
+        el = e // p
+        rows = np.zeros((el, p * c, d), vals[0].dtype)
+        cnt = np.zeros((el, p), np.int64)
+        for q in range(p):
+            for x in range(el):
+                n = int(counts[q][g * el + x, 0])
+                rows[x, q * c:q * c + n] = vals[q][g * el + x, :n]
+                cnt[x, q] = n
+        return rows, cnt
+    el, s, d = vals[0].shape
+    c = s // p
+    rows = np.zeros((el * p, c, d), vals[0].dtype)
+    cnt = np.zeros((el * p, 1), np.int64)
+    for q in range(p):
+        for x in range(el):
+            n = int(counts[q][x, g])
+            rows[q * el + x, :n] = vals[q][x, g * c:g * c + n]
+            cnt[q * el + x, 0] = n
+    return rows, cnt
 
 
 def moe(op, ins):

@@ -285,3 +285,28 @@ LogicalResult MoECombineOp::verify() {
     return failure();
   return success();
 }
+
+LogicalResult MoEAllToAllOp::verify() {
+  auto in = getRows().getType(), out = getResultRows().getType();
+  if (failed(checkShape(*this, in, "rows", {-1, -1, -1})) ||
+      failed(checkShape(*this, out, "result rows", {-1, -1, in.getDimSize(2)})))
+    return failure();
+  // Dispatch [E, C, D] -> [El, P C, D]; return the other way.
+  RankedTensorType whole = getReverse() ? out : in,
+                   local = getReverse() ? in : out;
+  int64_t e = whole.getDimSize(0), c = whole.getDimSize(1);
+  int64_t el = local.getDimSize(0);
+  if (el < 1 || e % el != 0 || local.getDimSize(1) != (e / el) * c)
+    return emitOpError() << "rows " << whole << " and " << local
+                         << " are not [E, C, D] and [E / P, P * C, D]";
+  int64_t p = e / el;
+  SmallVector<int64_t> wholeCounts = {e, 1}, localCounts = {el, p};
+  if (failed(checkShape(*this, getCounts().getType(), "counts",
+                        getReverse() ? localCounts : wholeCounts)) ||
+      failed(checkShape(*this, getResultCounts().getType(), "result counts",
+                        getReverse() ? wholeCounts : localCounts)))
+    return failure();
+  if (getRoutedRows() < 0)
+    return emitOpError("routed_rows must not be negative");
+  return success();
+}

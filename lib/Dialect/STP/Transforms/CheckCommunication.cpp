@@ -87,6 +87,14 @@ stpar::stp::getProgramCommunication(Operation *op,
         axes = o.getGridAxes();
         c.elements = inElements;
       })
+      .Case([&](MoEAllToAllOp o) {
+        // The rows each device sends in all (static: every token's top-k
+        // rows, none dropped); how they split over the peers depends on
+        // the routing. The counts' E int64 are not counted.
+        c.kind = Collective::AllToAll;
+        axes = o.getGridAxes();
+        c.elements = double(o.getRoutedRows()) * double(inType.getDimSize(2));
+      })
       .Case([&](shard::ShiftOp o) {
         c.kind = Collective::RingShift;
         axes = o.getGridAxes();

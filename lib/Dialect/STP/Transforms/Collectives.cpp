@@ -26,14 +26,16 @@ bool stpar::stp::isCommunicatingCollective(Operation *op) {
   if (auto kind = op->getAttrOfType<StringAttr>(STPDialect::kCollectiveAttrName))
     return kind.getValue() != shard::AllSliceOp::getOperationName();
   return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-             shard::AllToAllOp, shard::ShiftOp, stpar::stp::GridPermuteOp>(op);
+             shard::AllToAllOp, shard::ShiftOp, stpar::stp::GridPermuteOp,
+             stpar::stp::MoEAllToAllOp>(op);
 }
 
 std::optional<ArrayRef<int16_t>>
 stpar::stp::getCommunicatorAxes(Operation *op) {
   return llvm::TypeSwitch<Operation *, std::optional<ArrayRef<int16_t>>>(op)
       .Case<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-            shard::AllToAllOp>([](auto o) { return o.getGridAxes(); })
+            shard::AllToAllOp, stpar::stp::MoEAllToAllOp>(
+          [](auto o) { return o.getGridAxes(); })
       .Default([](Operation *op) -> std::optional<ArrayRef<int16_t>> {
         if (auto axes = op->getAttrOfType<DenseI16ArrayAttr>(STPDialect::kGridAxesAttrName))
           return axes.asArrayRef();

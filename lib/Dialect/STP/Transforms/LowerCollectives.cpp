@@ -120,6 +120,16 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
         args.append(
             {axes(o.getGridAxes()), opaque(getRuntimeShapeLiteral(sources))});
       })
+      .Case([&](MoEAllToAllOp o) {
+        // (..., axes, E, C, D, reverse, rows, counts) -> rows, counts.
+        auto whole =
+            cast<RankedTensorType>(o.getReverse() ? o.getResultRows().getType()
+                                                  : o.getRows().getType());
+        callee = "stpar_rt::moeAllToAll";
+        args.append({axes(o.getGridAxes()), i64(whole.getDimSize(0)),
+                     i64(whole.getDimSize(1)), i64(whole.getDimSize(2)),
+                     opaque(o.getReverse() ? "true" : "false")});
+      })
       .Case([&](shard::AllSliceOp o) {
         callee = "stpar_rt::allSlice";
         args.append({axes(o.getGridAxes()), inShape,
@@ -128,13 +138,14 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
   if (!supported)
     return op->emitError("cannot lower '")
            << op->getName() << "': unsupported reduction kind";
-  args.push_back(operand(0));
+  for (unsigned i = 0; i < op->getNumOperands(); ++i)
+    args.push_back(operand(i));
 
   builder.setInsertionPoint(op);
   auto call = emitc::CallOpaqueOp::create(
       builder, op->getLoc(), op->getResultTypes(), callee,
       builder.getArrayAttr(args), /*template_args=*/ArrayAttr(),
-      ValueRange{op->getOperand(0)});
+      op->getOperands());
   call->setDiscardableAttrs(op->getDiscardableAttrDictionary());
   call->setAttr(STPDialect::kCollectiveAttrName,
                 builder.getStringAttr(op->getName().getStringRef()));

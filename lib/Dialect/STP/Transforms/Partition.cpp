@@ -1427,26 +1427,30 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   Value buffer = dispatch.getBuffer(), counts = dispatch.getCounts();
   auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
   std::string group = axesText(plan.moeExperts);
+  int64_t routed = n * k;
+  auto exchange = [&](Value rows, Value rowCounts, RankedTensorType rowsType,
+                      RankedTensorType countsType, bool reverse,
+                      const std::string &what) {
+    auto op = MoEAllToAllOp::create(
+        builder, loc, rowsType, countsType, rows, rowCounts, gridRef,
+        builder.getDenseI16ArrayAttr(plan.moeExperts),
+        builder.getI64IntegerAttr(routed),
+        reverse ? builder.getUnitAttr() : UnitAttr());
+    markCollective(op, label, what);
+    return op;
+  };
   if (p > 1) {
-    // 3. Each expert's rows to the rank holding it; the row counts first
-    //    travel the same way, so receivers know the used rows.
-    auto sendCounts = shard::AllToAllOp::create(
-        builder, loc, type({e / p, p}, i64), gridRef,
-        builder.getDenseI16ArrayAttr(plan.moeExperts), counts,
-        builder.getIndexAttr(0), builder.getIndexAttr(1));
-    markCollective(sendCounts, label,
-                   "all-to-all of the MoE row counts per (rank, expert) over " +
-                       group + " (expert parallelism)");
-    auto sendRows = shard::AllToAllOp::create(
-        builder, loc, type({e / p, p * capacity, d}, f32), gridRef,
-        builder.getDenseI16ArrayAttr(plan.moeExperts), buffer,
-        builder.getIndexAttr(0), builder.getIndexAttr(1));
-    markCollective(sendRows, label,
-                   "all-to-all dispatching the tokens to their experts over " +
-                       group + " (expert parallelism, capacity " +
-                       std::to_string(capacity) + " rows per expert)");
-    buffer = sendRows.getResult();
-    counts = sendCounts.getResult();
+    // 3. Each expert's used rows to the rank holding it (their counts
+    //    first, so receivers know the sizes).
+    auto sent =
+        exchange(buffer, counts, type({e / p, p * capacity, d}, f32),
+                 type({e / p, p}, i64), false,
+                 "all-to-all dispatching the tokens to their experts over " +
+                     group + " (expert parallelism; " + std::to_string(routed) +
+                     " rows per device, buffers of " +
+                     std::to_string(capacity) + " rows per expert)");
+    buffer = sent.getResultRows();
+    counts = sent.getResultCounts();
   }
   // 4. The local experts (partial sums over the expert hidden dim's axes).
   Value outputs =
@@ -1455,14 +1459,11 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
           .getResult();
   if (p > 1) {
     // 5. The results back to the tokens' ranks, into the dispatched rows.
-    auto back = shard::AllToAllOp::create(
-        builder, loc, type({e, capacity, d}, f32), gridRef,
-        builder.getDenseI16ArrayAttr(plan.moeExperts), outputs,
-        builder.getIndexAttr(1), builder.getIndexAttr(0));
-    markCollective(back, label,
-                   "all-to-all returning the experts' outputs over " + group +
-                       " (expert parallelism)");
-    outputs = back.getResult();
+    outputs = exchange(outputs, counts, type({e, capacity, d}, f32),
+                       type({e, 1}, i64), true,
+                       "all-to-all returning the experts' outputs over " +
+                           group + " (expert parallelism)")
+                  .getResultRows();
   }
   // 6. Combine with the gates.
   auto combine = MoECombineOp::create(builder, loc, type({n, d}, f32), outputs,

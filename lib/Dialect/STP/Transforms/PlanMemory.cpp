@@ -243,12 +243,20 @@ LogicalResult MemoryPlanner::run() {
   });
   for (Operation *op : llvm::reverse(collectives)) {
     int64_t until = getStep(steps, op, func);
-    for (unsigned b : bufferOf.lookup(op->getResult(0)))
-      until = std::max(until, buffers[b].end);
-    if (op->getResult(0).use_empty() && op->getBlock() == &body)
-      until = numSteps - 1;
-    for (unsigned b : bufferOf.lookup(op->getOperand(0)))
-      buffers[b].end = std::max(buffers[b].end, until);
+    for (Value result : op->getResults()) {
+      for (unsigned b : bufferOf.lookup(result))
+        until = std::max(until, buffers[b].end);
+      if (result.use_empty() && op->getBlock() == &body)
+        until = numSteps - 1;
+    }
+    // (results nothing reads are waited for at the end: they live as long)
+    for (Value result : op->getResults())
+      if (result.use_empty())
+        for (unsigned b : bufferOf.lookup(result))
+          buffers[b].end = std::max(buffers[b].end, until);
+    for (Value operand : op->getOperands())
+      for (unsigned b : bufferOf.lookup(operand))
+        buffers[b].end = std::max(buffers[b].end, until);
   }
 
   place();

@@ -82,7 +82,8 @@ private:
         int64_t ready = events++, done = events++;
         op.setAttr(STPDialect::kEventsAttrName,
                    DenseI64ArrayAttr::get(op.getContext(), {ready, done}));
-        pending[op.getResult(0)] = done;
+        for (Value result : op.getResults())
+          pending[result] = done;
         if (std::optional<ArrayRef<int16_t>> axes = getCommunicatorAxes(&op)) {
           SmallVector<int64_t> group(axes->begin(), axes->end());
           if (!llvm::is_contained(communicators, group))
@@ -121,7 +122,8 @@ private:
         auto it = pending.find(v);
         if (it == pending.end())
           continue;
-        waits.push_back(it->second);
+        if (!llvm::is_contained(waits, it->second))
+          waits.push_back(it->second);
         pending.erase(it);
       }
     });

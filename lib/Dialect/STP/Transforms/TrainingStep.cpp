@@ -1522,6 +1522,11 @@ LogicalResult TrainingStepBuilder::backward(Operation *op) {
   if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::CastOp,
           tensor::ExtractSliceOp, tensor::ConcatOp>(op))
     return backwardView(op, dy);
+  if (isa<MoEOp>(op))
+    return op->emitError()
+           << "no gradient rule for 'stp.moe' yet: training through a "
+              "mixture-of-experts layer is not implemented (docs/moe.md); "
+              "its forward pass can be planned, compiled and verified";
   return op->emitError() << "no gradient rule for '" << op->getName() << "'";
 }
 

@@ -271,6 +271,42 @@ def STP_MoEExpertsOp : STP_Op<"moe_experts", [Pure]> {
   let hasVerifier = 1;
 }
 
+def STP_MoEAllToAllOp : STP_Op<"moe_all_to_all", []> {
+  let summary = "Expert parallelism's all-to-all of capacity-bounded buffers, sending only the used rows";
+  let description = [{
+    The exchange of an MoE layer under expert parallelism over the group of
+    devices that differ only in their coordinates on `grid_axes` (P
+    devices, numbered as `shard` numbers a group), each holding E / P = El
+    consecutive experts. First every device sends each peer its row counts
+    (E / P int64 per peer), so that every receiver knows the sizes before
+    any row moves (sizes are never inferred from a device's own routing);
+    then only the used rows travel (grouped ncclSend/ncclRecv on `cuda`,
+    MPI_Alltoallv on `cpu`). The shapes are static bounds every device of
+    the group agrees on: C rows per (expert, sending device).
+
+    - Dispatch (no `reverse`): `rows [E, C, D]` and `counts [E, 1]` (rows
+      used per expert, as `stp.moe_dispatch` leaves them) give
+      `[El, P * C, D]`, segment `s` of local expert `x` holding the rows
+      device `s` sent it, and their counts `[El, P]`.
+    - Return (`reverse`): `rows [El, P * C, D]` and `counts [El, P]` give
+      each device its rows back: `[E, C, D]` and `[E, 1]`.
+
+    Rows past a segment's count are zero. `routed_rows` is the number of
+    rows each device sends in all (its tokens times top-k, every one kept):
+    the volume the plan costs (the counts' few bytes aside).
+  }];
+  let arguments = (ins AnyRankedTensor:$rows, AnyRankedTensor:$counts,
+                       FlatSymbolRefAttr:$grid, DenseI16ArrayAttr:$grid_axes,
+                       I64Attr:$routed_rows, UnitAttr:$reverse);
+  let results = (outs AnyRankedTensor:$result_rows,
+                      AnyRankedTensor:$result_counts);
+  let assemblyFormat = [{
+    $rows `,` $counts `on` $grid `grid_axes` `=` $grid_axes attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def STP_MoECombineOp : STP_Op<"moe_combine", [Pure]> {
   let summary = "Sum each token's expert outputs weighted by its gates";
   let description = [{
