@@ -1027,7 +1027,14 @@ void moeExperts(Context &ctx, const Tensor<T> &buffer,
                 const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
                 int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
                 int activation) {
-  moeExpertsKernel<<<unsigned(el * s), 128, sizeof(float) * f, ctx.compute>>>(
+  // Above 48 KiB of shared memory a kernel must opt in (Mixtral's F =
+  // 14336 needs 56 KiB).
+  const size_t shared = sizeof(float) * f;
+  if (shared > 48 * 1024)
+    STP_CUDA(cudaFuncSetAttribute(moeExpertsKernel<T>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(shared)));
+  moeExpertsKernel<<<unsigned(el * s), 128, shared, ctx.compute>>>(
       buffer.data(), counts.data(), wIn.data(), wMul ? wMul->data() : nullptr,
       wOut.data(), out.data(), s, p, d, f, activation);
   STP_CUDA(cudaGetLastError());

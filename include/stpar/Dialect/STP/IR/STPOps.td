@@ -292,8 +292,11 @@ def STP_MoEAllToAllOp : STP_Op<"moe_all_to_all", []> {
       each device its rows back: `[E, C, D]` and `[E, 1]`.
 
     Rows past a segment's count are zero. `routed_rows` is the number of
-    rows each device sends in all (its tokens times top-k, every one kept):
-    the volume the plan costs (the counts' few bytes aside).
+    rows each device dispatches (its tokens times top-k, every one kept);
+    the return sends back what a device received, which varies with the
+    routing and equals `routed_rows` on average over the group. It is the
+    volume the plan costs for either direction (the counts' few bytes
+    aside), exact for the dispatch.
   }];
   let arguments = (ins AnyRankedTensor:$rows, AnyRankedTensor:$counts,
                        FlatSymbolRefAttr:$grid, DenseI16ArrayAttr:$grid_axes,
