@@ -241,6 +241,16 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
                (std::to_string(total.ops) + " operators").c_str(),
                total.compute * 1e3, total.comm * 1e3, total.exposed * 1e3,
                total.bytes / mib);
+  // MoE layers: FasterMoE's choices (the first layer's when layers fold).
+  for (const auto &[i, m] : plan.cost.moe) {
+    if (g.layerOf[i] > 0)
+      continue;
+    std::string name = g.ops[i].name;
+    if (g.layerOf[i] == 0 && problem.layers > 1)
+      name = problem.ops[g.original[i]].name + " x" +
+             std::to_string(problem.layers);
+    printMoELine(os, name, g.ops[i], m);
+  }
   printPlanTotals(os, plan.cost);
 }
 
@@ -316,7 +326,7 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
     std::string irOp;
     if (gop.sourceOp >= 0 && size_t(gop.sourceOp) < irNames.getOps().size())
       irOp = irNames.getName(irNames.getOps()[gop.sourceOp]).str();
-    ops.push_back(json::Object{
+    json::Object entry{
         {"name", op.name},
         {"ir_op", irOp},
         {"kind", getOpKindName(op.kind)},
@@ -329,7 +339,30 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
         {"compute_seconds", getCompute(r.cost)},
         {"comm_seconds", std::max(0.0, r.seconds - getCompute(r.cost))},
         {"memory_bytes", r.bytes},
-        {"transient_bytes", r.cost.transientBytes}});
+        {"transient_bytes", r.cost.transientBytes}};
+    if (const auto &m = r.cost.moe) {
+      // FasterMoE's model of the layer (docs/plan-format.md).
+      int64_t experts = op.moe ? op.loops[op.moe->expertLoop].extent : 0;
+      json::Array tokens, shadowed;
+      for (double t : m->expertTokens)
+        tokens.push_back(t);
+      for (int64_t e : m->shadowed)
+        shadowed.push_back(e);
+      entry["moe"] = json::Object{
+          {"experts", experts},
+          {"expert_parallel", m->expertParallel},
+          {"experts_per_device",
+           experts / std::max<int64_t>(1, m->expertParallel)},
+          {"all_to_all", m->hierarchical ? "hierarchical" : "flat"},
+          {"schedule_group_size", m->groupSize},
+          {"shadowed_experts", std::move(shadowed)},
+          {"tokens_per_expert", std::move(tokens)},
+          {"max_device_tokens", m->maxWorkerTokens},
+          {"dropped_tokens", m->droppedTokens},
+          {"busiest_nvlink_bytes_per_dispatch", m->intraNodeLinkBytes},
+          {"busiest_network_bytes_per_dispatch", m->interNodeLinkBytes}};
+    }
+    ops.push_back(std::move(entry));
     if (r.cost.forwardComm > 0)
       collectives.push_back(json::Object{{"op", op.name},
                                          {"phase", "forward"},

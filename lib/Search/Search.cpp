@@ -766,40 +766,44 @@ void printPlan(raw_ostream &os, const Problem &problem, const Plan &plan,
     if (identical && g.layerOf[i] == 0)
       name = problem.ops[g.original[i]].name + " x" +
              std::to_string(problem.layers);
-    const Operator &op = g.ops[i];
-    int64_t experts = op.moe ? op.loops[op.moe->expertLoop].extent : 0;
-    os << "  " << name << ": expert parallelism " << m.expertParallel << " ("
-       << experts / std::max<int64_t>(1, m.expertParallel) << " of " << experts
-       << " experts per device), " << (m.hierarchical ? "hierarchical" : "flat")
-       << " all-to-all, "
-       << (m.groupSize
-               ? "smart schedule in groups of " + std::to_string(m.groupSize)
-               : std::string("not scheduled"))
-       << ", shadowed experts ";
-    if (m.shadowed.empty())
-      os << "none";
-    for (auto [k, e] : enumerate(m.shadowed))
-      os << (k ? "," : "") << e;
-    os << format("; most loaded device %.0f tokens, busiest link per "
-                 "dispatch %.2f MB NVLink / %.2f MB network",
-                 m.maxWorkerTokens, m.intraNodeLinkBytes / 1e6,
-                 m.interNodeLinkBytes / 1e6);
-    if (!m.expertTokens.empty()) {
-      auto [lo, hi] =
-          std::minmax_element(m.expertTokens.begin(), m.expertTokens.end());
-      if (*hi - *lo <= 1e-9 * *hi)
-        os << format("; tokens per expert %.0f each", *hi);
-      else
-        os << format("; tokens per expert %.0f (expert %d) to %.0f (expert "
-                     "%d)",
-                     *lo, int(lo - m.expertTokens.begin()), *hi,
-                     int(hi - m.expertTokens.begin()));
-    }
-    if (m.droppedTokens > 0)
-      os << format(", %.0f tokens dropped", m.droppedTokens);
-    os << "\n";
+    printMoELine(os, name, g.ops[i], m);
   }
   printPlanTotals(os, plan.cost);
+}
+
+void printMoELine(raw_ostream &os, StringRef name, const Operator &op,
+                  const OperatorCost::MoEChoice &m) {
+  int64_t experts = op.moe ? op.loops[op.moe->expertLoop].extent : 0;
+  os << "  " << name << ": expert parallelism " << m.expertParallel << " ("
+     << experts / std::max<int64_t>(1, m.expertParallel) << " of " << experts
+     << " experts per device), " << (m.hierarchical ? "hierarchical" : "flat")
+     << " all-to-all, "
+     << (m.groupSize
+             ? "smart schedule in groups of " + std::to_string(m.groupSize)
+             : std::string("not scheduled"))
+     << ", shadowed experts ";
+  if (m.shadowed.empty())
+    os << "none";
+  for (auto [k, e] : enumerate(m.shadowed))
+    os << (k ? "," : "") << e;
+  os << format("; most loaded device %.0f tokens, busiest link per "
+               "dispatch %.2f MB NVLink / %.2f MB network",
+               m.maxWorkerTokens, m.intraNodeLinkBytes / 1e6,
+               m.interNodeLinkBytes / 1e6);
+  if (!m.expertTokens.empty()) {
+    auto [lo, hi] =
+        std::minmax_element(m.expertTokens.begin(), m.expertTokens.end());
+    if (*hi - *lo <= 1e-9 * *hi)
+      os << format("; tokens per expert %.0f each", *hi);
+    else
+      os << format("; tokens per expert %.0f (expert %d) to %.0f (expert "
+                   "%d)",
+                   *lo, int(lo - m.expertTokens.begin()), *hi,
+                   int(hi - m.expertTokens.begin()));
+  }
+  if (m.droppedTokens > 0)
+    os << format(", %.0f tokens dropped", m.droppedTokens);
+  os << "\n";
 }
 
 void printPlanTotals(raw_ostream &os, const PlanCost &c) {

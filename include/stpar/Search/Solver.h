@@ -432,6 +432,15 @@ void printPlanConfig(llvm::raw_ostream &os, const Config &config);
 void printPlan(llvm::raw_ostream &os, const Problem &problem, const Plan &plan,
                bool foldLayers = true);
 
+/// The line of a plan table about MoE operator `op` (named `name`): the
+/// expert-parallel group and experts per device, the all-to-all's form,
+/// smart scheduling's group size, shadowed experts, the most loaded
+/// device's tokens, the busiest links' bytes per dispatch, the tokens per
+/// expert and dropped tokens (FasterMoE's model, stpar/Cost/MoE.h).
+void printMoELine(llvm::raw_ostream &os, llvm::StringRef name,
+                  const cost::Operator &op,
+                  const cost::OperatorCost::MoEChoice &moe);
+
 /// The totals under a plan table: step time (ms) with its pipeline, bubble,
 /// re-layout, exposed gradient sync and optimizer parts, and memory per
 /// device (GiB) by category.
