@@ -9,6 +9,7 @@
 #include "stpar/Analysis/CostModel.h"
 #include "stpar/Analysis/SearchBridge.h"
 #include "stpar/Cost/Cluster.h"
+#include "stpar/Cost/MoE.h"
 #include "stpar/Dialect/STP/IR/OperatorNames.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
@@ -21,6 +22,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
@@ -678,6 +680,30 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
       stpar::analysis::convertToOperatorGraph(func, conversion);
   if (mlir::failed(graph))
     return makeError("the model cannot be costed (see the errors above)");
+  if (!o.expertLoad.empty()) {
+    // The routing histogram of every MoE layer (FasterMoE's model input).
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+        llvm::MemoryBuffer::getFile(o.expertLoad, /*IsText=*/true);
+    if (!file)
+      return makeError("cannot read the expert load '" + o.expertLoad +
+                       "': " + file.getError().message());
+    bool any = false;
+    for (stpar::analysis::GraphOperator &gop : graph->ops) {
+      if (!gop.op.moe)
+        continue;
+      any = true;
+      int64_t experts = gop.op.loops[gop.op.moe->expertLoop].extent;
+      Expected<ExpertLoad> load =
+          parseExpertLoad((*file)->getBuffer(), experts, o.expertLoad);
+      if (!load)
+        return makeError("MoE layer '" + gop.op.name +
+                         "': " + toString(load.takeError()));
+      gop.op.moe->load = std::move(load->share);
+    }
+    if (!any)
+      return makeError("--expert-load '" + o.expertLoad +
+                       "' given, but the model has no MoE layer (stp.moe)");
+  }
   if (graph->ops.empty()) {
     module.getContext()->getOrLoadDialect<stpar::stp::STPDialect>();
     // Every output is a graph input, a constant or a view of one: there is

@@ -38,6 +38,7 @@ struct PlanPass : public stpar::pipelines::impl::PlanPassBase<PlanPass> {
     mesh = options.meshText.empty() ? shape : options.meshText;
     batchDim = options.batchDim;
     exact = options.exact;
+    expertLoad = options.expertLoad;
     pipeline = options.pipeline;
   }
 
@@ -65,6 +66,7 @@ struct PlanPass : public stpar::pipelines::impl::PlanPassBase<PlanPass> {
     }
     o.batchDim = batchDim;
     o.exact = exact;
+    o.expertLoad = expertLoad;
     o.pipeline = pipeline;
     if (llvm::Error error = planModule(module, o)) {
       // At the module's location, without printing the module.

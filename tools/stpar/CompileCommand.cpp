@@ -81,6 +81,11 @@ static cl::opt<std::string>
     compileStrategy("strategy", cl::sub(compileCmd), cl::init("search"),
                     cl::value_desc("NAME"),
                     cl::desc(stpar::pipelines::kStrategyHelp));
+static cl::opt<std::string> compileExpertLoad(
+    "expert-load", cl::sub(compileCmd), cl::value_desc("FILE"),
+    cl::desc("The token distribution over the experts of every MoE layer, a "
+             "JSON array of E counts or shares (default: uniform); it "
+             "changes the plan, not the program"));
 static cl::opt<int> compileZero(
     "zero", cl::sub(compileCmd), cl::init(-1), cl::value_desc("0-3"),
     cl::desc("Force the ZeRO stage of the data-parallel axes (default: "
@@ -291,6 +296,7 @@ static int runCompile() {
   p.plan.memoryLimit = compileMemoryLimit;
   p.plan.strategy = compileStrategy;
   p.plan.zeroStage = compileZero;
+  p.plan.expertLoad = compileExpertLoad;
   if (!compileMesh.empty()) {
     Expected<std::vector<int64_t>> mesh =
         stpar::pipelines::parseMeshShape(compileMesh);

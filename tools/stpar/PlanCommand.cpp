@@ -97,6 +97,11 @@ static cl::opt<std::string>
     planStrategy("strategy", cl::sub(planCmd), cl::init("search"),
                  cl::value_desc("NAME"),
                  cl::desc(stpar::pipelines::kStrategyHelp));
+static cl::opt<std::string> planExpertLoad(
+    "expert-load", cl::sub(planCmd), cl::value_desc("FILE"),
+    cl::desc("ONNX models: the token distribution over the experts of every "
+             "MoE layer, a JSON array of E counts or shares (e.g. measured "
+             "routing counts; default: uniform)"));
 static cl::opt<int> planZero(
     "zero", cl::sub(planCmd), cl::init(-1), cl::value_desc("0-3"),
     cl::desc("ONNX models: force the ZeRO stage of the data-parallel axes "
@@ -194,6 +199,7 @@ static int runONNX() {
     p.mesh = std::move(*mesh);
   }
   p.exact = planExact;
+  p.expertLoad = planExpertLoad;
   p.compare = planCompare;
   p.maxMeshAxes = planMaxAxes;
   p.progress = true;

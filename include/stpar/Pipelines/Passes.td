@@ -61,6 +61,9 @@ def PlanPass : Pass<"stp-plan", "::mlir::ModuleOp"> {
            "whose name contains 'batch')">,
     Option<"exact", "exact", "bool", /*default=*/"false",
            "Exact dynamic programming (no caps)">,
+    Option<"expertLoad", "expert-load", "std::string", /*default=*/"\"\"",
+           "JSON file: the token distribution over the experts of every MoE "
+           "layer (E counts or shares; default: uniform)">,
     Option<"pipeline", "pipeline", "bool", /*default=*/"true",
            "Search pipeline stages too">,
   ];

@@ -61,6 +61,10 @@ struct PlanOptions {
   std::string batchDim;
   /// Exact dynamic programming (no caps on candidates, states and fronts).
   bool exact = false;
+  /// A JSON file holding the token distribution over the experts of every
+  /// MoE layer (an array of E counts or shares; stpar/Cost/MoE.h,
+  /// parseExpertLoad), e.g. measured routing counts; empty: uniform.
+  std::string expertLoad;
   /// At most this many mesh axes.
   unsigned maxMeshAxes = 3;
   /// Search pipeline stages too. `stpar compile` turns this off: the
