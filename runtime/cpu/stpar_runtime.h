@@ -672,16 +672,35 @@ inline int64_t moeRowOffset(bool whole, int64_t q, int64_t x, int64_t el,
 /// only the used rows (MPI_Alltoallv). Dispatch sends from the whole
 /// [E, C, D] buffer and receives into the local [E / P, P * C, D] one;
 /// `reverse` the other way. Unused rows of the result are zero.
+/// Whether smart scheduling's step `step` (device groups of `g`, 0: no
+/// schedule) moves the rows of source `w` for the experts of owner `q`.
+inline bool moeStepPair(int64_t w, int64_t q, int64_t p, int64_t g,
+                        int64_t step) {
+  if (g <= 0)
+    return true;
+  int64_t steps = p / g;
+  return ((q / g - w / g) % steps + steps) % steps == step;
+}
+
 template <typename T>
 void moeAllToAll(Context &ctx, const Shape &axes, int64_t e, int64_t c,
-                 int64_t d, bool reverse, const T *rows, const int64_t *counts,
+                 int64_t d, bool reverse, int64_t g, int64_t step,
+                 const T *rows, const int64_t *counts, const T *init,
                  T *outRows, int64_t *outCounts) {
   const int64_t p = ctx.groupSize(axes), el = e / p;
   MPI_Comm comm = ctx.comm(axes);
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
   std::vector<int64_t> sendCounts(e), recvCounts(e);
-  for (int64_t q = 0; q < p; ++q)
+  for (int64_t q = 0; q < p; ++q) {
+    // Pairs of other steps send nothing (and so receive nothing).
+    bool active = reverse ? moeStepPair(q, me, p, g, step)
+                          : moeStepPair(me, q, p, g, step);
     for (int64_t x = 0; x < el; ++x)
-      sendCounts[q * el + x] = reverse ? counts[x * p + q] : counts[q * el + x];
+      sendCounts[q * el + x] = !active   ? 0
+                               : reverse ? counts[x * p + q]
+                                         : counts[q * el + x];
+  }
   MPI_Alltoall(sendCounts.data(), static_cast<int>(el), MPI_INT64_T,
                recvCounts.data(), static_cast<int>(el), MPI_INT64_T, comm);
   std::vector<int> sn(p), sd(p), rn(p), rd(p);
@@ -701,7 +720,10 @@ void moeAllToAll(Context &ctx, const Shape &axes, int64_t e, int64_t c,
   recv.resize(p ? rd[p - 1] + rn[p - 1] : 0);
   MPI_Alltoallv(send.data(), sn.data(), sd.data(), MpiType<T>::get(),
                 recv.data(), rn.data(), rd.data(), MpiType<T>::get(), comm);
-  std::fill(outRows, outRows + e * c * d, T(0));
+  if (init)
+    std::copy(init, init + e * c * d, outRows);
+  else
+    std::fill(outRows, outRows + e * c * d, T(0));
   const T *next = recv.data();
   for (int64_t q = 0; q < p; ++q)
     for (int64_t x = 0; x < el; ++x) {
@@ -784,11 +806,22 @@ void allToAll(Context &ctx, int64_t, int64_t, const Shape &axes,
 /// stp.moe_all_to_all (blocking, as allToAll).
 template <typename T>
 void moeAllToAll(Context &ctx, int64_t, int64_t, const Shape &axes, int64_t e,
-                 int64_t c, int64_t d, bool reverse, const Tensor<T> &rows,
-                 const Tensor<int64_t> &counts, const Tensor<T> &outRows,
+                 int64_t c, int64_t d, bool reverse, int64_t g, int64_t step,
+                 const Tensor<T> &rows, const Tensor<int64_t> &counts,
+                 const Tensor<T> &outRows, const Tensor<int64_t> &outCounts) {
+  moeAllToAll(ctx, axes, e, c, d, reverse, g, step, rows.data(), counts.data(),
+              static_cast<const T *>(nullptr), outRows.data(),
+              outCounts.data());
+}
+/// The same with `init` (a smart-scheduled return after its first step).
+template <typename T>
+void moeAllToAll(Context &ctx, int64_t, int64_t, const Shape &axes, int64_t e,
+                 int64_t c, int64_t d, bool reverse, int64_t g, int64_t step,
+                 const Tensor<T> &rows, const Tensor<int64_t> &counts,
+                 const Tensor<T> &init, const Tensor<T> &outRows,
                  const Tensor<int64_t> &outCounts) {
-  moeAllToAll(ctx, axes, e, c, d, reverse, rows.data(), counts.data(),
-              outRows.data(), outCounts.data());
+  moeAllToAll(ctx, axes, e, c, d, reverse, g, step, rows.data(), counts.data(),
+              init.data(), outRows.data(), outCounts.data());
 }
 /// shard.all_slice: a local copy of this device's block.
 template <typename T>

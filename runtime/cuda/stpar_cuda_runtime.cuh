@@ -602,47 +602,74 @@ void allToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
 }
 
 /// stp.moe_all_to_all on the communication stream: the row counts (E / P
-/// int64 per peer, grouped ncclSend/ncclRecv), copied to the host (the
-/// communication stream is synchronized: the sizes of the row transfers
-/// come from them, never from this device's own routing), then one grouped
-/// ncclSend/ncclRecv per (peer, local expert) of only the used rows.
-/// Dispatch: whole [E, C, D] -> local [E / P, P * C, D]; `reverse` the
-/// other way. Unused rows of the result are zero.
+/// int64 per active peer, grouped ncclSend/ncclRecv), copied to the host
+/// (the communication stream is synchronized: the sizes of the row
+/// transfers come from them, never from this device's own routing), then
+/// one grouped ncclSend/ncclRecv per (peer, local expert) of only the used
+/// rows. Dispatch: whole [E, C, D] -> local [E / P, P * C, D]; `reverse`
+/// the other way. With smart scheduling (g > 0) only the pairs of `step`
+/// talk (FasterMoE Sec. 4.2: device group w / g sends to group
+/// w / g + step); a return's `init` (may be null) holds the earlier
+/// steps' rows. Unused rows of the result are zero.
 template <typename T>
-void moeAllToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
-                 int64_t e, int64_t c, int64_t d, bool reverse,
-                 const Tensor<T> &rows, const Tensor<int64_t> &counts,
-                 const Tensor<T> &outRows, const Tensor<int64_t> &outCounts) {
+void moeAllToAllImpl(Context &ctx, int64_t ready, int64_t done,
+                     const Shape &axes, int64_t e, int64_t c, int64_t d,
+                     bool reverse, int64_t g, int64_t step,
+                     const Tensor<T> &rows, const Tensor<int64_t> &counts,
+                     const T *init, const Tensor<T> &outRows,
+                     const Tensor<int64_t> &outCounts) {
   transferBegin(ctx, ready);
   const int64_t p = ctx.groupSize(axes), el = e / p;
   auto offset = [&](bool whole, int64_t q, int64_t x) {
     return whole ? (q * el + x) * c : (x * p + q) * c;
   };
   ncclComm_t comm = ctx.nccl(axes);
-  std::vector<int64_t> local(e), sendCounts(e), recvCounts(e);
+  int me = 0;
+  STP_NCCL(ncclCommUserRank(comm, &me));
+  auto pair = [&](int64_t w, int64_t q) {
+    if (g <= 0)
+      return true;
+    int64_t steps = p / g;
+    return ((q / g - w / g) % steps + steps) % steps == step;
+  };
+  // Peers this step sends to and receives from.
+  auto sendsTo = [&](int64_t q) { return reverse ? pair(q, me) : pair(me, q); };
+  auto receivesFrom = [&](int64_t q) {
+    return reverse ? pair(me, q) : pair(q, me);
+  };
+  std::vector<int64_t> local(e), sendCounts(e, 0), recvCounts(e, 0);
   STP_CUDA(cudaMemcpyAsync(local.data(), counts.data(), sizeof(int64_t) * e,
                            cudaMemcpyDeviceToHost, ctx.comm));
   STP_CUDA(cudaStreamSynchronize(ctx.comm));
   for (int64_t q = 0; q < p; ++q)
     for (int64_t x = 0; x < el; ++x)
-      sendCounts[q * el + x] = reverse ? local[x * p + q] : local[q * el + x];
+      if (sendsTo(q))
+        sendCounts[q * el + x] = reverse ? local[x * p + q] : local[q * el + x];
   auto sendDev = scratch<int64_t>(ctx, e), recvDev = scratch<int64_t>(ctx, e);
   STP_CUDA(cudaMemcpyAsync(sendDev.data(), sendCounts.data(),
                            sizeof(int64_t) * e, cudaMemcpyHostToDevice,
                            ctx.comm));
+  STP_CUDA(cudaMemsetAsync(recvDev.data(), 0, sizeof(int64_t) * e, ctx.comm));
   STP_NCCL(ncclGroupStart());
   for (int64_t q = 0; q < p; ++q) {
-    STP_NCCL(ncclSend(sendDev.data() + q * el, el, ncclInt64,
-                      static_cast<int>(q), comm, ctx.comm));
-    STP_NCCL(ncclRecv(recvDev.data() + q * el, el, ncclInt64,
-                      static_cast<int>(q), comm, ctx.comm));
+    if (sendsTo(q))
+      STP_NCCL(ncclSend(sendDev.data() + q * el, el, ncclInt64,
+                        static_cast<int>(q), comm, ctx.comm));
+    if (receivesFrom(q))
+      STP_NCCL(ncclRecv(recvDev.data() + q * el, el, ncclInt64,
+                        static_cast<int>(q), comm, ctx.comm));
   }
   STP_NCCL(ncclGroupEnd());
   STP_CUDA(cudaMemcpyAsync(recvCounts.data(), recvDev.data(),
                            sizeof(int64_t) * e, cudaMemcpyDeviceToHost,
                            ctx.comm));
   STP_CUDA(cudaStreamSynchronize(ctx.comm));
-  STP_CUDA(cudaMemsetAsync(outRows.data(), 0, sizeof(T) * e * c * d, ctx.comm));
+  if (init)
+    STP_CUDA(cudaMemcpyAsync(outRows.data(), init, sizeof(T) * e * c * d,
+                             cudaMemcpyDeviceToDevice, ctx.comm));
+  else
+    STP_CUDA(
+        cudaMemsetAsync(outRows.data(), 0, sizeof(T) * e * c * d, ctx.comm));
   STP_NCCL(ncclGroupStart());
   for (int64_t q = 0; q < p; ++q)
     for (int64_t x = 0; x < el; ++x) {
@@ -664,6 +691,25 @@ void moeAllToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
                            cudaMemcpyHostToDevice, ctx.comm));
   STP_CUDA(cudaStreamSynchronize(ctx.comm));
   transferEnd(ctx, done);
+}
+template <typename T>
+void moeAllToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
+                 int64_t e, int64_t c, int64_t d, bool reverse, int64_t g,
+                 int64_t step, const Tensor<T> &rows,
+                 const Tensor<int64_t> &counts, const Tensor<T> &outRows,
+                 const Tensor<int64_t> &outCounts) {
+  moeAllToAllImpl(ctx, ready, done, axes, e, c, d, reverse, g, step, rows,
+                  counts, static_cast<const T *>(nullptr), outRows, outCounts);
+}
+/// The same with `init` (a smart-scheduled return after its first step).
+template <typename T>
+void moeAllToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
+                 int64_t e, int64_t c, int64_t d, bool reverse, int64_t g,
+                 int64_t step, const Tensor<T> &rows,
+                 const Tensor<int64_t> &counts, const Tensor<T> &init,
+                 const Tensor<T> &outRows, const Tensor<int64_t> &outCounts) {
+  moeAllToAllImpl(ctx, ready, done, axes, e, c, d, reverse, g, step, rows,
+                  counts, init.data(), outRows, outCounts);
 }
 
 /// shard.shift: the value at position p along `axis` moves to p + offset

@@ -7,7 +7,7 @@
 // RUN: stpar-opt %s -split-input-file --mlir-print-op-generic > %t.global.mlir
 // RUN: stpar-opt %s -split-input-file -stp-partition --mlir-print-op-generic > %t.spmd.mlir
 // RUN: %python %S/Inputs/spmd-sim.py %t.global.mlir %t.spmd.mlir 8 | FileCheck %s --check-prefix=SIM
-// SIM-COUNT-4: ok: {{[0-9]+}} results match on 4 ranks
+// SIM-COUNT-6: ok: {{[0-9]+}} results match on 4 ranks
 // SIM-NOT: MISMATCH
 
 // Expert parallelism over all 4 devices: each rank routes its 4 tokens,
@@ -122,6 +122,66 @@ module attributes {stp.mesh = #mesh} {
                   %w2: tensor<4x8x16xf32>) -> tensor<16x16xf32> {
     %y = stp.moe %x, %r experts %w1 down %w2 {top_k = 1 : i64, activation = "relu",
         stp.spec = #stp.spec<#mesh, loops = ["n" = 16 {"x0"}, "h" = 16, "e" = 4 {"x1"}, "f" = 8]>}
+        : (tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<16x16xf32>
+    return %y : tensor<16x16xf32>
+  }
+}
+
+// -----
+
+// FasterMoE's smart scheduling as the plan chose it (the operator record's
+// moe.schedule_group_size, here groups of 1 of the 4 devices): the exchange
+// in 4 pairwise steps; step s + 1's dispatch is issued before step s's
+// return, so one step's rows travel while the previous step's experts run.
+// Each return step fills the blocks of other experts, on top of the
+// earlier steps' results (`into`).
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+// CHECK-LABEL: module attributes
+// CHECK: %[[B:[a-z0-9_]+]], %[[C:[a-z0-9_]+]], %{{.*}} = stp.moe_dispatch
+// CHECK-NEXT: %[[R0:[a-z0-9_]+]], %[[C0:[a-z0-9_]+]] = stp.moe_all_to_all %[[B]], %[[C]] on @grid grid_axes = [0] {group_size = 1 : i64, routed_rows = 8 : i64, {{.*}}smart schedule step 1 of 4 (groups of 1)"}
+// CHECK-NEXT: %[[O0:[a-z0-9_]+]] = stp.moe_experts %[[R0]], %[[C0]]
+// CHECK-NEXT: %[[R1:[a-z0-9_]+]], %[[C1:[a-z0-9_]+]] = stp.moe_all_to_all %[[B]], %[[C]] on @grid grid_axes = [0] {group_size = 1 : i64, routed_rows = 8 : i64, step = 1 : i64
+// CHECK-NEXT: %[[BACK0:[a-z0-9_]+]], %{{.*}} = stp.moe_all_to_all %[[O0]], %[[C0]] on @grid grid_axes = [0] {group_size = 1 : i64, reverse, routed_rows = 8 : i64
+// CHECK-NEXT: %[[O1:[a-z0-9_]+]] = stp.moe_experts %[[R1]], %[[C1]]
+// CHECK-NEXT: stp.moe_all_to_all %[[B]], %[[C]] {{.*}}step = 2 : i64
+// CHECK-NEXT: %[[BACK1:[a-z0-9_]+]], %{{.*}} = stp.moe_all_to_all %[[O1]], %[[C1]] into %[[BACK0]] on @grid grid_axes = [0] {group_size = 1 : i64, reverse, routed_rows = 8 : i64, step = 1 : i64
+// CHECK-COUNT-3: stp.moe_all_to_all
+// CHECK-NOT: stp.moe_all_to_all
+// CHECK: stp.moe_combine
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%x: tensor<16x16xf32>, %r: tensor<16x4xf32>, %w1: tensor<4x16x8xf32>,
+                  %w3: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>) -> tensor<16x16xf32> {
+    %y = stp.moe %x, %r experts %w1 gated %w3 down %w2 {top_k = 2 : i64, normalize, activation = "silu",
+        stp.spec = #stp.spec<#mesh, loops = ["n" = 16 {"x0"}, "h" = 16, "e" = 4 experts {"x0"}, "f" = 8]>,
+        stp.plan_ops = [{moe = {schedule_group_size = 1 : i64}}]}
+        : (tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<16x16xf32> loc("/moe")
+    return %y : tensor<16x16xf32>
+  }
+}
+
+// -----
+
+// Groups of 2: 2 steps, the first with the device's own group.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+// CHECK-LABEL: module attributes
+// CHECK-COUNT-4: stp.moe_all_to_all {{.*}}group_size = 2 : i64
+// CHECK-NOT: stp.moe_all_to_all
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%x: tensor<16x16xf32>, %r: tensor<16x4xf32>, %w1: tensor<4x16x8xf32>,
+                  %w2: tensor<4x8x16xf32>) -> tensor<16x16xf32> {
+    %y = stp.moe %x, %r experts %w1 down %w2 {top_k = 2 : i64, activation = "gelu_tanh",
+        stp.spec = #stp.spec<#mesh, loops = ["n" = 16 {"x0"}, "h" = 16, "e" = 4 experts {"x0"}, "f" = 8]>,
+        stp.plan_ops = [{moe = {schedule_group_size = 2 : i64}}]}
         : (tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<16x16xf32>
     return %y : tensor<16x16xf32>
   }

@@ -605,9 +605,11 @@ void Converter::convertMoE(stp::MoEOp op) {
   spec.ffnLoop = 3;
   spec.topK = int64_t(op.getTopK());
   spec.ffnMatrices = op.getWMul() ? 3 : 2;
-  // The generated program has none of FasterMoE's optimizations yet
-  // (docs/moe.md): the plan must not count on them.
-  spec.shadowing = spec.smartSchedule = spec.hierarchical = false;
+  // The generated program runs FasterMoE's smart scheduling (the group
+  // size the cost chooses, -stp-partition), not yet its shadowing nor the
+  // hierarchical all-to-all (docs/moe.md): the plan must not count on them.
+  spec.smartSchedule = true;
+  spec.shadowing = spec.hierarchical = false;
   o.moe = std::move(spec);
   layer.tensors.push_back(xt);
   layer.tensorDimLoops.push_back({0, 1});
@@ -628,9 +630,10 @@ void Converter::convertMoE(stp::MoEOp op) {
                                      ? OperandRole::Output
                                      : OperandRole::Input,
                                  layer.tensorDimLoops[i]));
-  std::string note = "stp.moe: expert parallelism costed without FasterMoE's "
-                     "shadowing, smart scheduling or hierarchical all-to-all "
-                     "(the generated program has none of them yet)";
+  std::string note = "stp.moe: expert parallelism costed with FasterMoE's "
+                     "smart scheduling but without its shadowing or the "
+                     "hierarchical all-to-all (the generated program has "
+                     "neither yet)";
   if (!llvm::is_contained(graph.notes, note))
     graph.notes.push_back(note);
   addOperator(std::move(layer), {Value(op.getResult())});

@@ -348,8 +348,13 @@ class Machine:
                 out.append(vals[i64_array(op, "sources")[g]])
             elif name == "stp.moe_all_to_all":
                 counts = [envs[m][op.operands[1]] for m in members]
-                out.append(moe_exchange(vals, counts, g, n,
-                                        re.search(r"\breverse\b", op.text)))
+                init = env[op.operands[2]] if len(op.operands) > 2 else None
+                gs = re.search(r"group_size = (\d+)", op.text)
+                st = re.search(r"step = (\d+)", op.text)
+                out.append(moe_exchange(
+                    vals, counts, g, n, re.search(r"\breverse\b", op.text),
+                    int(gs.group(1)) if gs else 0,
+                    int(st.group(1)) if st else 0, init))
             elif name == "shard.shift":
                 a = int_attr(op, "shift_axis")
                 k = int_attr(op, "offset")
@@ -662,9 +667,15 @@ def moe_combine(outputs, slots, experts, gates):
     return out
 
 
-def moe_exchange(vals, counts, g, p, reverse):
+def moe_exchange(vals, counts, g, p, reverse, group=0, step=0, init=None):
     """stp.moe_all_to_all as device g of a group of p sees it: only the used
-    rows move; the rest of the result is zero."""
+    rows move; the rest of the result is zero (or init's). With smart
+    scheduling only the (source w, owner q) pairs of `step` move."""
+    def pair(w, q):
+        if group == 0:
+            return True
+        steps = p // group
+        return (q // group - w // group) % steps == step
     if not reverse:
         e, c, d = vals[0].shape
         el = e // p
@@ -672,17 +683,18 @@ def moe_exchange(vals, counts, g, p, reverse):
         cnt = np.zeros((el, p), np.int64)
         for q in range(p):
             for x in range(el):
-                n = int(counts[q][g * el + x, 0])
+                n = int(counts[q][g * el + x, 0]) if pair(q, g) else 0
                 rows[x, q * c:q * c + n] = vals[q][g * el + x, :n]
                 cnt[x, q] = n
         return rows, cnt
     el, s, d = vals[0].shape
     c = s // p
-    rows = np.zeros((el * p, c, d), vals[0].dtype)
+    rows = (np.zeros((el * p, c, d), vals[0].dtype) if init is None
+            else np.array(init, copy=True))
     cnt = np.zeros((el * p, 1), np.int64)
     for q in range(p):
         for x in range(el):
-            n = int(counts[q][x, g])
+            n = int(counts[q][x, g]) if pair(g, q) else 0
             rows[q * el + x, :n] = vals[q][x, g * c:g * c + n]
             cnt[q * el + x, 0] = n
     return rows, cnt

@@ -3,7 +3,11 @@
 # file, as a user forces a plan: the spec of every stp.moe operator (loops
 # tokens, h, e, f; docs/plan-format.md) gets the given mesh axes.
 #
-#   moe-plan.py IN.json OUT.json --tokens x0,x1 --experts x1 [--ffn x1]
+#   moe-plan.py IN.json OUT.json [--tokens x0,x1 --experts x1 [--ffn x1]]
+#               [--schedule-group G]
+#
+# --schedule-group sets the smart schedule's group size the program follows
+# (operators[].moe.schedule_group_size; FasterMoE Sec. 4.2).
 #
 # The plan's other operators keep their specs; its predicted communication
 # is the input plan's (stpar verify's plan check reports the difference).
@@ -20,9 +24,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("input")
     ap.add_argument("output")
-    ap.add_argument("--tokens", type=axes, required=True)
+    ap.add_argument("--tokens", type=axes)
     ap.add_argument("--experts", type=axes, default=[])
     ap.add_argument("--ffn", type=axes, default=[])
+    ap.add_argument("--schedule-group", type=int)
     args = ap.parse_args()
     plan = json.load(open(args.input))
     layers = 0
@@ -31,7 +36,9 @@ def main():
         if not any(l.get("experts") for l in loops):
             continue
         layers += 1
-        if op["name"].endswith(".router"):
+        if args.schedule_group is not None:
+            op.setdefault("moe", {})["schedule_group_size"] = args.schedule_group
+        if args.tokens is None:
             continue
         loops[0]["axes"] = args.tokens
         loops[2]["axes"] = args.experts
@@ -40,13 +47,14 @@ def main():
     # loop: it follows its layer's token split.
     ops = plan["operators"]
     for i, op in enumerate(ops):
-        if op["name"].endswith(".router"):
+        if op["name"].endswith(".router") and args.tokens is not None:
             op["spec"]["loops"][0]["axes"] = args.tokens
     if not layers:
         sys.exit("moe-plan.py: the plan has no MoE operator")
     json.dump(plan, open(args.output, "w"), indent=2)
     print(f"moe-plan.py: {layers} MoE layer(s): tokens {args.tokens}, "
-          f"experts {args.experts}, ffn {args.ffn}")
+          f"experts {args.experts}, ffn {args.ffn}, schedule group "
+          f"{args.schedule_group}")
 
 
 if __name__ == "__main__":

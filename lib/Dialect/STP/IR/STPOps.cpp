@@ -308,5 +308,15 @@ LogicalResult MoEAllToAllOp::verify() {
     return failure();
   if (getRoutedRows() < 0)
     return emitOpError("routed_rows must not be negative");
+  int64_t g = getGroupSize(), step = getStep();
+  if (g < 0 || (g > 0 && p % g != 0))
+    return emitOpError() << "group_size " << g << " does not divide the " << p
+                         << " devices of the group";
+  if (step < 0 || (g == 0 && step != 0) || (g > 0 && step >= p / g))
+    return emitOpError() << "step " << step << " out of range for "
+                         << (g ? p / g : 1) << " steps";
+  if (getInit() && (!getReverse() || getInit().getType() != out))
+    return emitOpError("init must be a return's earlier result (of the "
+                       "result's type)");
   return success();
 }

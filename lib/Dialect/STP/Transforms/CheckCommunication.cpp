@@ -94,6 +94,16 @@ stpar::stp::getProgramCommunication(Operation *op,
         c.kind = Collective::AllToAll;
         axes = o.getGridAxes();
         c.elements = double(o.getRoutedRows()) * double(inType.getDimSize(2));
+        // A smart-schedule step moves the share of one group of g of the
+        // P devices (uniform routing: the plan's assumption).
+        if (int64_t g = o.getGroupSize()) {
+          auto whole = cast<RankedTensorType>(
+              o.getReverse() ? o.getResultRows().getType() : inType);
+          auto local = cast<RankedTensorType>(
+              o.getReverse() ? inType : o.getResultRows().getType());
+          int64_t p = whole.getDimSize(0) / local.getDimSize(0);
+          c.elements *= double(g) / double(p);
+        }
       })
       .Case([&](shard::ShiftOp o) {
         c.kind = Collective::RingShift;

@@ -121,14 +121,16 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
             {axes(o.getGridAxes()), opaque(getRuntimeShapeLiteral(sources))});
       })
       .Case([&](MoEAllToAllOp o) {
-        // (..., axes, E, C, D, reverse, rows, counts) -> rows, counts.
+        // (..., axes, E, C, D, reverse, group size, step, rows, counts
+        // [, init]) -> rows, counts.
         auto whole =
             cast<RankedTensorType>(o.getReverse() ? o.getResultRows().getType()
                                                   : o.getRows().getType());
         callee = "stpar_rt::moeAllToAll";
         args.append({axes(o.getGridAxes()), i64(whole.getDimSize(0)),
                      i64(whole.getDimSize(1)), i64(whole.getDimSize(2)),
-                     opaque(o.getReverse() ? "true" : "false")});
+                     opaque(o.getReverse() ? "true" : "false"),
+                     i64(o.getGroupSize()), i64(o.getStep())});
       })
       .Case([&](shard::AllSliceOp o) {
         callee = "stpar_rt::allSlice";

@@ -1428,42 +1428,76 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
   std::string group = axesText(plan.moeExperts);
   int64_t routed = n * k;
-  auto exchange = [&](Value rows, Value rowCounts, RankedTensorType rowsType,
-                      RankedTensorType countsType, bool reverse,
-                      const std::string &what) {
+  // Smart scheduling (FasterMoE Sec. 4.2) as the plan chose it: the
+  // exchange in S = P / g pairwise steps of device groups of g.
+  int64_t groupSize = 0;
+  if (auto records = op->getAttrOfType<ArrayAttr>(STPDialect::kPlanOpsAttrName))
+    if (!records.empty())
+      if (auto record = dyn_cast<DictionaryAttr>(records[0]))
+        if (auto moe = record.getAs<DictionaryAttr>("moe"))
+          if (auto g = moe.getAs<IntegerAttr>("schedule_group_size"))
+            groupSize = g.getInt();
+  if (groupSize <= 0 || groupSize >= p || p % groupSize != 0)
+    groupSize = 0;
+  int64_t steps = groupSize ? p / groupSize : 1;
+  auto exchange = [&](Value rows, Value rowCounts, Value init,
+                      RankedTensorType rowsType, RankedTensorType countsType,
+                      bool reverse, int64_t step, const std::string &what) {
     auto op = MoEAllToAllOp::create(
-        builder, loc, rowsType, countsType, rows, rowCounts, gridRef,
+        builder, loc, rowsType, countsType, rows, rowCounts, init, gridRef,
         builder.getDenseI16ArrayAttr(plan.moeExperts),
         builder.getI64IntegerAttr(routed),
-        reverse ? builder.getUnitAttr() : UnitAttr());
-    markCollective(op, label, what);
+        reverse ? builder.getUnitAttr() : UnitAttr(),
+        builder.getI64IntegerAttr(groupSize), builder.getI64IntegerAttr(step));
+    std::string stepText =
+        steps > 1 ? ", smart schedule step " + std::to_string(step + 1) +
+                        " of " + std::to_string(steps) + " (groups of " +
+                        std::to_string(groupSize) + ")"
+                  : "";
+    markCollective(op, label, what + stepText);
     return op;
   };
-  if (p > 1) {
+  auto runExperts = [&](Value rows, Value rowCounts) {
+    // The local experts (partial sums over the expert hidden dim's axes).
+    return MoEExpertsOp::create(builder, loc, rows.getType(), rows, rowCounts,
+                                wIn, wMul, wOut, op.getActivationAttr())
+        .getResult();
+  };
+  Value outputs;
+  if (p == 1) {
+    outputs = runExperts(buffer, counts);
+  } else {
     // 3. Each expert's used rows to the rank holding it (their counts
-    //    first, so receivers know the sizes).
-    auto sent =
-        exchange(buffer, counts, type({e / p, p * capacity, d}, f32),
-                 type({e / p, p}, i64), false,
-                 "all-to-all dispatching the tokens to their experts over " +
-                     group + " (expert parallelism; " + std::to_string(routed) +
-                     " rows per device, buffers of " +
-                     std::to_string(capacity) + " rows per expert)");
-    buffer = sent.getResultRows();
-    counts = sent.getResultCounts();
-  }
-  // 4. The local experts (partial sums over the expert hidden dim's axes).
-  Value outputs =
-      MoEExpertsOp::create(builder, loc, buffer.getType(), buffer, counts, wIn,
-                           wMul, wOut, op.getActivationAttr())
-          .getResult();
-  if (p > 1) {
-    // 5. The results back to the tokens' ranks, into the dispatched rows.
-    outputs = exchange(outputs, counts, type({e, capacity, d}, f32),
-                       type({e, 1}, i64), true,
-                       "all-to-all returning the experts' outputs over " +
-                           group + " (expert parallelism)")
-                  .getResultRows();
+    //    first, so receivers know the sizes); 4. the local experts; 5. the
+    //    results back to the tokens' ranks, into the dispatched rows. Step
+    //    s + 1's rows travel while step s's experts run: dispatch s + 1 is
+    //    issued before the return of s.
+    auto dispatchStep = [&](int64_t s) {
+      return exchange(
+          buffer, counts, Value(), type({e / p, p * capacity, d}, f32),
+          type({e / p, p}, i64), false, s,
+          "all-to-all dispatching the tokens to their experts over " + group +
+              " (expert parallelism; " + std::to_string(routed) +
+              " rows per device, buffers of " + std::to_string(capacity) +
+              " rows per expert)");
+    };
+    auto returnStep = [&](Value rows, Value rowCounts, Value init, int64_t s) {
+      return exchange(rows, rowCounts, init, type({e, capacity, d}, f32),
+                      type({e, 1}, i64), true, s,
+                      "all-to-all returning the experts' outputs over " +
+                          group + " (expert parallelism)")
+          .getResultRows();
+    };
+    MoEAllToAllOp sent = dispatchStep(0);
+    Value done = runExperts(sent.getResultRows(), sent.getResultCounts());
+    Value doneCounts = sent.getResultCounts();
+    for (int64_t s = 1; s < steps; ++s) {
+      MoEAllToAllOp next = dispatchStep(s);
+      outputs = returnStep(done, doneCounts, outputs, s - 1);
+      done = runExperts(next.getResultRows(), next.getResultCounts());
+      doneCounts = next.getResultCounts();
+    }
+    outputs = returnStep(done, doneCounts, outputs, steps - 1);
   }
   // 6. Combine with the gates.
   auto combine = MoECombineOp::create(builder, loc, type({n, d}, f32), outputs,

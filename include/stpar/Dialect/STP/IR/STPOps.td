@@ -297,15 +297,28 @@ def STP_MoEAllToAllOp : STP_Op<"moe_all_to_all", []> {
     routing and equals `routed_rows` on average over the group. It is the
     volume the plan costs for either direction (the counts' few bytes
     aside), exact for the dispatch.
+
+    FasterMoE's smart scheduling (Sec. 4.2) splits an exchange into
+    S = P / `group_size` steps: with `group_size` = g > 0 the op is step
+    `step` only, which moves the rows of the (source w, expert owner q)
+    pairs with `(q / g - w / g) mod S = step` (device groups of g, a
+    pairwise schedule); rows and counts of the other pairs are zero, except
+    that a return with `init` starts from `init`'s rows (the earlier
+    steps' results: each step fills the blocks of other experts; its
+    counts are this step's). One step's experts run while the next step's
+    rows travel. `group_size` = 0: all pairs at once.
   }];
   let arguments = (ins AnyRankedTensor:$rows, AnyRankedTensor:$counts,
+                       Optional<AnyRankedTensor>:$init,
                        FlatSymbolRefAttr:$grid, DenseI16ArrayAttr:$grid_axes,
-                       I64Attr:$routed_rows, UnitAttr:$reverse);
+                       I64Attr:$routed_rows, UnitAttr:$reverse,
+                       DefaultValuedAttr<I64Attr, "0">:$group_size,
+                       DefaultValuedAttr<I64Attr, "0">:$step);
   let results = (outs AnyRankedTensor:$result_rows,
                       AnyRankedTensor:$result_counts);
   let assemblyFormat = [{
-    $rows `,` $counts `on` $grid `grid_axes` `=` $grid_axes attr-dict `:`
-    functional-type(operands, results)
+    $rows `,` $counts (`into` $init^)? `on` $grid `grid_axes` `=` $grid_axes
+    attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
