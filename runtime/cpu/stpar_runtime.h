@@ -470,39 +470,6 @@ void moeDispatch(const T *tokens, const int64_t *experts, T *buffer,
     }
 }
 
-/// stp.moe_experts: el local experts, each with p segments of s / p rows
-/// of which counts[expert * p + segment] are used; wMul may be null.
-template <typename T>
-void moeExperts(const T *buffer, const int64_t *counts, const T *wIn,
-                const T *wMul, const T *wOut, T *out, int64_t el, int64_t s,
-                int64_t p, int64_t d, int64_t f, int activation) {
-  std::fill(out, out + el * s * d, T(0));
-  int64_t c = s / p;
-  std::vector<float> h(f);
-  for (int64_t x = 0; x < el; ++x)
-    for (int64_t g = 0; g < p; ++g)
-      for (int64_t r = 0; r < std::min(c, counts[x * p + g]); ++r) {
-        const T *row = buffer + (x * s + g * c + r) * d;
-        for (int64_t j = 0; j < f; ++j) {
-          float a = 0, u = 0;
-          for (int64_t i = 0; i < d; ++i) {
-            float v = float(widen(row[i]));
-            a += v * float(widen(wIn[(x * d + i) * f + j]));
-            if (wMul)
-              u += v * float(widen(wMul[(x * d + i) * f + j]));
-          }
-          h[j] = moeActivation(activation, a) * (wMul ? u : 1.0f);
-        }
-        T *o = out + (x * s + g * c + r) * d;
-        for (int64_t i = 0; i < d; ++i) {
-          float acc = 0;
-          for (int64_t j = 0; j < f; ++j)
-            acc += h[j] * float(widen(wOut[(x * f + j) * d + i]));
-          o[i] = static_cast<T>(acc);
-        }
-      }
-}
-
 /// stp.moe_combine: out [n, d] = sum over a token's k choices of the gate
 /// times its expert's output row.
 template <typename T>
@@ -968,6 +935,48 @@ void gemm(Context &, bool transX, bool transY, int64_t rows, int64_t cols,
   }
 }
 
+/// stp.moe_experts: el local experts, each with p segments of s / p rows
+/// of which counts[expert * p + segment] are used; wMul may be null. Per
+/// (expert, segment) with n used rows, two or three GEMMs of n rows with
+/// the cuBLAS semantics of `gemm` (the calls the cuda target makes):
+/// A[n, f] = rows @ wIn[x] (U likewise with wMul), H = act(A) (* U) in the
+/// element type, O[n, d] = H @ wOut[x]. Unused rows are zero.
+template <typename T>
+void moeExperts(Context &ctx, const T *buffer, const int64_t *counts,
+                const T *wIn, const T *wMul, const T *wOut, T *out, int64_t el,
+                int64_t s, int64_t p, int64_t d, int64_t f, int activation) {
+  std::fill(out, out + el * s * d, T(0));
+  const int64_t c = s / p;
+  std::vector<float> a, u, o;
+  std::vector<T> h;
+  for (int64_t x = 0; x < el; ++x)
+    for (int64_t g = 0; g < p; ++g) {
+      const int64_t n = std::min(c, counts[x * p + g]);
+      if (n <= 0)
+        continue;
+      const T *rows = buffer + (x * s + g * c) * d;
+      // Row-major [n, d] x [d, f] is column-major [f, d] x [d, n].
+      a.assign(n * f, 0.0f);
+      gemm(ctx, false, false, f, n, d, wIn + x * d * f, f, 0, rows, d, 0,
+           a.data(), f, 0, 1);
+      if (wMul) {
+        u.assign(n * f, 0.0f);
+        gemm(ctx, false, false, f, n, d, wMul + x * d * f, f, 0, rows, d, 0,
+             u.data(), f, 0, 1);
+      }
+      h.resize(n * f);
+      for (int64_t i = 0; i < n * f; ++i)
+        h[i] = static_cast<T>(moeActivation(activation, a[i]) *
+                              (wMul ? u[i] : 1.0f));
+      o.assign(n * d, 0.0f);
+      gemm(ctx, false, false, d, n, f, wOut + x * f * d, d, 0, h.data(), f, 0,
+           o.data(), d, 0, 1);
+      T *dst = out + (x * s + g * c) * d;
+      for (int64_t i = 0; i < n * d; ++i)
+        dst[i] = static_cast<T>(o[i]);
+    }
+}
+
 /// The call -stp-lower-contractions makes: the same product into the
 /// result's buffer `c` (which holds the init), operands as buffers.
 template <typename T>
@@ -1047,12 +1056,12 @@ void moeDispatch(Context &, const Tensor<T> &tokens,
               slots.data(), n, d, k, e, c);
 }
 template <typename T>
-void moeExperts(Context &, const Tensor<T> &buffer,
+void moeExperts(Context &ctx, const Tensor<T> &buffer,
                 const Tensor<int64_t> &counts, const Tensor<T> &wIn,
                 const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
                 int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
                 int activation) {
-  moeExperts(buffer.data(), counts.data(), wIn.data(),
+  moeExperts(ctx, buffer.data(), counts.data(), wIn.data(),
              wMul ? wMul->data() : nullptr, wOut.data(), out.data(), el, s, p,
              d, f, activation);
 }

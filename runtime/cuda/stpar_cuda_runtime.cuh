@@ -1033,56 +1033,67 @@ void moeDispatch(Context &ctx, const Tensor<T> &tokens,
   STP_CUDA(cudaGetLastError());
 }
 
-/// stp.moe_experts: one block per buffer row; the row's hidden activations
-/// in shared memory (f floats). Unused rows are written as zeros.
+/// H = act(A) (* U) in the element type (stp.moe_experts' activation).
 template <typename T>
-__global__ void moeExpertsKernel(const T *buffer, const int64_t *counts,
-                                 const T *wIn, const T *wMul, const T *wOut,
-                                 T *out, int64_t s, int64_t p, int64_t d,
-                                 int64_t f, int activation) {
-  extern __shared__ float hidden[];
-  int64_t x = blockIdx.x / s, r = blockIdx.x % s, c = s / p;
-  const T *row = buffer + (x * s + r) * d;
-  T *o = out + (x * s + r) * d;
-  if (r % c >= counts[x * p + r / c]) {
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-      o[i] = T(0);
-    return;
-  }
-  for (int64_t j = threadIdx.x; j < f; j += blockDim.x) {
-    float a = 0, u = 0;
-    for (int64_t i = 0; i < d; ++i) {
-      float v = float(widen(row[i]));
-      a += v * float(widen(wIn[(x * d + i) * f + j]));
-      if (wMul)
-        u += v * float(widen(wMul[(x * d + i) * f + j]));
-    }
-    hidden[j] = moeActivation(activation, a) * (wMul ? u : 1.0f);
-  }
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float acc = 0;
-    for (int64_t j = 0; j < f; ++j)
-      acc += hidden[j] * float(widen(wOut[(x * f + j) * d + i]));
-    o[i] = static_cast<T>(acc);
-  }
+__global__ void moeActivationKernel(const float *a, const float *u, T *h,
+                                    int64_t n, int activation) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n)
+    h[i] = static_cast<T>(moeActivation(activation, a[i]) * (u ? u[i] : 1.0f));
 }
+template <typename T>
+__global__ void moeStoreKernel(const float *o, T *out, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n)
+    out[i] = static_cast<T>(o[i]);
+}
+/// stp.moe_experts: per (local expert, segment) with n used rows, cuBLAS
+/// GEMMs of n rows (`gemm`, the calls the cpu target runs with the same
+/// semantics): A[n, f] = rows @ wIn[x] (U likewise with wMul), H = act(A)
+/// (* U), O[n, d] = H @ wOut[x]. The row counts are copied to the host
+/// first (a compute stream synchronization: they size the GEMMs). Unused
+/// rows are zero.
 template <typename T>
 void moeExperts(Context &ctx, const Tensor<T> &buffer,
                 const Tensor<int64_t> &counts, const Tensor<T> &wIn,
                 const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
                 int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
                 int activation) {
-  // Above 48 KiB of shared memory a kernel must opt in (Mixtral's F =
-  // 14336 needs 56 KiB).
-  const size_t shared = sizeof(float) * f;
-  if (shared > 48 * 1024)
-    STP_CUDA(cudaFuncSetAttribute(moeExpertsKernel<T>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(shared)));
-  moeExpertsKernel<<<unsigned(el * s), 128, shared, ctx.compute>>>(
-      buffer.data(), counts.data(), wIn.data(), wMul ? wMul->data() : nullptr,
-      wOut.data(), out.data(), s, p, d, f, activation);
+  const int64_t c = s / p;
+  std::vector<int64_t> used(el * p);
+  STP_CUDA(cudaMemcpyAsync(used.data(), counts.data(), sizeof(int64_t) * el * p,
+                           cudaMemcpyDeviceToHost, ctx.compute));
+  STP_CUDA(cudaStreamSynchronize(ctx.compute));
+  STP_CUDA(cudaMemsetAsync(out.data(), 0, sizeof(T) * el * s * d, ctx.compute));
+  auto a = alloc<float>(ctx, c * f), u = alloc<float>(ctx, wMul ? c * f : 1),
+       o = alloc<float>(ctx, c * d);
+  auto h = alloc<T>(ctx, c * f);
+  for (int64_t x = 0; x < el; ++x)
+    for (int64_t g = 0; g < p; ++g) {
+      const int64_t n = std::min(c, used[x * p + g]);
+      if (n <= 0)
+        continue;
+      const T *rows = buffer.data() + (x * s + g * c) * d;
+      // Row-major [n, d] x [d, f] is column-major [f, d] x [d, n].
+      STP_CUDA(
+          cudaMemsetAsync(a.data(), 0, sizeof(float) * n * f, ctx.compute));
+      gemm(ctx, false, false, f, n, d, wIn.data() + x * d * f, f, 0, rows, d, 0,
+           a.data(), f, 0, 1);
+      if (wMul) {
+        STP_CUDA(
+            cudaMemsetAsync(u.data(), 0, sizeof(float) * n * f, ctx.compute));
+        gemm(ctx, false, false, f, n, d, wMul->data() + x * d * f, f, 0, rows,
+             d, 0, u.data(), f, 0, 1);
+      }
+      moeActivationKernel<<<blocksFor(n * f), 256, 0, ctx.compute>>>(
+          a.data(), wMul ? u.data() : nullptr, h.data(), n * f, activation);
+      STP_CUDA(
+          cudaMemsetAsync(o.data(), 0, sizeof(float) * n * d, ctx.compute));
+      gemm(ctx, false, false, d, n, f, wOut.data() + x * f * d, d, 0, h.data(),
+           f, 0, o.data(), d, 0, 1);
+      moeStoreKernel<<<blocksFor(n * d), 256, 0, ctx.compute>>>(
+          o.data(), out.data() + (x * s + g * c) * d, n * d);
+    }
   STP_CUDA(cudaGetLastError());
 }
 
