@@ -133,6 +133,43 @@ template <typename T> STP_HD inline T affine_mod(T a, T b) {
 template <typename T> STP_HD inline T maxsi(T a, T b) { return a > b ? a : b; }
 template <typename T> STP_HD inline T minsi(T a, T b) { return a < b ? a : b; }
 
+/// The per-peer layout of stp.moe_all_to_all: the rows of local expert `x`
+/// (of `el`) for peer `q` (of `p`) start at this row of the whole
+/// [E, C, D] buffer (`whole`) or of the local [E / P, P * C, D] one.
+STP_HD inline int64_t moeRowOffset(bool whole, int64_t q, int64_t x, int64_t el,
+                                   int64_t p, int64_t c) {
+  return whole ? (q * el + x) * c : (x * p + q) * c;
+}
+
+/// Whether smart scheduling's step `step` (device groups of `g` of the
+/// `p` devices; g = 0: no schedule, every pair) moves the rows of source
+/// `w` for the experts of owner `q` (FasterMoE Sec. 4.2).
+STP_HD inline bool moeStepPair(int64_t w, int64_t q, int64_t p, int64_t g,
+                               int64_t step) {
+  if (g <= 0)
+    return true;
+  int64_t steps = p / g;
+  return ((q / g - w / g) % steps + steps) % steps == step;
+}
+
+/// stp.moe_combine's element (token t, dim i): the sum over the token's k
+/// choices of the gate times its expert's output, from `outputs` [E, C, D]
+/// at the choice's slot (choices with slot -1 were dropped).
+template <typename T>
+STP_HD inline float moeCombineElement(const T *outputs, const int64_t *slots,
+                                      const int64_t *experts, const T *gates,
+                                      int64_t t, int64_t i, int64_t k,
+                                      int64_t c, int64_t d) {
+  float acc = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t slot = slots[t * k + j];
+    if (slot >= 0)
+      acc += float(widen(gates[t * k + j])) *
+             float(widen(outputs[(experts[t * k + j] * c + slot) * d + i]));
+  }
+  return acc;
+}
+
 /// An stp.moe expert's activation: 0 SiLU, 1 GELU (erf form), 2 GELU (tanh
 /// form), 3 ReLU (the codes the emitter passes).
 STP_HD inline float moeActivation(int kind, float x) {

@@ -477,16 +477,9 @@ void moeCombine(const T *outputs, const int64_t *slots, const int64_t *experts,
                 const T *gates, T *out, int64_t n, int64_t k, int64_t c,
                 int64_t d) {
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t i = 0; i < d; ++i) {
-      float acc = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        int64_t slot = slots[t * k + j];
-        if (slot >= 0)
-          acc += float(widen(gates[t * k + j])) *
-                 float(widen(outputs[(experts[t * k + j] * c + slot) * d + i]));
-      }
-      out[t * d + i] = static_cast<T>(acc);
-    }
+    for (int64_t i = 0; i < d; ++i)
+      out[t * d + i] = static_cast<T>(
+          moeCombineElement(outputs, slots, experts, gates, t, i, k, c, d));
 }
 
 /// stp.topk along `axis`.
@@ -627,28 +620,11 @@ void allToAll(Context &ctx, const Shape &axes, const T *in, T *out,
   swap01(recv.data(), out, g, preC, chunk / preC);
 }
 
-/// The per-peer layout of stp.moe_all_to_all: the rows of local expert `x`
-/// for peer `q` start at row `moeRowOffset(...)` of the [E, C, D] buffer
-/// (whole) or of the [E / P, P * C, D] one (local).
-inline int64_t moeRowOffset(bool whole, int64_t q, int64_t x, int64_t el,
-                            int64_t p, int64_t c) {
-  return whole ? (q * el + x) * c : (x * p + q) * c;
-}
-
 /// stp.moe_all_to_all: the row counts (E / P per peer, MPI_Alltoall), then
 /// only the used rows (MPI_Alltoallv). Dispatch sends from the whole
 /// [E, C, D] buffer and receives into the local [E / P, P * C, D] one;
-/// `reverse` the other way. Unused rows of the result are zero.
-/// Whether smart scheduling's step `step` (device groups of `g`, 0: no
-/// schedule) moves the rows of source `w` for the experts of owner `q`.
-inline bool moeStepPair(int64_t w, int64_t q, int64_t p, int64_t g,
-                        int64_t step) {
-  if (g <= 0)
-    return true;
-  int64_t steps = p / g;
-  return ((q / g - w / g) % steps + steps) % steps == step;
-}
-
+/// `reverse` the other way; with smart scheduling only the pairs of `step`
+/// (moeStepPair). Unused rows of the result are zero, or `init`'s.
 template <typename T>
 void moeAllToAll(Context &ctx, const Shape &axes, int64_t e, int64_t c,
                  int64_t d, bool reverse, int64_t g, int64_t step,

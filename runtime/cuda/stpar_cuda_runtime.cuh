@@ -620,22 +620,17 @@ void moeAllToAllImpl(Context &ctx, int64_t ready, int64_t done,
                      const Tensor<int64_t> &outCounts) {
   transferBegin(ctx, ready);
   const int64_t p = ctx.groupSize(axes), el = e / p;
-  auto offset = [&](bool whole, int64_t q, int64_t x) {
-    return whole ? (q * el + x) * c : (x * p + q) * c;
-  };
   ncclComm_t comm = ctx.nccl(axes);
   int me = 0;
   STP_NCCL(ncclCommUserRank(comm, &me));
-  auto pair = [&](int64_t w, int64_t q) {
-    if (g <= 0)
-      return true;
-    int64_t steps = p / g;
-    return ((q / g - w / g) % steps + steps) % steps == step;
-  };
   // Peers this step sends to and receives from.
-  auto sendsTo = [&](int64_t q) { return reverse ? pair(q, me) : pair(me, q); };
+  auto sendsTo = [&](int64_t q) {
+    return reverse ? moeStepPair(q, me, p, g, step)
+                   : moeStepPair(me, q, p, g, step);
+  };
   auto receivesFrom = [&](int64_t q) {
-    return reverse ? pair(me, q) : pair(q, me);
+    return reverse ? moeStepPair(me, q, p, g, step)
+                   : moeStepPair(q, me, p, g, step);
   };
   std::vector<int64_t> local(e), sendCounts(e, 0), recvCounts(e, 0);
   STP_CUDA(cudaMemcpyAsync(local.data(), counts.data(), sizeof(int64_t) * e,
@@ -674,13 +669,13 @@ void moeAllToAllImpl(Context &ctx, int64_t ready, int64_t done,
   for (int64_t q = 0; q < p; ++q)
     for (int64_t x = 0; x < el; ++x) {
       if (int64_t n = sendCounts[q * el + x])
-        STP_NCCL(ncclSend(rows.data() + offset(!reverse, q, x) * d, n * d,
-                          NcclType<T>::value, static_cast<int>(q), comm,
-                          ctx.comm));
+        STP_NCCL(ncclSend(
+            rows.data() + moeRowOffset(!reverse, q, x, el, p, c) * d, n * d,
+            NcclType<T>::value, static_cast<int>(q), comm, ctx.comm));
       if (int64_t n = recvCounts[q * el + x])
-        STP_NCCL(ncclRecv(outRows.data() + offset(reverse, q, x) * d, n * d,
-                          NcclType<T>::value, static_cast<int>(q), comm,
-                          ctx.comm));
+        STP_NCCL(ncclRecv(
+            outRows.data() + moeRowOffset(reverse, q, x, el, p, c) * d, n * d,
+            NcclType<T>::value, static_cast<int>(q), comm, ctx.comm));
     }
   STP_NCCL(ncclGroupEnd());
   std::vector<int64_t> result(e);
@@ -1105,15 +1100,8 @@ __global__ void moeCombineKernel(const T *outputs, const int64_t *slots,
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * d)
     return;
-  int64_t t = i / d, h = i % d;
-  float acc = 0;
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t slot = slots[t * k + j];
-    if (slot >= 0)
-      acc += float(widen(gates[t * k + j])) *
-             float(widen(outputs[(experts[t * k + j] * c + slot) * d + h]));
-  }
-  out[i] = static_cast<T>(acc);
+  out[i] = static_cast<T>(
+      moeCombineElement(outputs, slots, experts, gates, i / d, i % d, k, c, d));
 }
 template <typename T>
 void moeCombine(Context &ctx, const Tensor<T> &outputs,
