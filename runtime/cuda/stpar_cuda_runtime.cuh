@@ -18,7 +18,11 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+// STPAR_WITHOUT_MPI (CMake option STPAR_WITH_MPI=OFF): a one-rank program
+// started without mpirun, for a single-GPU machine that has no MPI.
+#ifndef STPAR_WITHOUT_MPI
 #include <mpi.h>
+#endif
 #include <nccl.h>
 
 #include <algorithm>
@@ -114,6 +118,18 @@ class Context : public Grid {
 public:
   Context(int &argc, char **&argv, Shape gridShape, int numEvents)
       : Grid(std::move(gridShape)) {
+    int localRank = 0, devices = 0;
+#ifdef STPAR_WITHOUT_MPI
+    rank = 0;
+    size = 1;
+    options = parseOptions(argc, argv);
+    if (size != numElements(this->gridShape))
+      fatal("this program runs on " +
+            std::to_string(numElements(this->gridShape)) +
+            " ranks (the grid) and was built without MPI "
+            "(STPAR_WITH_MPI=OFF), which starts one; rebuild with MPI");
+    place(rank);
+#else
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -125,11 +141,11 @@ public:
     place(rank);
     // One GPU per rank of a node.
     MPI_Comm node;
-    int localRank = 0, devices = 0;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
                         MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &localRank);
     MPI_Comm_free(&node);
+#endif
     STP_CUDA(cudaGetDeviceCount(&devices));
     if (devices == 0)
       fatal("no CUDA device");
@@ -143,7 +159,9 @@ public:
     ncclUniqueId id;
     if (rank == 0)
       STP_NCCL(ncclGetUniqueId(&id));
+#ifndef STPAR_WITHOUT_MPI
     MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+#endif
     STP_NCCL(ncclCommInitRank(&world, size, id, rank));
     STP_CUBLAS(cublasCreate(&blas));
     STP_CUBLAS(cublasSetStream(blas, compute));
@@ -173,7 +191,9 @@ public:
       cudaEventDestroy(e);
     cudaStreamDestroy(compute);
     cudaStreamDestroy(comm);
+#ifndef STPAR_WITHOUT_MPI
     MPI_Finalize();
+#endif
   }
 
   /// Allocates the arena of the memory plan: the program's only
@@ -824,27 +844,50 @@ void softmax(Context &ctx, const Tensor<T> &in, Tensor<T> &out,
   STP_CUDA(cudaGetLastError());
 }
 
+/// The sum of every thread's v over the block (blockDim.x a power of two,
+/// at most kReduceThreads); red holds blockDim.x doubles. All threads get
+/// the sum; red may be reused after the call.
+constexpr int kReduceThreads = 256;
+__device__ inline double blockReduce(double v, double *red, bool max) {
+  red[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) {
+      double o = red[threadIdx.x + s];
+      red[threadIdx.x] = max ? (o > red[threadIdx.x] ? o : red[threadIdx.x])
+                             : red[threadIdx.x] + o;
+    }
+    __syncthreads();
+  }
+  double r = red[0];
+  __syncthreads();
+  return r;
+}
+
+/// One block per row of `inner` elements: the block reduces the row's mean
+/// (layer norm) and mean square in double, then normalizes its elements.
 template <typename T>
 __global__ void normKernel(const T *x, const T *scale, Dims scaleStrides,
                            const T *bias, Dims biasStrides, T *y,
                            Dims innerShape, int64_t outer, int64_t inner,
                            float epsilon, bool rms) {
-  int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  __shared__ double red[kReduceThreads];
+  int64_t r = blockIdx.x;
   if (r >= outer)
     return;
   const T *xr = x + r * inner;
   T *yr = y + r * inner;
   double mean = 0, var = 0;
   if (!rms) {
-    for (int64_t i = 0; i < inner; ++i)
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
       mean += widen(xr[i]);
-    mean /= inner;
+    mean = blockReduce(mean, red, false) / inner;
   }
-  for (int64_t i = 0; i < inner; ++i)
+  for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
     var += (widen(xr[i]) - mean) * (widen(xr[i]) - mean);
-  var /= inner;
+  var = blockReduce(var, red, false) / inner;
   double inv = 1.0 / sqrt(var + epsilon);
-  for (int64_t i = 0; i < inner; ++i) {
+  for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
     double v = (widen(xr[i]) - mean) * inv *
                widen(scale[broadcastOffset(i, innerShape, scaleStrides)]);
     if (bias)
@@ -859,7 +902,8 @@ void layerNorm(Context &ctx, const Tensor<T> &x, const Tensor<T> &scale,
                int64_t axis, float eps) {
   Shape innerShape(shape.begin() + axis, shape.end());
   int64_t outer = prod(shape, 0, axis), inner = numElements(innerShape);
-  normKernel<<<blocksFor(outer), 256, 0, ctx.compute>>>(
+  normKernel<<<static_cast<unsigned>(std::max<int64_t>(outer, 1)),
+               kReduceThreads, 0, ctx.compute>>>(
       x.data(), scale.data(), dims(broadcastStrides(scaleShape, innerShape)),
       bias ? bias->data() : nullptr,
       dims(bias ? broadcastStrides(biasShape, innerShape) : Shape()), y.data(),
@@ -872,15 +916,34 @@ void rmsNorm(Context &ctx, const Tensor<T> &x, const Tensor<T> &scale,
              int64_t axis, float eps) {
   Shape innerShape(shape.begin() + axis, shape.end());
   int64_t outer = prod(shape, 0, axis), inner = numElements(innerShape);
-  normKernel<<<blocksFor(outer), 256, 0, ctx.compute>>>(
+  normKernel<<<static_cast<unsigned>(std::max<int64_t>(outer, 1)),
+               kReduceThreads, 0, ctx.compute>>>(
       x.data(), scale.data(), dims(broadcastStrides(scaleShape, innerShape)),
       static_cast<const T *>(nullptr), dims(Shape()), y.data(),
       dims(innerShape), outer, inner, eps, true);
   STP_CUDA(cudaGetLastError());
 }
 
-/// One thread per output element (b, h, i, e): the row's max and sum, then
-/// the weighted sum of v (scores recomputed; no shared-memory tiling).
+/// The scaled, masked score of query row `row` (its elements at qr) and key
+/// j of kv head hk: (q . k) * scale + mask, in double.
+template <typename T>
+__device__ inline double
+attentionScore(const T *qr, const T *k, const T *mask, const Dims &scoreShape,
+               const Dims &maskStrides, int64_t row, int64_t kvRow, int64_t j,
+               int64_t D, int64_t Skv, float scale) {
+  const T *kr = k + (kvRow * Skv + j) * D;
+  double dot = 0;
+  for (int64_t d = 0; d < D; ++d)
+    dot += double(widen(qr[d])) * widen(kr[d]);
+  dot *= scale;
+  if (mask)
+    dot += widen(mask[broadcastOffset(row * Skv + j, scoreShape, maskStrides)]);
+  return dot;
+}
+
+/// The fallback for rows too long for shared memory: one thread per output
+/// element (b, h, i, e), the row's max and sum, then the weighted sum of v
+/// (scores recomputed for every e).
 template <typename T>
 __global__ void attentionKernel(const T *q, const T *k, const T *v,
                                 const T *mask, Dims scoreShape,
@@ -896,15 +959,9 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v,
   int64_t hk = h / (Hq / Hkv);
   const T *qr = q + ((b * Hq + h) * Sq + i) * D;
   auto score = [&](int64_t j) {
-    const T *kr = k + ((b * Hkv + hk) * Skv + j) * D;
-    double dot = 0;
-    for (int64_t d = 0; d < D; ++d)
-      dot += double(widen(qr[d])) * widen(kr[d]);
-    dot *= scale;
-    if (mask)
-      dot += widen(mask[broadcastOffset(((b * Hq + h) * Sq + i) * Skv + j,
-                                        scoreShape, maskStrides)]);
-    return dot;
+    return attentionScore(qr, k, mask, scoreShape, maskStrides,
+                          (b * Hq + h) * Sq + i, b * Hkv + hk, j, D, Skv,
+                          scale);
   };
   int64_t last = causal ? i + (Skv - Sq) : Skv - 1;
   if (last > Skv - 1)
@@ -922,6 +979,49 @@ __global__ void attentionKernel(const T *q, const T *k, const T *v,
   }
   out[o] = static_cast<T>(acc / sum);
 }
+/// One block per query row (b, h, i): the threads compute the row's scores
+/// (double) into shared memory, the block reduces their max and the sum of
+/// exponentials, then each thread owns output elements e of the row.
+/// Dynamic shared memory: Skv + blockDim.x doubles.
+constexpr int kAttentionThreads = 128;
+template <typename T>
+__global__ void
+attentionRowKernel(const T *q, const T *k, const T *v, const T *mask,
+                   Dims scoreShape, Dims maskStrides, T *out, int64_t B,
+                   int64_t Hq, int64_t Sq, int64_t D, int64_t Hkv, int64_t Skv,
+                   int64_t Dv, float scale, bool causal) {
+  extern __shared__ double scores[];
+  double *red = scores + Skv;
+  int64_t row = blockIdx.x;
+  int64_t i = row % Sq, h = (row / Sq) % Hq, b = row / (Sq * Hq);
+  int64_t hk = h / (Hq / Hkv);
+  const T *qr = q + row * D;
+  int64_t last = causal ? i + (Skv - Sq) : Skv - 1;
+  if (last > Skv - 1)
+    last = Skv - 1;
+  double m = -1e300;
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
+    double dot = attentionScore(qr, k, mask, scoreShape, maskStrides, row,
+                                b * Hkv + hk, j, D, Skv, scale);
+    scores[j] = dot;
+    m = dot > m ? dot : m;
+  }
+  m = blockReduce(m, red, true);
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
+    double p = ::exp(scores[j] - m);
+    scores[j] = p;
+    sum += p;
+  }
+  sum = blockReduce(sum, red, false); // also orders the writes to scores
+  const T *vb = v + (b * Hkv + hk) * Skv * Dv;
+  for (int64_t e = threadIdx.x; e < Dv; e += blockDim.x) {
+    double acc = 0;
+    for (int64_t j = 0; j <= last; ++j)
+      acc += scores[j] * widen(vb[j * Dv + e]);
+    out[row * Dv + e] = static_cast<T>(acc / sum);
+  }
+}
 template <typename T>
 void attention(Context &ctx, const Tensor<T> &q, const Tensor<T> &k,
                const Tensor<T> &v, const Tensor<T> *mask,
@@ -929,7 +1029,28 @@ void attention(Context &ctx, const Tensor<T> &q, const Tensor<T> &k,
                int64_t Sq, int64_t D, int64_t Hkv, int64_t Skv, int64_t Dv,
                float scale, bool causal) {
   Shape scoreShape = {B, Hq, Sq, Skv};
-  int64_t n = B * Hq * Sq * Dv;
+  int64_t rows = B * Hq * Sq;
+  // One block per query row, its scores in shared memory, where they fit.
+  size_t shared = static_cast<size_t>(Skv + kAttentionThreads) * sizeof(double);
+  int device = 0, optin = 0;
+  STP_CUDA(cudaGetDevice(&device));
+  STP_CUDA(cudaDeviceGetAttribute(
+      &optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (rows > 0 && shared <= static_cast<size_t>(optin)) {
+    if (shared > 48 * 1024)
+      STP_CUDA(cudaFuncSetAttribute(attentionRowKernel<T>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(shared)));
+    attentionRowKernel<<<static_cast<unsigned>(rows), kAttentionThreads, shared,
+                         ctx.compute>>>(
+        q.data(), k.data(), v.data(), mask ? mask->data() : nullptr,
+        dims(scoreShape),
+        dims(mask ? broadcastStrides(maskShape, scoreShape) : Shape(4, 0)),
+        out.data(), B, Hq, Sq, D, Hkv, Skv, Dv, scale, causal);
+    STP_CUDA(cudaGetLastError());
+    return;
+  }
+  int64_t n = rows * Dv;
   attentionKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(
       q.data(), k.data(), v.data(), mask ? mask->data() : nullptr,
       dims(scoreShape),
