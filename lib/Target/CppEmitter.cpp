@@ -1241,7 +1241,8 @@ LogicalResult Printer::emitOp(Operation *op) {
                << b[0] << ", " << b[1] << ", "
                << tensorType(ex.getCounts()).getDimSize(1) << ", " << b[2]
                << ", " << tensorType(ex.getWIn()).getDimSize(2) << ", "
-               << activation << ");\n";
+               << activation << ", "
+               << (ex.getBf16Operands() ? "true" : "false") << ");\n";
         return success();
       })
       .Case([&](stp::MoECombineOp cb) {

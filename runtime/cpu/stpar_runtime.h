@@ -916,41 +916,53 @@ void gemm(Context &, bool transX, bool transY, int64_t rows, int64_t cols,
 /// (expert, segment) with n used rows, two or three GEMMs of n rows with
 /// the cuBLAS semantics of `gemm` (the calls the cuda target makes):
 /// A[n, f] = rows @ wIn[x] (U likewise with wMul), H = act(A) (* U) in the
-/// element type, O[n, d] = H @ wOut[x]. Unused rows are zero.
-template <typename T>
-void moeExperts(Context &ctx, const T *buffer, const int64_t *counts,
-                const T *wIn, const T *wMul, const T *wOut, T *out, int64_t el,
-                int64_t s, int64_t p, int64_t d, int64_t f, int activation) {
+/// operand type, O[n, d] = H @ wOut[x]. Op is the GEMM operand type: T, or
+/// bf16 under -stp-mixed-precision (the rows and weights rounded once per
+/// segment and expert). Unused rows are zero.
+template <typename Op, typename T>
+void moeExpertsAs(Context &ctx, const T *buffer, const int64_t *counts,
+                  const T *wIn, const T *wMul, const T *wOut, T *out,
+                  int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
+                  int activation) {
   std::fill(out, out + el * s * d, T(0));
   const int64_t c = s / p;
   std::vector<float> a, u, o;
-  std::vector<T> h;
-  for (int64_t x = 0; x < el; ++x)
+  std::vector<Op> h, rows, wi, wm, wo;
+  auto operand = [](const T *src, int64_t n, std::vector<Op> &dst) {
+    dst.resize(n);
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = static_cast<Op>(float(widen(src[i])));
+    return dst.data();
+  };
+  for (int64_t x = 0; x < el; ++x) {
+    const Op *wIn_ = operand(wIn + x * d * f, d * f, wi);
+    const Op *wMul_ = wMul ? operand(wMul + x * d * f, d * f, wm) : nullptr;
+    const Op *wOut_ = operand(wOut + x * f * d, f * d, wo);
     for (int64_t g = 0; g < p; ++g) {
       const int64_t n = std::min(c, counts[x * p + g]);
       if (n <= 0)
         continue;
-      const T *rows = buffer + (x * s + g * c) * d;
+      const Op *r = operand(buffer + (x * s + g * c) * d, n * d, rows);
       // Row-major [n, d] x [d, f] is column-major [f, d] x [d, n].
       a.assign(n * f, 0.0f);
-      gemm(ctx, false, false, f, n, d, wIn + x * d * f, f, 0, rows, d, 0,
-           a.data(), f, 0, 1);
-      if (wMul) {
+      gemm(ctx, false, false, f, n, d, wIn_, f, 0, r, d, 0, a.data(), f, 0, 1);
+      if (wMul_) {
         u.assign(n * f, 0.0f);
-        gemm(ctx, false, false, f, n, d, wMul + x * d * f, f, 0, rows, d, 0,
-             u.data(), f, 0, 1);
+        gemm(ctx, false, false, f, n, d, wMul_, f, 0, r, d, 0, u.data(), f, 0,
+             1);
       }
       h.resize(n * f);
       for (int64_t i = 0; i < n * f; ++i)
-        h[i] = static_cast<T>(moeActivation(activation, a[i]) *
-                              (wMul ? u[i] : 1.0f));
+        h[i] = static_cast<Op>(moeActivation(activation, a[i]) *
+                               (wMul_ ? u[i] : 1.0f));
       o.assign(n * d, 0.0f);
-      gemm(ctx, false, false, d, n, f, wOut + x * f * d, d, 0, h.data(), f, 0,
-           o.data(), d, 0, 1);
+      gemm(ctx, false, false, d, n, f, wOut_, d, 0, h.data(), f, 0, o.data(), d,
+           0, 1);
       T *dst = out + (x * s + g * c) * d;
       for (int64_t i = 0; i < n * d; ++i)
         dst[i] = static_cast<T>(o[i]);
     }
+  }
 }
 
 /// The call -stp-lower-contractions makes: the same product into the
@@ -1036,10 +1048,15 @@ void moeExperts(Context &ctx, const Tensor<T> &buffer,
                 const Tensor<int64_t> &counts, const Tensor<T> &wIn,
                 const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
                 int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
-                int activation) {
-  moeExperts(ctx, buffer.data(), counts.data(), wIn.data(),
-             wMul ? wMul->data() : nullptr, wOut.data(), out.data(), el, s, p,
-             d, f, activation);
+                int activation, bool bf16Operands) {
+  if (bf16Operands)
+    moeExpertsAs<bf16>(ctx, buffer.data(), counts.data(), wIn.data(),
+                       wMul ? wMul->data() : nullptr, wOut.data(), out.data(),
+                       el, s, p, d, f, activation);
+  else
+    moeExpertsAs<T>(ctx, buffer.data(), counts.data(), wIn.data(),
+                    wMul ? wMul->data() : nullptr, wOut.data(), out.data(), el,
+                    s, p, d, f, activation);
 }
 template <typename T>
 void moeCombine(Context &, const Tensor<T> &outputs,

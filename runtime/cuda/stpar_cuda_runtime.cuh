@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #define STP_CUDA(call)                                                         \
@@ -1163,18 +1164,29 @@ __global__ void moeStoreKernel(const float *o, T *out, int64_t n) {
   if (i < n)
     out[i] = static_cast<T>(o[i]);
 }
+/// Element-wise copy converting T to the GEMM operand type Op.
+template <typename Op, typename T>
+__global__ void moeOperandKernel(const T *in, Op *out, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n)
+    out[i] = static_cast<Op>(static_cast<float>(in[i]));
+}
 /// stp.moe_experts: per (local expert, segment) with n used rows, cuBLAS
 /// GEMMs of n rows (`gemm`, the calls the cpu target runs with the same
 /// semantics): A[n, f] = rows @ wIn[x] (U likewise with wMul), H = act(A)
-/// (* U), O[n, d] = H @ wOut[x]. The row counts are copied to the host
+/// (* U) in the operand type, O[n, d] = H @ wOut[x]. Op is the GEMM
+/// operand type: T, or bf16 under -stp-mixed-precision (the rows and
+/// weights rounded into temporary buffers once per segment and expert; the
+/// products accumulate in f32). The row counts are copied to the host
 /// first (a compute stream synchronization: they size the GEMMs). Unused
 /// rows are zero.
-template <typename T>
-void moeExperts(Context &ctx, const Tensor<T> &buffer,
-                const Tensor<int64_t> &counts, const Tensor<T> &wIn,
-                const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
-                int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
-                int activation) {
+template <typename Op, typename T>
+void moeExpertsAs(Context &ctx, const Tensor<T> &buffer,
+                  const Tensor<int64_t> &counts, const Tensor<T> &wIn,
+                  const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
+                  int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
+                  int activation) {
+  constexpr bool round = !std::is_same<Op, T>::value;
   const int64_t c = s / p;
   std::vector<int64_t> used(el * p);
   STP_CUDA(cudaMemcpyAsync(used.data(), counts.data(), sizeof(int64_t) * el * p,
@@ -1183,34 +1195,70 @@ void moeExperts(Context &ctx, const Tensor<T> &buffer,
   STP_CUDA(cudaMemsetAsync(out.data(), 0, sizeof(T) * el * s * d, ctx.compute));
   auto a = alloc<float>(ctx, c * f), u = alloc<float>(ctx, wMul ? c * f : 1),
        o = alloc<float>(ctx, c * d);
-  auto h = alloc<T>(ctx, c * f);
-  for (int64_t x = 0; x < el; ++x)
+  auto h = alloc<Op>(ctx, c * f);
+  // Rounded operands (bf16 under mixed precision), else unused.
+  auto rows = alloc<Op>(ctx, round ? c * d : 1),
+       wi = alloc<Op>(ctx, round ? d * f : 1),
+       wm = alloc<Op>(ctx, round && wMul ? d * f : 1),
+       wo = alloc<Op>(ctx, round ? f * d : 1);
+  auto operand = [&](const T *src, int64_t n, decltype(rows) &dst) {
+    if constexpr (round) {
+      moeOperandKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(src, dst.data(),
+                                                              n);
+      return static_cast<const Op *>(dst.data());
+    } else {
+      return src;
+    }
+  };
+  for (int64_t x = 0; x < el; ++x) {
+    bool any = false;
+    for (int64_t g = 0; g < p; ++g)
+      any |= used[x * p + g] > 0;
+    if (!any)
+      continue;
+    const Op *wIn_ = operand(wIn.data() + x * d * f, d * f, wi);
+    const Op *wMul_ =
+        wMul ? operand(wMul->data() + x * d * f, d * f, wm) : nullptr;
+    const Op *wOut_ = operand(wOut.data() + x * f * d, f * d, wo);
     for (int64_t g = 0; g < p; ++g) {
       const int64_t n = std::min(c, used[x * p + g]);
       if (n <= 0)
         continue;
-      const T *rows = buffer.data() + (x * s + g * c) * d;
+      const Op *r = operand(buffer.data() + (x * s + g * c) * d, n * d, rows);
       // Row-major [n, d] x [d, f] is column-major [f, d] x [d, n].
       STP_CUDA(
           cudaMemsetAsync(a.data(), 0, sizeof(float) * n * f, ctx.compute));
-      gemm(ctx, false, false, f, n, d, wIn.data() + x * d * f, f, 0, rows, d, 0,
-           a.data(), f, 0, 1);
-      if (wMul) {
+      gemm(ctx, false, false, f, n, d, wIn_, f, 0, r, d, 0, a.data(), f, 0, 1);
+      if (wMul_) {
         STP_CUDA(
             cudaMemsetAsync(u.data(), 0, sizeof(float) * n * f, ctx.compute));
-        gemm(ctx, false, false, f, n, d, wMul->data() + x * d * f, f, 0, rows,
-             d, 0, u.data(), f, 0, 1);
+        gemm(ctx, false, false, f, n, d, wMul_, f, 0, r, d, 0, u.data(), f, 0,
+             1);
       }
       moeActivationKernel<<<blocksFor(n * f), 256, 0, ctx.compute>>>(
-          a.data(), wMul ? u.data() : nullptr, h.data(), n * f, activation);
+          a.data(), wMul_ ? u.data() : nullptr, h.data(), n * f, activation);
       STP_CUDA(
           cudaMemsetAsync(o.data(), 0, sizeof(float) * n * d, ctx.compute));
-      gemm(ctx, false, false, d, n, f, wOut.data() + x * f * d, d, 0, h.data(),
-           f, 0, o.data(), d, 0, 1);
+      gemm(ctx, false, false, d, n, f, wOut_, d, 0, h.data(), f, 0, o.data(), d,
+           0, 1);
       moeStoreKernel<<<blocksFor(n * d), 256, 0, ctx.compute>>>(
           o.data(), out.data() + (x * s + g * c) * d, n * d);
     }
+  }
   STP_CUDA(cudaGetLastError());
+}
+template <typename T>
+void moeExperts(Context &ctx, const Tensor<T> &buffer,
+                const Tensor<int64_t> &counts, const Tensor<T> &wIn,
+                const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
+                int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
+                int activation, bool bf16Operands) {
+  if (bf16Operands)
+    moeExpertsAs<bf16>(ctx, buffer, counts, wIn, wMul, wOut, out, el, s, p, d,
+                       f, activation);
+  else
+    moeExpertsAs<T>(ctx, buffer, counts, wIn, wMul, wOut, out, el, s, p, d, f,
+                    activation);
 }
 
 /// stp.moe_combine: one thread per output element.

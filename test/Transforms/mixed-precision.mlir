@@ -61,3 +61,14 @@ func.func @not_gemms(%a: tensor<8x16xf32>, %b: tensor<16xf32>, %c: tensor<8x32xf
   %n = linalg.matmul ins(%i, %j : tensor<8x16xi64>, tensor<16x32xi64>) outs(%k : tensor<8x32xi64>) -> tensor<8x32xi64>
   return %r, %n : tensor<8x32xf32>, tensor<8x32xi64>
 }
+
+// -----
+
+// The experts of an MoE layer: their runtime call rounds its own GEMM
+// operands (rows, weights, activation), so the op only gets the flag.
+// CHECK-LABEL: func.func @moe_experts
+// CHECK: stp.moe_experts {{.*}} {activation = "silu", bf16_operands} : (tensor<2x8x16xf32>,
+func.func @moe_experts(%rows: tensor<2x8x16xf32>, %counts: tensor<2x1xi64>, %w1: tensor<2x16x8xf32>, %w3: tensor<2x16x8xf32>, %w2: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+  %o = stp.moe_experts %rows, %counts experts %w1 gated %w3 down %w2 {activation = "silu"} : (tensor<2x8x16xf32>, tensor<2x1xi64>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %o : tensor<2x8x16xf32>
+}

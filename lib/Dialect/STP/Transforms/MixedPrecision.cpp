@@ -19,6 +19,7 @@
 
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/IR/STPOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -105,6 +106,14 @@ struct MixedPrecisionPass
     });
     module->setAttr(STPDialect::kPrecisionAttrName,
                     StringAttr::get(&getContext(), "mixed"));
+    // The experts of MoE layers: their runtime call rounds its own GEMM
+    // operands (rows, weights, activation).
+    module.walk([&](MoEExpertsOp op) {
+      if (!op.getBf16Operands()) {
+        op.setBf16Operands(true);
+        numGemms += op.getWMul() ? 3 : 2;
+      }
+    });
     IRRewriter rewriter(&getContext());
     Type bf16 = rewriter.getBF16Type(), f32 = rewriter.getF32Type();
     // One rounded copy per value and block: a weight read by the forward

@@ -1460,7 +1460,8 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   auto runExperts = [&](Value rows, Value rowCounts) {
     // The local experts (partial sums over the expert hidden dim's axes).
     return MoEExpertsOp::create(builder, loc, rows.getType(), rows, rowCounts,
-                                wIn, wMul, wOut, op.getActivationAttr())
+                                wIn, wMul, wOut, op.getActivationAttr(),
+                                /*bf16_operands=*/UnitAttr())
         .getResult();
   };
   Value outputs;

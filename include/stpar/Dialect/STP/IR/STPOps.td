@@ -258,11 +258,15 @@ def STP_MoEExpertsOp : STP_Op<"moe_experts", [Pure]> {
     `x @ w_mul[e]` before `w_out` when gated, as `stp.moe`); unused rows
     are zero. Weights: `w_in`, `w_mul` `[El, D, Fl]`, `w_out [El, Fl, D]`;
     with `F` split over tensor-parallel axes the result holds partial sums
-    over them.
+    over them. With `bf16_operands` (set by -stp-mixed-precision) the
+    operands of the three GEMMs (the rows, the weights and the activation)
+    are rounded to bf16 and the products accumulate in f32, as for every
+    other GEMM of a mixed-precision program.
   }];
   let arguments = (ins AnyRankedTensor:$buffer, AnyRankedTensor:$counts,
                        AnyRankedTensor:$w_in, Optional<AnyRankedTensor>:$w_mul,
-                       AnyRankedTensor:$w_out, StrAttr:$activation);
+                       AnyRankedTensor:$w_out, StrAttr:$activation,
+                       UnitAttr:$bf16_operands);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
     $buffer `,` $counts `experts` $w_in (`gated` $w_mul^)? `down` $w_out

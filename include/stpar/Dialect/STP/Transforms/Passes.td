@@ -506,6 +506,10 @@ def MixedPrecisionPass : Pass<"stp-mixed-precision", "::mlir::ModuleOp"> {
         %yf = arith.extf %y : bf16 to f32 ...
     ```
 
+    The experts of MoE layers (`stp.moe_experts`) get `bf16_operands`:
+    their runtime call rounds its GEMMs' operands the same way (counted as
+    two or three GEMMs each).
+
     The plan's devices (the module's `stp.mesh`) must have bf16 tensor
     cores (a `bf16` peak; cuBLAS takes bf16 operands from sm_80 on): with
     `compute-type=bf16` a cluster without them (V100) is an error, with
