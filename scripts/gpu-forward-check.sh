@@ -16,7 +16,8 @@
 #   run      on the GPU host: builds every CUDA program (nvcc for this GPU;
 #            without MPI where the host has none: one rank needs none; NCCL
 #            as in gpu-train-check.sh), runs each once and compares its
-#            outputs with the reference by the rule of `stpar verify`:
+#            outputs (per-op times in DIR/run-NAME.log) with the reference
+#            by the rule of `stpar verify`:
 #            element error |a - b| / max(|b|, atol / rtol) <= rtol, rtol 1e-4,
 #            atol 1e-5 (mixed precision: 2e-2, 1e-2); integer outputs exact.
 # Exit 0 only when every case passes.
@@ -52,6 +53,7 @@ llama|$m/torch113_llama_block_op17/model.onnx|--dim batch=8 --dim seq=8
 megatron|$m/ort_gpt2_megatron.onnx|--dim batch_size=8 --dim seq_len=8 --dim past_seq_len=4 --dim total_seq_len=12
 bert|$m/ort_bert_toy_optimized.onnx|--dim batch=8 --dim max_seq_len_in_batch=8 --batch-dim batch
 moe|$m/torch113_moe_top2_op17/model.onnx|--dim batch=8 --dim seq=8
+moe-mixed|$m/torch113_moe_top2_op17/model.onnx|--dim batch=8 --dim seq=8 --precision mixed
 mixtral|$dir/models/mixtral.onnx|--dim batch_size=8 --dim seq_len=8
 mixtral-wide|$dir/models/mixtral-wide.onnx|--dim batch_size=8 --dim seq_len=128
 mixtral-mixed|$dir/models/mixtral.onnx|--dim batch_size=8 --dim seq_len=8 --precision mixed
@@ -131,7 +133,8 @@ run_gpu() {
       echo "$name: build FAILED"; tail -20 "$dir/build-$name.log"; status=1; continue
     fi
     rm -rf "$dir/out/$name"; mkdir -p "$dir/out/$name"
-    if ! "${launch[@]}" "$dir/build/$name/stpar_program" --weights "$bundle/$name/model" \
+    # Profiled (STPAR_PROFILE: per-op times in run-NAME.log).
+    if ! STPAR_PROFILE=1 "${launch[@]}" "$dir/build/$name/stpar_program" --weights "$bundle/$name/model" \
          --inputs "$bundle/$name/inputs" --outputs "$dir/out/$name" \
          >"$dir/run-$name.log" 2>&1; then
       echo "$name: the program FAILED"; tail -20 "$dir/run-$name.log"; status=1; continue

@@ -912,57 +912,58 @@ void gemm(Context &, bool transX, bool transY, int64_t rows, int64_t cols,
 }
 
 /// stp.moe_experts: el local experts, each with p segments of s / p rows
-/// of which counts[expert * p + segment] are used; wMul may be null. Per
-/// (expert, segment) with n used rows, two or three GEMMs of n rows with
-/// the cuBLAS semantics of `gemm` (the calls the cuda target makes):
-/// A[n, f] = rows @ wIn[x] (U likewise with wMul), H = act(A) (* U) in the
-/// operand type, O[n, d] = H @ wOut[x]. Op is the GEMM operand type: T, or
-/// bf16 under -stp-mixed-precision (the rows and weights rounded once per
-/// segment and expert). Unused rows are zero.
+/// of which counts[expert * p + segment] are used; wMul may be null. The
+/// products of the cuda target's three grouped GEMMs, one `gemm` (cuBLAS
+/// semantics) per (expert, segment) pair with n > 0 used rows and stage:
+/// A[n, f] = rows @ wIn[x] (U likewise with wMul), then H = act(A) (* U)
+/// in the operand type for all rows, then O[n, d] = H @ wOut[x]; A, U, H
+/// and O laid out like the buffer, unused rows zero. Op is the GEMM
+/// operand type: T, or bf16 under -stp-mixed-precision (rows and weights
+/// rounded first).
 template <typename Op, typename T>
 void moeExpertsAs(Context &ctx, const T *buffer, const int64_t *counts,
                   const T *wIn, const T *wMul, const T *wOut, T *out,
                   int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
                   int activation) {
-  std::fill(out, out + el * s * d, T(0));
   const int64_t c = s / p;
-  std::vector<float> a, u, o;
-  std::vector<Op> h, rows, wi, wm, wo;
+  std::vector<float> a(el * s * f, 0.0f), u(wMul ? el * s * f : 0, 0.0f),
+      o(el * s * d, 0.0f);
+  std::vector<Op> h(el * s * f), rows, wi, wm, wo;
   auto operand = [](const T *src, int64_t n, std::vector<Op> &dst) {
     dst.resize(n);
     for (int64_t i = 0; i < n; ++i)
       dst[i] = static_cast<Op>(float(widen(src[i])));
     return dst.data();
   };
-  for (int64_t x = 0; x < el; ++x) {
-    const Op *wIn_ = operand(wIn + x * d * f, d * f, wi);
-    const Op *wMul_ = wMul ? operand(wMul + x * d * f, d * f, wm) : nullptr;
-    const Op *wOut_ = operand(wOut + x * f * d, f * d, wo);
-    for (int64_t g = 0; g < p; ++g) {
-      const int64_t n = std::min(c, counts[x * p + g]);
-      if (n <= 0)
-        continue;
-      const Op *r = operand(buffer + (x * s + g * c) * d, n * d, rows);
-      // Row-major [n, d] x [d, f] is column-major [f, d] x [d, n].
-      a.assign(n * f, 0.0f);
-      gemm(ctx, false, false, f, n, d, wIn_, f, 0, r, d, 0, a.data(), f, 0, 1);
-      if (wMul_) {
-        u.assign(n * f, 0.0f);
-        gemm(ctx, false, false, f, n, d, wMul_, f, 0, r, d, 0, u.data(), f, 0,
-             1);
-      }
-      h.resize(n * f);
-      for (int64_t i = 0; i < n * f; ++i)
-        h[i] = static_cast<Op>(moeActivation(activation, a[i]) *
-                               (wMul_ ? u[i] : 1.0f));
-      o.assign(n * d, 0.0f);
-      gemm(ctx, false, false, d, n, f, wOut_, d, 0, h.data(), f, 0, o.data(), d,
-           0, 1);
-      T *dst = out + (x * s + g * c) * d;
-      for (int64_t i = 0; i < n * d; ++i)
-        dst[i] = static_cast<T>(o[i]);
-    }
-  }
+  const Op *rows_ = operand(buffer, el * s * d, rows);
+  const Op *wIn_ = operand(wIn, el * d * f, wi);
+  const Op *wMul_ = wMul ? operand(wMul, el * d * f, wm) : nullptr;
+  const Op *wOut_ = operand(wOut, el * f * d, wo);
+  // Row-major [n, d] x [d, f] is column-major [f, d] x [d, n].
+  auto eachPair = [&](auto &&body) {
+    for (int64_t x = 0; x < el; ++x)
+      for (int64_t g = 0; g < p; ++g)
+        if (int64_t n = std::min(c, counts[x * p + g]); n > 0)
+          body(x, x * s + g * c, n);
+  };
+  eachPair([&](int64_t x, int64_t row, int64_t n) {
+    gemm(ctx, false, false, f, n, d, wIn_ + x * d * f, f, 0, rows_ + row * d, d,
+         0, a.data() + row * f, f, 0, 1);
+  });
+  if (wMul_)
+    eachPair([&](int64_t x, int64_t row, int64_t n) {
+      gemm(ctx, false, false, f, n, d, wMul_ + x * d * f, f, 0, rows_ + row * d,
+           d, 0, u.data() + row * f, f, 0, 1);
+    });
+  for (int64_t i = 0; i < el * s * f; ++i)
+    h[i] = static_cast<Op>(moeActivation(activation, a[i]) *
+                           (wMul_ ? u[i] : 1.0f));
+  eachPair([&](int64_t x, int64_t row, int64_t n) {
+    gemm(ctx, false, false, d, n, f, wOut_ + x * f * d, d, 0,
+         h.data() + row * f, f, 0, o.data() + row * d, d, 0, 1);
+  });
+  for (int64_t i = 0; i < el * s * d; ++i)
+    out[i] = static_cast<T>(o[i]);
 }
 
 /// The call -stp-lower-contractions makes: the same product into the

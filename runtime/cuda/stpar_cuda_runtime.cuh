@@ -166,6 +166,8 @@ public:
     STP_NCCL(ncclCommInitRank(&world, size, id, rank));
     STP_CUBLAS(cublasCreate(&blas));
     STP_CUBLAS(cublasSetStream(blas, compute));
+    if (profile.enabled)
+      warmUpBlas();
     if (!options.weights.empty())
       weights.open(options.weights);
   }
@@ -195,6 +197,26 @@ public:
 #ifndef STPAR_WITHOUT_MPI
     MPI_Finalize();
 #endif
+  }
+
+  /// cuBLAS initializes itself in its first GEMM (about 100 ms on an H200,
+  /// bench/gpu/RESULTS.md); a profiled run does that before the first mark,
+  /// with one f32 and one bf16-operand product of 16 x 16, so that the
+  /// profile times the step.
+  void warmUpBlas() {
+    float *c = nullptr;
+    void *x = nullptr;
+    STP_CUDA(cudaMalloc(&c, 16 * 16 * sizeof(float)));
+    STP_CUDA(cudaMalloc(&x, 16 * 16 * sizeof(float)));
+    STP_CUDA(cudaMemset(x, 0, 16 * 16 * sizeof(float)));
+    const float one = 1.0f, zero = 0.0f;
+    for (cudaDataType_t type : {CUDA_R_32F, CUDA_R_16BF})
+      STP_CUBLAS(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, 16, 16, 16, &one,
+                              x, type, 16, x, type, 16, &zero, c, CUDA_R_32F,
+                              16, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    STP_CUDA(cudaDeviceSynchronize());
+    STP_CUDA(cudaFree(x));
+    STP_CUDA(cudaFree(c));
   }
 
   /// Allocates the arena of the memory plan: the program's only
@@ -1171,15 +1193,77 @@ __global__ void moeOperandKernel(const T *in, Op *out, int64_t n) {
   if (i < n)
     out[i] = static_cast<Op>(static_cast<float>(in[i]));
 }
-/// stp.moe_experts: per (local expert, segment) with n used rows, cuBLAS
-/// GEMMs of n rows (`gemm`, the calls the cpu target runs with the same
-/// semantics): A[n, f] = rows @ wIn[x] (U likewise with wMul), H = act(A)
-/// (* U) in the operand type, O[n, d] = H @ wOut[x]. Op is the GEMM
-/// operand type: T, or bf16 under -stp-mixed-precision (the rows and
-/// weights rounded into temporary buffers once per segment and expert; the
-/// products accumulate in f32). The row counts are copied to the host
-/// first (a compute stream synchronization: they size the GEMMs). Unused
-/// rows are zero.
+/// One stage of stp.moe_experts: for every (local expert, segment) pair
+/// with used rows, C_i = A_i B_i (column-major, m_i x n_i x k_i; C zeroed
+/// beforehand, alpha 1, beta 0) as one grouped cuBLAS call
+/// (cublasGemmGroupedBatchedEx, one group per pair), or, where cuBLAS
+/// declines the types, one `gemm` per pair (the same products; a profiled
+/// run notes it once).
+template <typename Op>
+void moeGroupedGemm(Context &ctx, const std::vector<int> &m,
+                    const std::vector<int> &n, const std::vector<int> &k,
+                    const std::vector<const void *> &a,
+                    const std::vector<int> &lda,
+                    const std::vector<const void *> &b,
+                    const std::vector<int> &ldb, const std::vector<void *> &c,
+                    const std::vector<int> &ldc) {
+  const int groups = static_cast<int>(m.size());
+  if (groups == 0)
+    return;
+  static bool grouped = true;
+  if (grouped) {
+    std::vector<cublasOperation_t> ops(groups, CUBLAS_OP_N);
+    std::vector<float> alpha(groups, 1.0f), beta(groups, 0.0f);
+    std::vector<int> sizes(groups, 1);
+    // The device arrays of A, B and C pointers cuBLAS reads.
+    auto ptrs = alloc<void *>(ctx, 3 * groups);
+    std::vector<void *> host;
+    for (const void *x : a)
+      host.push_back(const_cast<void *>(x));
+    for (const void *x : b)
+      host.push_back(const_cast<void *>(x));
+    host.insert(host.end(), c.begin(), c.end());
+    STP_CUDA(cudaMemcpyAsync(ptrs.data(), host.data(),
+                             sizeof(void *) * 3 * groups,
+                             cudaMemcpyHostToDevice, ctx.compute));
+    cublasStatus_t st = cublasGemmGroupedBatchedEx(
+        ctx.blas, ops.data(), ops.data(), m.data(), n.data(), k.data(),
+        alpha.data(), ptrs.data(), BlasType<Op>::value, lda.data(),
+        ptrs.data() + groups, BlasType<Op>::value, ldb.data(), beta.data(),
+        ptrs.data() + 2 * groups, CUDA_R_32F, ldc.data(), groups, sizes.data(),
+        CUBLAS_COMPUTE_32F);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      return;
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
+      fatal("cublasGemmGroupedBatchedEx: cuBLAS status " +
+            std::to_string(static_cast<int>(st)));
+    // CUDA 13.0's cuBLAS declines bf16 operands with an f32 result
+    // (CUBLAS_STATUS_NOT_SUPPORTED, seen on an H200, bench/gpu/RESULTS.md).
+    grouped = false;
+    if (ctx.profile.enabled)
+      std::fprintf(stderr,
+                   "stpar_program: note: cuBLAS has no grouped GEMM for "
+                   "these operand types (status %d): the experts run one "
+                   "GEMM per segment\n",
+                   static_cast<int>(st));
+  }
+  for (int i = 0; i < groups; ++i)
+    gemm(ctx, false, false, m[i], n[i], k[i], static_cast<const Op *>(a[i]),
+         lda[i], 0, static_cast<const Op *>(b[i]), ldb[i], 0,
+         static_cast<float *>(c[i]), ldc[i], 0, 1);
+}
+
+/// stp.moe_experts: three stages over every (local expert, segment) pair
+/// with n > 0 used rows, each one grouped GEMM (`moeGroupedGemm`; the cpu
+/// target runs the same products with the semantics of `gemm`):
+/// A[n, f] = rows @ wIn[x] (U likewise with wMul), then H = act(A) (* U)
+/// in the operand type for all rows at once, then O[n, d] = H @ wOut[x].
+/// A, U, H and O are laid out like the buffer ([el, s, .], unused rows
+/// zero), so the activation and the store are one kernel each. Op is the
+/// GEMM operand type: T, or bf16 under -stp-mixed-precision (the rows and
+/// weights rounded into temporary buffers first; the products accumulate
+/// in f32). The row counts are copied to the host first (a compute stream
+/// synchronization: they size the GEMMs).
 template <typename Op, typename T>
 void moeExpertsAs(Context &ctx, const Tensor<T> &buffer,
                   const Tensor<int64_t> &counts, const Tensor<T> &wIn,
@@ -1192,15 +1276,15 @@ void moeExpertsAs(Context &ctx, const Tensor<T> &buffer,
   STP_CUDA(cudaMemcpyAsync(used.data(), counts.data(), sizeof(int64_t) * el * p,
                            cudaMemcpyDeviceToHost, ctx.compute));
   STP_CUDA(cudaStreamSynchronize(ctx.compute));
-  STP_CUDA(cudaMemsetAsync(out.data(), 0, sizeof(T) * el * s * d, ctx.compute));
-  auto a = alloc<float>(ctx, c * f), u = alloc<float>(ctx, wMul ? c * f : 1),
-       o = alloc<float>(ctx, c * d);
-  auto h = alloc<Op>(ctx, c * f);
+  auto a = alloc<float>(ctx, el * s * f),
+       u = alloc<float>(ctx, wMul ? el * s * f : 1),
+       o = alloc<float>(ctx, el * s * d);
+  auto h = alloc<Op>(ctx, el * s * f);
   // Rounded operands (bf16 under mixed precision), else unused.
-  auto rows = alloc<Op>(ctx, round ? c * d : 1),
-       wi = alloc<Op>(ctx, round ? d * f : 1),
-       wm = alloc<Op>(ctx, round && wMul ? d * f : 1),
-       wo = alloc<Op>(ctx, round ? f * d : 1);
+  auto rows = alloc<Op>(ctx, round ? el * s * d : 1),
+       wi = alloc<Op>(ctx, round ? el * d * f : 1),
+       wm = alloc<Op>(ctx, round && wMul ? el * d * f : 1),
+       wo = alloc<Op>(ctx, round ? el * f * d : 1);
   auto operand = [&](const T *src, int64_t n, decltype(rows) &dst) {
     if constexpr (round) {
       moeOperandKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(src, dst.data(),
@@ -1210,41 +1294,49 @@ void moeExpertsAs(Context &ctx, const Tensor<T> &buffer,
       return src;
     }
   };
-  for (int64_t x = 0; x < el; ++x) {
-    bool any = false;
-    for (int64_t g = 0; g < p; ++g)
-      any |= used[x * p + g] > 0;
-    if (!any)
-      continue;
-    const Op *wIn_ = operand(wIn.data() + x * d * f, d * f, wi);
-    const Op *wMul_ =
-        wMul ? operand(wMul->data() + x * d * f, d * f, wm) : nullptr;
-    const Op *wOut_ = operand(wOut.data() + x * f * d, f * d, wo);
+  const Op *rows_ = operand(buffer.data(), el * s * d, rows);
+  const Op *wIn_ = operand(wIn.data(), el * d * f, wi);
+  const Op *wMul_ = wMul ? operand(wMul->data(), el * d * f, wm) : nullptr;
+  const Op *wOut_ = operand(wOut.data(), el * f * d, wo);
+  // Row-major [n, d] x [d, f] is column-major [f, d] x [d, n].
+  std::vector<int> ms, ns, ks, lda, ldb, ldc;
+  std::vector<const void *> as, mulAs, bs;
+  std::vector<void *> cs, us, os;
+  std::vector<const void *> hs, wos;
+  for (int64_t x = 0; x < el; ++x)
     for (int64_t g = 0; g < p; ++g) {
       const int64_t n = std::min(c, used[x * p + g]);
       if (n <= 0)
         continue;
-      const Op *r = operand(buffer.data() + (x * s + g * c) * d, n * d, rows);
-      // Row-major [n, d] x [d, f] is column-major [f, d] x [d, n].
-      STP_CUDA(
-          cudaMemsetAsync(a.data(), 0, sizeof(float) * n * f, ctx.compute));
-      gemm(ctx, false, false, f, n, d, wIn_, f, 0, r, d, 0, a.data(), f, 0, 1);
-      if (wMul_) {
-        STP_CUDA(
-            cudaMemsetAsync(u.data(), 0, sizeof(float) * n * f, ctx.compute));
-        gemm(ctx, false, false, f, n, d, wMul_, f, 0, r, d, 0, u.data(), f, 0,
-             1);
-      }
-      moeActivationKernel<<<blocksFor(n * f), 256, 0, ctx.compute>>>(
-          a.data(), wMul_ ? u.data() : nullptr, h.data(), n * f, activation);
-      STP_CUDA(
-          cudaMemsetAsync(o.data(), 0, sizeof(float) * n * d, ctx.compute));
-      gemm(ctx, false, false, d, n, f, wOut_, d, 0, h.data(), f, 0, o.data(), d,
-           0, 1);
-      moeStoreKernel<<<blocksFor(n * d), 256, 0, ctx.compute>>>(
-          o.data(), out.data() + (x * s + g * c) * d, n * d);
+      const int64_t row = x * s + g * c;
+      ms.push_back(static_cast<int>(f));
+      ns.push_back(static_cast<int>(n));
+      ks.push_back(static_cast<int>(d));
+      as.push_back(wIn_ + x * d * f);
+      if (wMul_)
+        mulAs.push_back(wMul_ + x * d * f);
+      bs.push_back(rows_ + row * d);
+      cs.push_back(a.data() + row * f);
+      if (wMul_)
+        us.push_back(u.data() + row * f);
+      hs.push_back(h.data() + row * f);
+      wos.push_back(wOut_ + x * f * d);
+      os.push_back(o.data() + row * d);
     }
-  }
+  const size_t pairs = ns.size();
+  lda.assign(pairs, static_cast<int>(f));
+  ldb.assign(pairs, static_cast<int>(d));
+  ldc.assign(pairs, static_cast<int>(f));
+  moeGroupedGemm<Op>(ctx, ms, ns, ks, as, lda, bs, ldb, cs, ldc);
+  if (wMul_)
+    moeGroupedGemm<Op>(ctx, ms, ns, ks, mulAs, lda, bs, ldb, us, ldc);
+  moeActivationKernel<<<blocksFor(el * s * f), 256, 0, ctx.compute>>>(
+      a.data(), wMul_ ? u.data() : nullptr, h.data(), el * s * f, activation);
+  std::vector<int> dm(pairs, static_cast<int>(d)),
+      fk(pairs, static_cast<int>(f));
+  moeGroupedGemm<Op>(ctx, dm, ns, fk, wos, dm, hs, fk, os, dm);
+  moeStoreKernel<<<blocksFor(el * s * d), 256, 0, ctx.compute>>>(
+      o.data(), out.data(), el * s * d);
   STP_CUDA(cudaGetLastError());
 }
 template <typename T>
