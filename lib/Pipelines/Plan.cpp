@@ -40,13 +40,24 @@ static Error makeError(const Twine &message) {
 
 static const double kGiB = double(int64_t(1) << 30);
 
+/// `bytes` in the largest binary unit that keeps it >= 1 (B, KiB, MiB,
+/// GiB, TiB), with 3 significant decimals from KiB on.
+static std::string formatBytes(double bytes) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && std::abs(bytes) >= 1024) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? formatv("{0:f0} B", bytes).str()
+                : formatv("{0:f3} {1}", bytes, units[u]).str();
+}
+
 std::string stpar::pipelines::describeNoPlan(const SearchResult &r) {
-  return ("no plan fits: the smallest plan found needs " +
-          formatv("{0:f3}", r.smallestMemory / kGiB).str() +
-          " GiB per device, the limit is " +
-          formatv("{0:f3}", r.memoryLimit / kGiB).str() + " GiB (short by " +
-          formatv("{0:f3}", (r.smallestMemory - r.memoryLimit) / kGiB).str() +
-          " GiB)");
+  return "no plan fits: the smallest plan found needs " +
+         formatBytes(r.smallestMemory) + " per device, the limit is " +
+         formatBytes(r.memoryLimit) + " (short by " +
+         formatBytes(r.smallestMemory - r.memoryLimit) + ")";
 }
 
 /// The baselines beside `bestPlan` (--compare).

@@ -70,9 +70,10 @@ static cl::opt<int64_t>
     compileDevices("devices", cl::sub(compileCmd), cl::init(0),
                    cl::desc("Devices (default: the cluster's; with --plan: "
                             "must equal the plan's)"));
-static cl::opt<double>
-    compileMemoryLimit("memory-limit", cl::sub(compileCmd), cl::init(0),
-                       cl::desc("Per-device memory limit in bytes"));
+static cl::opt<double, false, stpar::tools::ByteSizeParser> compileMemoryLimit(
+    "memory-limit", cl::sub(compileCmd), cl::init(0),
+    cl::desc("Per-device memory limit, in bytes or with a unit (80GiB, "
+             "40GB; default: the device's memory)"));
 static cl::opt<std::string>
     compilePlan("plan", cl::sub(compileCmd), cl::value_desc("plan.json"),
                 cl::desc("Use this plan (from `stpar plan -o`) instead of "
@@ -273,6 +274,8 @@ static int runCompile() {
     return fail("nothing to write: --emit=" +
                 join(compileEmit.begin(), compileEmit.end(), ",") +
                 " needs --stop-after=emit");
+  if (std::string m = stpar::tools::checkDevices(compileDevices); !m.empty())
+    return fail(m);
   {
     SmallString<256> parent(compileOutput);
     sys::fs::make_absolute(parent);

@@ -12,6 +12,9 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Location.h"
 #include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -92,4 +95,59 @@ bool stpar::tools::parseDimBindings(const std::vector<std::string> &bindings,
     return false;
   }
   return true;
+}
+
+bool stpar::tools::ByteSizeParser::parse(llvm::cl::Option &option,
+                                         llvm::StringRef argName,
+                                         llvm::StringRef arg, double &value) {
+  llvm::StringRef text = arg.trim();
+  size_t end = 0;
+  while (end < text.size() &&
+         (llvm::isDigit(text[end]) || llvm::is_contained(".eE+-", text[end])))
+    ++end;
+  // An exponent's 'e' followed by no digit belongs to a unit such as "EB"
+  // (not accepted below), so only the numeric prefix is parsed.
+  llvm::StringRef number = text.take_front(end);
+  llvm::StringRef unit = text.drop_front(end).trim();
+  double scale = llvm::StringSwitch<double>(unit)
+                     .Case("", 1.0)
+                     .Case("B", 1.0)
+                     .Case("kB", 1e3)
+                     .Case("KB", 1e3)
+                     .Case("MB", 1e6)
+                     .Case("GB", 1e9)
+                     .Case("TB", 1e12)
+                     .Case("KiB", 1024.0)
+                     .Case("MiB", 1024.0 * 1024)
+                     .Case("GiB", 1024.0 * 1024 * 1024)
+                     .Case("TiB", 1024.0 * 1024 * 1024 * 1024)
+                     .Default(-1);
+  double n = 0;
+  if (number.empty() || number.getAsDouble(n) || scale < 0 || n < 0)
+    return option.error(
+        "'" + arg +
+            "' is not a byte size (a number of bytes, optionally "
+            "with a unit: kB, MB, GB, TB, KiB, MiB, GiB, TiB; "
+            "e.g. 80GiB)",
+        argName);
+  value = n * scale;
+  return false;
+}
+
+std::string stpar::tools::checkOutputFile(llvm::StringRef path) {
+  if (llvm::sys::fs::is_directory(path))
+    return "'" + path.str() + "' is a folder, not a file";
+  llvm::SmallString<256> parent(path);
+  llvm::sys::fs::make_absolute(parent);
+  llvm::sys::path::remove_filename(parent);
+  if (!llvm::sys::fs::is_directory(parent))
+    return "cannot write '" + path.str() + "': its folder '" +
+           parent.str().str() + "' does not exist";
+  return "";
+}
+
+std::string stpar::tools::checkDevices(const llvm::cl::opt<int64_t> &devices) {
+  if (devices.getNumOccurrences() && devices < 1)
+    return "--devices must be at least 1 (got " + std::to_string(devices) + ")";
+  return "";
 }

@@ -16,6 +16,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/OperationSupport.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/CommandLine.h"
 
 #include <string>
 #include <vector>
@@ -51,6 +52,28 @@ std::string getRuntimeDir();
 /// returns false on a malformed or conflicting binding.
 bool parseDimBindings(const std::vector<std::string> &bindings,
                       llvm::StringMap<int64_t> &dims);
+
+/// The value of a byte-size option such as `--memory-limit`: a number of
+/// bytes, optionally with a unit, powers of 1000 (kB, MB, GB, TB) or of
+/// 1024 (KiB, MiB, GiB, TiB), e.g. `80GiB`, `40GB`, `8.5e10`. A negative or
+/// non-numeric value is an error naming the option.
+class ByteSizeParser : public llvm::cl::parser<double> {
+public:
+  explicit ByteSizeParser(llvm::cl::Option &option)
+      : llvm::cl::parser<double>(option) {}
+  bool parse(llvm::cl::Option &option, llvm::StringRef argName,
+             llvm::StringRef arg, double &value);
+  llvm::StringRef getValueName() const override { return "bytes"; }
+};
+
+/// Checks, before any long work, that an output file can be written at
+/// `path`: its folder exists, and `path` is not a folder. Returns the
+/// message of the first problem, or an empty string.
+std::string checkOutputFile(llvm::StringRef path);
+
+/// Checks an explicitly given `--devices` (count > 0 occurrences): at least
+/// 1. Returns the message, or an empty string.
+std::string checkDevices(const llvm::cl::opt<int64_t> &devices);
 
 } // namespace stpar::tools
 

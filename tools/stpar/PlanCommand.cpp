@@ -82,9 +82,10 @@ static cl::opt<std::string>
                          "problem's)"));
 static cl::opt<int64_t> planDevices("devices", cl::sub(planCmd), cl::init(0),
                                     cl::desc("Devices (default: the problem's)"));
-static cl::opt<double>
-    planMemoryLimit("memory-limit", cl::sub(planCmd), cl::init(0),
-                    cl::desc("Per-device memory limit in bytes"));
+static cl::opt<double, false, stpar::tools::ByteSizeParser> planMemoryLimit(
+    "memory-limit", cl::sub(planCmd), cl::init(0),
+    cl::desc("Per-device memory limit, in bytes or with a unit (80GiB, "
+             "40GB; default: the device's memory)"));
 static cl::opt<bool> planCompare("compare", cl::sub(planCmd),
                                  cl::desc("Print the baselines too"));
 static cl::opt<bool> planSpatialOnly("spatial-only", cl::sub(planCmd),
@@ -131,6 +132,14 @@ static int runONNX();
 static int runPlan() {
   if (planInput.empty() == planProblem.empty())
     return fail("give either MODEL.onnx or --problem FILE");
+  if (std::string m = stpar::tools::checkDevices(planDevices); !m.empty())
+    return fail(m);
+  // The outputs' folders are checked before the search, not after it.
+  for (const std::string &out :
+       {std::string(planOutput), std::string(planEmitMLIR)})
+    if (!out.empty())
+      if (std::string m = stpar::tools::checkOutputFile(out); !m.empty())
+        return fail(m);
   if (!planInput.empty())
     return runONNX();
   if (!planDims.empty() || !planOutput.empty() || !planEmitMLIR.empty())

@@ -37,6 +37,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Commands.h"
+#include "Diagnostics.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -67,9 +68,10 @@ static cl::SubCommand
 static cl::opt<std::string> verifyInput(cl::Positional, cl::Required,
                                         cl::desc("<model.onnx>"),
                                         cl::sub(verifyCmd));
-static cl::opt<std::string> verifyCluster("cluster", cl::sub(verifyCmd),
-                                          cl::Required,
-                                          cl::desc("Preset name or JSON file"));
+static cl::opt<std::string>
+    verifyCluster("cluster", cl::sub(verifyCmd),
+                  cl::desc("Preset name or JSON file (required unless "
+                           "--compiled)"));
 static cl::list<std::string>
     verifyDims("dim", cl::sub(verifyCmd), cl::value_desc("NAME=VALUE"),
                cl::desc("Bind a symbolic dim (as for stpar compile)"));
@@ -492,6 +494,11 @@ int Verifier::run() {
     return fail("--precision must be fp32 or mixed, got '" + verifyPrecision +
                 "'");
   programPrecision = verifyPrecision;
+  if (verifyCompiled.empty() && verifyCluster.empty())
+    return fail("give --cluster (the cluster the plan is searched for), or "
+                "--compiled DIR for a program compiled already");
+  if (std::string m = stpar::tools::checkDevices(verifyDevices); !m.empty())
+    return fail(m);
   if (!verifyTrain &&
       (verifySteps.getNumOccurrences() || verifyLoss.getNumOccurrences() ||
        verifyProfile.getNumOccurrences() ||
