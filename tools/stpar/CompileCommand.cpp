@@ -105,7 +105,7 @@ static cl::list<std::string>
 static cl::opt<std::string>
     compileStopAfter("stop-after", cl::sub(compileCmd), cl::init("emit"),
                      cl::value_desc("plan|partition|emit"),
-                     cl::desc("Last phase to run"));
+                     cl::desc("Last phase to run (default: emit)"));
 static cl::OptionCategory
     trainingCategory("Training step (-stp-training-step; docs/training.md)");
 static cl::opt<std::string> compileLoss(
@@ -122,23 +122,23 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     compileOptimizer("optimizer", cl::sub(compileCmd), cl::init("sgd"),
                      cl::value_desc("sgd|adamw"), cl::cat(trainingCategory),
-                     cl::desc("Optimizer of the training step"));
+                     cl::desc("Optimizer of the training step (default: sgd)"));
 static cl::opt<double> compileLr("lr", cl::sub(compileCmd), cl::init(1e-3),
                                  cl::cat(trainingCategory),
-                                 cl::desc("Learning rate"));
-static cl::opt<double>
-    compileWeightDecay("weight-decay", cl::sub(compileCmd), cl::init(0.0),
-                       cl::cat(trainingCategory),
-                       cl::desc("Weight decay (decoupled for adamw)"));
+                                 cl::desc("Learning rate (default: 1e-3)"));
+static cl::opt<double> compileWeightDecay(
+    "weight-decay", cl::sub(compileCmd), cl::init(0.0),
+    cl::cat(trainingCategory),
+    cl::desc("Weight decay (decoupled for adamw; default: 0)"));
 static cl::opt<double> compileBeta1("beta1", cl::sub(compileCmd), cl::init(0.9),
                                     cl::cat(trainingCategory),
-                                    cl::desc("AdamW beta1"));
+                                    cl::desc("AdamW beta1 (default: 0.9)"));
 static cl::opt<double> compileBeta2("beta2", cl::sub(compileCmd),
                                     cl::init(0.999), cl::cat(trainingCategory),
-                                    cl::desc("AdamW beta2"));
+                                    cl::desc("AdamW beta2 (default: 0.999)"));
 static cl::opt<double> compileEps("eps", cl::sub(compileCmd), cl::init(1e-8),
                                   cl::cat(trainingCategory),
-                                  cl::desc("AdamW epsilon"));
+                                  cl::desc("AdamW epsilon (default: 1e-8)"));
 static cl::opt<bool> compileReturnGradients(
     "return-gradients", cl::sub(compileCmd), cl::cat(trainingCategory),
     cl::desc("The training step also returns every trained parameter's "

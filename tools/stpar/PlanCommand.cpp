@@ -111,9 +111,9 @@ static cl::opt<std::string>
     planMesh("mesh", cl::sub(planCmd), cl::value_desc("AxB..."),
              cl::desc("ONNX models: force the logical mesh shape (no "
                       "pipeline stages); megatron: AxB = dp x tp"));
-static cl::opt<unsigned> planMaxAxes("max-mesh-axes", cl::sub(planCmd),
-                                     cl::init(3),
-                                     cl::desc("Most logical mesh axes"));
+static cl::opt<unsigned>
+    planMaxAxes("max-mesh-axes", cl::sub(planCmd), cl::init(3),
+                cl::desc("Most logical mesh axes (default: 3)"));
 
 static int fail(const Twine &message) {
   errs() << "stpar: error: " << message << "\n";

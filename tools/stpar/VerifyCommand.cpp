@@ -80,7 +80,8 @@ static cl::opt<std::string> verifyBatchDim(
     cl::desc("The symbolic batch dim (passed to stpar compile)"));
 static cl::opt<int64_t> verifyDevices(
     "devices", cl::sub(verifyCmd), cl::init(0),
-    cl::desc("Devices = MPI ranks (passed to stpar compile)"));
+    cl::desc("Devices = MPI ranks (passed to stpar compile; default: the "
+             "cluster's, or the plan's with --plan or --compiled)"));
 static cl::opt<std::string> verifyPlan("plan", cl::sub(verifyCmd),
                                        cl::value_desc("plan.json"),
                                        cl::desc("Use this plan (passed to "
@@ -92,13 +93,16 @@ static cl::opt<std::string> verifyMesh("mesh", cl::sub(verifyCmd),
 static cl::opt<std::string>
     verifyStrategy("strategy", cl::sub(verifyCmd), cl::value_desc("NAME"),
                    cl::desc("How the plan is chosen (passed to stpar "
-                            "compile): search, spatial, temporal, megatron, "
-                            "megatron-sp, dp"));
+                            "compile): search (default), spatial, temporal, "
+                            "megatron, megatron-sp, dp, or "
+                            "megatron:tp=T,pp=P,dp=D,... as for stpar "
+                            "compile"));
 static cl::opt<int>
     verifyZero("zero", cl::sub(verifyCmd), cl::init(-1), cl::value_desc("0-3"),
                cl::desc("Force the ZeRO stage (passed to stpar compile)"));
-static cl::opt<unsigned> verifySeed("seed", cl::sub(verifyCmd), cl::init(0),
-                                    cl::desc("Seed of the random inputs"));
+static cl::opt<unsigned>
+    verifySeed("seed", cl::sub(verifyCmd), cl::init(0),
+               cl::desc("Seed of the random inputs (default: 0)"));
 // The default tolerances of --precision mixed (docs/verify.md, "Mixed
 // precision": what bf16 GEMM operands reach against the float64 reference).
 #define STPAR_MIXED_RTOL 2e-2
@@ -183,27 +187,27 @@ static cl::opt<bool> verifyTrain(
     cl::desc("Verify a whole training step (loss, gradients, optimizer "
              "update) against PyTorch autograd instead of the forward pass "
              "against ONNX Runtime"));
-static cl::opt<unsigned>
-    verifySteps("steps", cl::sub(verifyCmd), cl::init(1),
-                cl::cat(verifyTrainingCategory),
-                cl::desc("Training steps to run and compare (--train)"));
+static cl::opt<unsigned> verifySteps(
+    "steps", cl::sub(verifyCmd), cl::init(1), cl::cat(verifyTrainingCategory),
+    cl::desc("Training steps to run and compare (--train; default: 1)"));
 static cl::opt<std::string> verifyLoss(
     "loss", cl::sub(verifyCmd), cl::init("next-token"), cl::value_desc("KIND"),
     cl::cat(verifyTrainingCategory),
     cl::desc("Loss of the training step: next-token, cross-entropy=NAME, "
-             "sum or mean-square (--train)"));
-static cl::opt<std::string> verifyOptimizer("optimizer", cl::sub(verifyCmd),
-                                            cl::init("sgd"),
-                                            cl::value_desc("sgd|adamw"),
-                                            cl::cat(verifyTrainingCategory),
-                                            cl::desc("Optimizer (--train)"));
-static cl::opt<double> verifyLr("lr", cl::sub(verifyCmd), cl::init(1e-3),
-                                cl::cat(verifyTrainingCategory),
-                                cl::desc("Learning rate (--train)"));
-static cl::opt<double> verifyWeightDecay("weight-decay", cl::sub(verifyCmd),
-                                         cl::init(0.0),
-                                         cl::cat(verifyTrainingCategory),
-                                         cl::desc("Weight decay (--train)"));
+             "sum or mean-square (--train; default: next-token)"));
+static cl::opt<std::string>
+    verifyOptimizer("optimizer", cl::sub(verifyCmd), cl::init("sgd"),
+                    cl::value_desc("sgd|adamw"),
+                    cl::cat(verifyTrainingCategory),
+                    cl::desc("Optimizer (--train; default: sgd)"));
+static cl::opt<double>
+    verifyLr("lr", cl::sub(verifyCmd), cl::init(1e-3),
+             cl::cat(verifyTrainingCategory),
+             cl::desc("Learning rate (--train; default: 1e-3)"));
+static cl::opt<double>
+    verifyWeightDecay("weight-decay", cl::sub(verifyCmd), cl::init(0.0),
+                      cl::cat(verifyTrainingCategory),
+                      cl::desc("Weight decay (--train; default: 0)"));
 static cl::opt<int64_t> verifyMicroBatches(
     "micro-batches", cl::sub(verifyCmd), cl::init(-1), cl::value_desc("M"),
     cl::cat(verifyTrainingCategory),
