@@ -19,6 +19,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Location.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -316,11 +317,26 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
     axes.push_back(json::Object{{"name", a.name}, {"size", a.size}});
   json::Array ops, collectives, transfers, syncs;
   double phase[3] = {0, 0, 0}, comm[2] = {0, 0};
+  // Operators are named after the graph operator each flat operator stands
+  // for (layer k's own ONNX node, not the folded layer's `name#k`), made
+  // unique as the problem's names are (".1", ".2" for the operators of one
+  // IR op); their parameters likewise.
+  llvm::StringSet<> usedNames;
   for (unsigned i = 0; i < g.ops.size(); ++i) {
     const Operator &op = g.ops[i];
     const Partition &part = plan.partitions[i];
     const OpReport &r = reports[i];
     const auto &gop = graph.ops[bridged.graphOpOfFlat[i]];
+    std::string opName = gop.op.name;
+    for (unsigned k = 1; !usedNames.insert(opName).second; ++k)
+      opName = gop.op.name + "." + std::to_string(k);
+    auto parameterName = [&](StringRef flatName) {
+      for (auto [j, o] : llvm::enumerate(op.operands))
+        if (o.role == OperandRole::Parameter && o.name == flatName &&
+            j < gop.op.operands.size())
+          return gop.op.operands[j].name;
+      return flatName.str();
+    };
     json::Object spec = specJSON(op, part, mesh);
     json::Object phases;
     const char *names[3] = {"forward", "input_grad", "weight_grad"};
@@ -340,7 +356,7 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
     if (gop.sourceOp >= 0 && size_t(gop.sourceOp) < irNames.getOps().size())
       irOp = irNames.getName(irNames.getOps()[gop.sourceOp]).str();
     json::Object entry{
-        {"name", op.name},
+        {"name", opName},
         {"ir_op", irOp},
         {"kind", getOpKindName(op.kind)},
         {"layer_kind", op.layerKind},
@@ -377,13 +393,13 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
     }
     ops.push_back(std::move(entry));
     if (r.cost.forwardComm > 0)
-      collectives.push_back(json::Object{{"op", op.name},
+      collectives.push_back(json::Object{{"op", opName},
                                          {"phase", "forward"},
                                          {"kind", "all-reduce"},
                                          {"bytes", r.outputBytes},
                                          {"seconds", r.cost.forwardComm}});
     if (r.cost.backwardComm > 0)
-      collectives.push_back(json::Object{{"op", op.name},
+      collectives.push_back(json::Object{{"op", opName},
                                          {"phase", "input_grad"},
                                          {"kind", "all-reduce"},
                                          {"bytes", r.inputBytes},
@@ -391,7 +407,7 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
     if (part.temporal) {
       int64_t q = mesh.axes[part.temporal->rowAxis].size;
       transfers.push_back(json::Object{
-          {"op", op.name},
+          {"op", opName},
           {"kind", "ring-shift"},
           {"steps_per_phase", q - 1},
           {"bytes_per_step", (r.inputBytes + r.paramBytes) / double(q)},
@@ -401,8 +417,8 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
       json::Array sa;
       for (unsigned a : s.axes)
         sa.push_back(mesh.axes[a].name);
-      syncs.push_back(json::Object{{"op", op.name},
-                                   {"parameter", s.parameter},
+      syncs.push_back(json::Object{{"op", opName},
+                                   {"parameter", parameterName(s.parameter)},
                                    {"bytes", s.bytes},
                                    {"axes", std::move(sa)}});
     }
