@@ -61,6 +61,8 @@ std::string stpar::pipelines::describeNoPlan(const SearchResult &r) {
          formatBytes(r.smallestMemory - r.memoryLimit) + ")";
 }
 
+static std::string summarizePlan(const Problem &problem, const Plan &plan);
+
 /// The baselines beside `bestPlan` (--compare).
 void stpar::pipelines::printComparison(
     raw_ostream &outs, const Problem &problem, const Cluster &cluster,
@@ -91,13 +93,16 @@ void stpar::pipelines::printComparison(
       return;
     }
     const Plan &p = *r->best;
-    outs << format("  %-28s %12.3f %10.3f %10.3f  %s\n", name.str().c_str(),
-                     p.cost.stepTime * 1e3, p.cost.stepTime / best,
-                     p.cost.getMemory() / gib, p.label.c_str());
+    outs << format(
+        "  %-28s %12.3f %10.3f %10.3f  %s\n", name.str().c_str(),
+        p.cost.stepTime * 1e3, p.cost.stepTime / best, p.cost.getMemory() / gib,
+        p.label.empty() ? summarizePlan(problem, p).c_str() : p.label.c_str());
   };
   outs << format("  %-28s %12.3f %10.3f %10.3f  %s\n", planName.str().c_str(),
                  best * 1e3, 1.0, bestPlan.cost.getMemory() / gib,
-                 bestPlan.label.c_str());
+                 bestPlan.label.empty()
+                     ? summarizePlan(problem, bestPlan).c_str()
+                     : bestPlan.label.c_str());
   // The baselines do not inherit a forced Megatron configuration's
   // recomputation setting or grid point.
   SearchOptions spatialOpts = opts;
@@ -190,6 +195,108 @@ static double getCompute(const OperatorCost &c) {
   return c.forward + c.backwardInput + c.backwardWeight;
 }
 
+namespace {
+/// What a mesh axis does in a plan, from the loops it splits over all
+/// operators (axis 0, the pipeline axis, is never split by a partition).
+struct PlanAxisRole {
+  bool batch = false, experts = false, model = false, temporal = false;
+  bool any() const { return batch || experts || model || temporal; }
+  /// The field's short name: dp, tp, ep, temporal, dp+tp, ..., or repl
+  /// (an axis that splits nothing: its devices compute the same).
+  std::string getShortName() const {
+    if (temporal)
+      return "temporal";
+    std::string n;
+    auto add = [&](const char *w) {
+      n += (n.empty() ? "" : "+") + std::string(w);
+    };
+    if (batch)
+      add("dp");
+    if (experts)
+      add("ep");
+    if (model)
+      add("tp");
+    return n.empty() ? "repl" : n;
+  }
+};
+} // namespace
+
+/// Per mesh axis of `plan`: the loops it splits. A batch loop is data
+/// parallelism, an MoE layer's expert loop expert parallelism, any other
+/// loop (heads, hidden, FFN, vocabulary, sequence) tensor parallelism, a
+/// temporal primitive's grid its own role.
+static std::vector<PlanAxisRole>
+getAxisUses(const Problem &problem, const FlatGraph &g, const Plan &plan) {
+  std::vector<PlanAxisRole> uses(plan.config.mesh.axes.size());
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    const Operator &op = g.ops[i];
+    const Partition &part = plan.partitions[i];
+    if (part.temporal) {
+      uses[part.temporal->rowAxis].temporal = true;
+      uses[part.temporal->colAxis].temporal = true;
+    }
+    for (auto [d, axes] : llvm::enumerate(part.loopAxes))
+      for (unsigned a : axes) {
+        if (a >= uses.size() || d >= op.loops.size())
+          continue;
+        if (op.moe && d == op.moe->expertLoop)
+          uses[a].experts = true;
+        else if (!problem.batchLoop.empty() &&
+                 op.loops[d].name == problem.batchLoop)
+          uses[a].batch = true;
+        else
+          uses[a].model = true;
+      }
+  }
+  return uses;
+}
+
+/// "pp=1 dp=2 repl=4 zero-2 m=1": the searched plan in the form of the
+/// baselines' configurations (--compare).
+static std::string summarizePlan(const Problem &problem, const Plan &plan) {
+  FlatGraph g = flatten(problem);
+  std::vector<PlanAxisRole> uses = getAxisUses(problem, g, plan);
+  const Config &c = plan.config;
+  std::string s = "pp=" + std::to_string(c.getStages());
+  for (auto [a, axis] : llvm::enumerate(c.mesh.axes))
+    if (a > 0 && axis.size > 1)
+      s += " " + uses[a].getShortName() + "=" + std::to_string(axis.size);
+  if (c.zeroStage > 0)
+    s += " zero-" + std::to_string(c.zeroStage);
+  s += " m=" + std::to_string(c.microBatches);
+  if (c.recompute != Recompute::None)
+    s +=
+        std::string(" recompute=") + stpar::cost::getRecomputeName(c.recompute);
+  return s;
+}
+
+/// The mesh axes' roles under the plan's mesh line, and a warning for an
+/// axis that splits no operator (its devices all compute the same: the
+/// device count forced replication).
+static void printAxisRoles(raw_ostream &os, ArrayRef<PlanAxisRole> uses,
+                           const Mesh &mesh) {
+  // Only where an axis's name does not say its role already (a baseline's
+  // dp and tp axes do).
+  std::string line;
+  for (auto [a, axis] : llvm::enumerate(mesh.axes)) {
+    if (a == 0 || axis.name == uses[a].getShortName())
+      continue;
+    line += (line.empty() ? " " : ", ") + axis.name + "=" +
+            std::to_string(axis.size) + " " + uses[a].getShortName();
+    if (!uses[a].any() && axis.size > 1)
+      line +=
+          " (its " + std::to_string(axis.size) + " devices compute the same)";
+  }
+  if (!line.empty())
+    os << "axes:" << line << "\n";
+  for (auto [a, axis] : llvm::enumerate(mesh.axes))
+    if (a > 0 && axis.size > 1 && !uses[a].any())
+      os << "warning: mesh axis " << axis.name
+         << " splits no operator: " << axis.size
+         << " devices compute the same thing (the device count or the "
+            "batch forces replication; fewer devices would do as well)\n";
+}
+
 /// The table: one row per planned operator (layers folded), a summary per
 /// layer kind, then the step breakdown.
 static void printONNXTable(raw_ostream &os, const Problem &problem,
@@ -197,9 +304,45 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
                            ArrayRef<OpReport> reports) {
   const Mesh &mesh = plan.config.mesh;
   printPlanConfig(os, plan.config);
+  std::vector<PlanAxisRole> uses = getAxisUses(problem, g, plan);
+  printAxisRoles(os, uses, mesh);
+  // Full names: the prefix every operator shares (up to a '/') is printed
+  // once and left out of the rows, and the column is as wide as the
+  // longest name (never truncated).
+  // A row's name: a layer operator once, as layer 0's, marked xL.
+  auto rowName = [&](unsigned i) {
+    if (g.layerOf[i] != 0)
+      return g.ops[i].name;
+    std::string name = problem.ops[g.original[i]].name;
+    if (problem.layers > 1)
+      name += " x" + std::to_string(problem.layers);
+    return name;
+  };
+  std::vector<std::string> names;
+  for (unsigned i = 0; i < g.ops.size(); ++i)
+    if (g.layerOf[i] <= 0)
+      names.push_back(rowName(i));
+  size_t prefix = names.empty() ? 0 : names.front().size();
+  for (const std::string &n : names) {
+    size_t k = 0;
+    while (k < prefix && k < n.size() && n[k] == names.front()[k])
+      ++k;
+    prefix = k;
+  }
+  prefix =
+      names.empty() ? 0 : names.front().rfind('/', prefix ? prefix - 1 : 0);
+  if (prefix == std::string::npos || prefix == 0)
+    prefix = 0;
+  else
+    ++prefix; // keep the '/' in the prefix
+  if (prefix > 0)
+    os << "operators below " << names.front().substr(0, prefix) << "\n";
+  int width = 30;
+  for (const std::string &n : names)
+    width = std::max<int>(width, int(n.size() - prefix));
   os << "times per micro-batch in ms (layer rows: one layer), memory in MiB\n";
-  os << format("  %-30s %-10s %-44s %9s %9s %9s %9s\n", "operator", "kind",
-               "partition", "compute", "comm", "exposed", "memory");
+  os << format("  %-*s %-10s %-44s %9s %9s %9s %9s\n", width, "operator",
+               "kind", "partition", "compute", "comm", "exposed", "memory");
   const double mib = double(1 << 20);
   struct Kind {
     double compute = 0, comm = 0, exposed = 0, bytes = 0;
@@ -225,34 +368,43 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
     ++k.ops;
     if (g.layerOf[i] > 0)
       continue;
-    std::string name = g.ops[i].name;
-    if (g.layerOf[i] == 0) {
-      name = problem.ops[g.original[i]].name;
-      if (problem.layers > 1)
-        name += " x" + std::to_string(problem.layers);
-    }
-    if (name.size() > 30)
-      name = name.substr(0, 27) + "...";
-    os << format("  %-30s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n",
-                 name.c_str(), g.ops[i].layerKind.c_str(),
-                 describePartition(g.ops[i], plan.partitions[i], mesh).c_str(),
+    std::string name = rowName(i);
+    name = name.substr(std::min(prefix, name.size()));
+    // Replicated compute: axes that split other operators but not this one.
+    std::string partition =
+        describePartition(g.ops[i], plan.partitions[i], mesh);
+    std::vector<bool> used(mesh.axes.size(), false);
+    for (const auto &axes : plan.partitions[i].loopAxes)
+      for (unsigned a : axes)
+        if (a < used.size())
+          used[a] = true;
+    if (const auto &t = plan.partitions[i].temporal)
+      used[t->rowAxis] = used[t->colAxis] = true;
+    std::string repl;
+    for (auto [a, axis] : llvm::enumerate(mesh.axes))
+      if (a > 0 && axis.size > 1 && uses[a].any() && !used[a])
+        repl += (repl.empty() ? "" : ",") + axis.name;
+    if (!repl.empty() && partition != "replicated")
+      partition += " repl{" + repl + "}";
+    os << format("  %-*s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n", width,
+                 name.c_str(), g.ops[i].layerKind.c_str(), partition.c_str(),
                  compute * 1e3, comm * 1e3, comm * 1e3, r.bytes / mib);
   }
   os << "by layer kind (all layers, per micro-batch):\n";
   Kind total;
   for (auto &[name, k] : kinds) {
-    os << format("  %-30s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n",
-                 name.c_str(), "", (std::to_string(k.ops) + " operators").c_str(),
-                 k.compute * 1e3, k.comm * 1e3, k.exposed * 1e3,
-                 k.bytes / mib);
+    os << format("  %-*s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n", width,
+                 name.c_str(), "",
+                 (std::to_string(k.ops) + " operators").c_str(),
+                 k.compute * 1e3, k.comm * 1e3, k.exposed * 1e3, k.bytes / mib);
     total.compute += k.compute;
     total.comm += k.comm;
     total.exposed += k.exposed;
     total.bytes += k.bytes;
     total.ops += k.ops;
   }
-  os << format("  %-30s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n", "total", "",
-               (std::to_string(total.ops) + " operators").c_str(),
+  os << format("  %-*s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n", width, "total",
+               "", (std::to_string(total.ops) + " operators").c_str(),
                total.compute * 1e3, total.comm * 1e3, total.exposed * 1e3,
                total.bytes / mib);
   // MoE layers: FasterMoE's choices (the first layer's when layers fold).
