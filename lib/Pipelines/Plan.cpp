@@ -61,7 +61,8 @@ std::string stpar::pipelines::describeNoPlan(const SearchResult &r) {
          formatBytes(r.smallestMemory - r.memoryLimit) + ")";
 }
 
-static std::string summarizePlan(const Problem &problem, const Plan &plan);
+static std::string summarizePlan(const Problem &problem, const FlatGraph &g,
+                                 const Plan &plan);
 
 /// The baselines beside `bestPlan` (--compare).
 void stpar::pipelines::printComparison(
@@ -70,6 +71,7 @@ void stpar::pipelines::printComparison(
     StringRef planName) {
   const double gib = kGiB;
   double best = bestPlan.cost.stepTime;
+  const FlatGraph flat = flatten(problem);
   outs << "comparison (same cost model):\n";
   outs << format("  %-28s %12s %10s %10s  %s\n", "plan", "step ms",
                    "t/t_stpar", "GiB", "configuration");
@@ -93,15 +95,16 @@ void stpar::pipelines::printComparison(
       return;
     }
     const Plan &p = *r->best;
-    outs << format(
-        "  %-28s %12.3f %10.3f %10.3f  %s\n", name.str().c_str(),
-        p.cost.stepTime * 1e3, p.cost.stepTime / best, p.cost.getMemory() / gib,
-        p.label.empty() ? summarizePlan(problem, p).c_str() : p.label.c_str());
+    outs << format("  %-28s %12.3f %10.3f %10.3f  %s\n", name.str().c_str(),
+                   p.cost.stepTime * 1e3, p.cost.stepTime / best,
+                   p.cost.getMemory() / gib,
+                   p.label.empty() ? summarizePlan(problem, flat, p).c_str()
+                                   : p.label.c_str());
   };
   outs << format("  %-28s %12.3f %10.3f %10.3f  %s\n", planName.str().c_str(),
                  best * 1e3, 1.0, bestPlan.cost.getMemory() / gib,
                  bestPlan.label.empty()
-                     ? summarizePlan(problem, bestPlan).c_str()
+                     ? summarizePlan(problem, flat, bestPlan).c_str()
                      : bestPlan.label.c_str());
   // The baselines do not inherit a forced Megatron configuration's
   // recomputation setting or grid point.
@@ -221,6 +224,19 @@ struct PlanAxisRole {
 };
 } // namespace
 
+/// Calls f(axis, loop) for every mesh axis `part` splits a loop over, and
+/// f(axis, -1) for the two axes of a temporal primitive's grid.
+template <typename F>
+static void forEachSplitAxis(const Partition &part, F &&f) {
+  if (part.temporal) {
+    f(part.temporal->rowAxis, -1);
+    f(part.temporal->colAxis, -1);
+  }
+  for (auto [d, axes] : llvm::enumerate(part.loopAxes))
+    for (unsigned a : axes)
+      f(a, int(d));
+}
+
 /// Per mesh axis of `plan`: the loops it splits. A batch loop is data
 /// parallelism, an MoE layer's expert loop expert parallelism, any other
 /// loop (heads, hidden, FFN, vocabulary, sequence) tensor parallelism, a
@@ -230,31 +246,29 @@ getAxisUses(const Problem &problem, const FlatGraph &g, const Plan &plan) {
   std::vector<PlanAxisRole> uses(plan.config.mesh.axes.size());
   for (unsigned i = 0; i < g.ops.size(); ++i) {
     const Operator &op = g.ops[i];
-    const Partition &part = plan.partitions[i];
-    if (part.temporal) {
-      uses[part.temporal->rowAxis].temporal = true;
-      uses[part.temporal->colAxis].temporal = true;
-    }
-    for (auto [d, axes] : llvm::enumerate(part.loopAxes))
-      for (unsigned a : axes) {
-        if (a >= uses.size() || d >= op.loops.size())
-          continue;
-        if (op.moe && d == op.moe->expertLoop)
-          uses[a].experts = true;
-        else if (!problem.batchLoop.empty() &&
-                 op.loops[d].name == problem.batchLoop)
-          uses[a].batch = true;
-        else
-          uses[a].model = true;
-      }
+    forEachSplitAxis(plan.partitions[i], [&](unsigned a, int d) {
+      if (a >= uses.size())
+        return;
+      if (d < 0)
+        uses[a].temporal = true;
+      else if (size_t(d) >= op.loops.size())
+        return;
+      else if (op.moe && unsigned(d) == op.moe->expertLoop)
+        uses[a].experts = true;
+      else if (!problem.batchLoop.empty() &&
+               op.loops[d].name == problem.batchLoop)
+        uses[a].batch = true;
+      else
+        uses[a].model = true;
+    });
   }
   return uses;
 }
 
 /// "pp=1 dp=2 repl=4 zero-2 m=1": the searched plan in the form of the
 /// baselines' configurations (--compare).
-static std::string summarizePlan(const Problem &problem, const Plan &plan) {
-  FlatGraph g = flatten(problem);
+static std::string summarizePlan(const Problem &problem, const FlatGraph &g,
+                                 const Plan &plan) {
   std::vector<PlanAxisRole> uses = getAxisUses(problem, g, plan);
   const Config &c = plan.config;
   std::string s = "pp=" + std::to_string(c.getStages());
@@ -374,12 +388,10 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
     std::string partition =
         describePartition(g.ops[i], plan.partitions[i], mesh);
     std::vector<bool> used(mesh.axes.size(), false);
-    for (const auto &axes : plan.partitions[i].loopAxes)
-      for (unsigned a : axes)
-        if (a < used.size())
-          used[a] = true;
-    if (const auto &t = plan.partitions[i].temporal)
-      used[t->rowAxis] = used[t->colAxis] = true;
+    forEachSplitAxis(plan.partitions[i], [&](unsigned a, int) {
+      if (a < used.size())
+        used[a] = true;
+    });
     std::string repl;
     for (auto [a, axis] : llvm::enumerate(mesh.axes))
       if (a > 0 && axis.size > 1 && uses[a].any() && !used[a])

@@ -919,7 +919,7 @@ void gemm(Context &, bool transX, bool transY, int64_t rows, int64_t cols,
 /// in the operand type for all rows, then O[n, d] = H @ wOut[x]; A, U, H
 /// and O laid out like the buffer, unused rows zero. Op is the GEMM
 /// operand type: T, or bf16 under -stp-mixed-precision (rows and weights
-/// rounded first).
+/// rounded into copies first; with Op = T they are read in place).
 template <typename Op, typename T>
 void moeExpertsAs(Context &ctx, const T *buffer, const int64_t *counts,
                   const T *wIn, const T *wMul, const T *wOut, T *out,
@@ -929,11 +929,17 @@ void moeExpertsAs(Context &ctx, const T *buffer, const int64_t *counts,
   std::vector<float> a(el * s * f, 0.0f), u(wMul ? el * s * f : 0, 0.0f),
       o(el * s * d, 0.0f);
   std::vector<Op> h(el * s * f), rows, wi, wm, wo;
-  auto operand = [](const T *src, int64_t n, std::vector<Op> &dst) {
-    dst.resize(n);
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = static_cast<Op>(float(widen(src[i])));
-    return dst.data();
+  // Rounded copies only where the operand type differs (mixed precision).
+  auto operand = [](const T *src, int64_t n,
+                    std::vector<Op> &dst) -> const Op * {
+    if constexpr (std::is_same_v<Op, T>) {
+      return src;
+    } else {
+      dst.resize(n);
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = static_cast<Op>(float(widen(src[i])));
+      return dst.data();
+    }
   };
   const Op *rows_ = operand(buffer, el * s * d, rows);
   const Op *wIn_ = operand(wIn, el * d * f, wi);

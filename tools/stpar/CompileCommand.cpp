@@ -276,14 +276,10 @@ static int runCompile() {
                 " needs --stop-after=emit");
   if (std::string m = stpar::tools::checkDevices(compileDevices); !m.empty())
     return fail(m);
-  {
-    SmallString<256> parent(compileOutput);
-    sys::fs::make_absolute(parent);
-    sys::path::remove_filename(parent);
-    if (!sys::fs::is_directory(parent))
-      return fail("the folder of '" + compileOutput + "' ('" + parent +
-                  "') does not exist");
-  }
+  if (std::string parent = stpar::tools::getMissingParent(compileOutput);
+      !parent.empty())
+    return fail("the folder of '" + compileOutput + "' ('" + parent +
+                "') does not exist");
   if (!canReplace(compileOutput))
     return fail("'" + compileOutput +
                 "' exists and is not an earlier stpar compile output; "

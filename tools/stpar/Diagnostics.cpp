@@ -134,15 +134,19 @@ bool stpar::tools::ByteSizeParser::parse(llvm::cl::Option &option,
   return false;
 }
 
-std::string stpar::tools::checkOutputFile(llvm::StringRef path) {
-  if (llvm::sys::fs::is_directory(path))
-    return "'" + path.str() + "' is a folder, not a file";
+std::string stpar::tools::getMissingParent(llvm::StringRef path) {
   llvm::SmallString<256> parent(path);
   llvm::sys::fs::make_absolute(parent);
   llvm::sys::path::remove_filename(parent);
-  if (!llvm::sys::fs::is_directory(parent))
-    return "cannot write '" + path.str() + "': its folder '" +
-           parent.str().str() + "' does not exist";
+  return llvm::sys::fs::is_directory(parent) ? "" : parent.str().str();
+}
+
+std::string stpar::tools::checkOutputFile(llvm::StringRef path) {
+  if (llvm::sys::fs::is_directory(path))
+    return "'" + path.str() + "' is a folder, not a file";
+  if (std::string parent = getMissingParent(path); !parent.empty())
+    return "cannot write '" + path.str() + "': its folder '" + parent +
+           "' does not exist";
   return "";
 }
 

@@ -66,6 +66,10 @@ public:
   llvm::StringRef getValueName() const override { return "bytes"; }
 };
 
+/// The folder `path` would be written into (absolute) when that folder
+/// does not exist, else an empty string.
+std::string getMissingParent(llvm::StringRef path);
+
 /// Checks, before any long work, that an output file can be written at
 /// `path`: its folder exists, and `path` is not a folder. Returns the
 /// message of the first problem, or an empty string.
