@@ -52,8 +52,13 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   # Model-zoo generator (python/stpar-zoo; runs on /usr/bin/python3).
   python3-onnx python3-numpy
+  # The plan package (python/stpar): its test installs it into a venv.
+  python3-venv python3-pip python3-setuptools
   # Independent reference for gradients and updates (stpar verify --train).
   python3-torch
+  # The plan page (stpar plan --html) is loaded in headless Chromium by
+  # test/Driver/plan-html.test.
+  chromium fonts-dejavu-core
 )
 
 if [ "$fuzz" = 1 ]; then

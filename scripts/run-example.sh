@@ -12,10 +12,11 @@
 #                        the per-rank SPMD program and emit it for CUDA
 #                        (NCCL, cuBLAS) and CPU (MPI); prints the plan table
 #                        and writes build/example/out/{plan.json, plan.txt,
-#                        planned.mlir, training.mlir, partitioned.mlir,
-#                        cuda/, cpu/}
+#                        plan.html, planned.mlir, training.mlir,
+#                        partitioned.mlir, cuda/, cpu/}
 #   2. stpar plan --compare   the same plan beside the Megatron, ZeRO and
-#                        spatial-only baselines
+#                        spatial-only baselines; its page, baselines
+#                        included, is build/example/plan.html
 #   3. stpar verify --train   builds and runs the CPU program of step 1 on
 #                        its 8 MPI ranks for 2 training steps and compares
 #                        the loss, every gradient and every updated
@@ -48,9 +49,9 @@ echo "=== stpar compile $model ${dims[*]} --cluster dgx-a100-80g-1 --devices 8 $
   --cluster dgx-a100-80g-1 --devices 8 "${train[@]}" --return-gradients \
   -o "$out/out"
 
-echo "=== stpar plan $model ${dims[*]} --cluster dgx-a100-80g-1 --devices 8 --compare"
+echo "=== stpar plan $model ${dims[*]} --cluster dgx-a100-80g-1 --devices 8 --compare --html $out/plan.html"
 "$build_dir/bin/stpar" plan "$model" "${dims[@]}" \
-  --cluster dgx-a100-80g-1 --devices 8 --compare 2>/dev/null | \
+  --cluster dgx-a100-80g-1 --devices 8 --compare --html "$out/plan.html" 2>/dev/null | \
   sed -n '/^comparison/,$p'
 
 echo "=== stpar verify $model ${dims[*]} --cluster dgx-a100-80g-1 --compiled $out/out --train --steps 2 ${train[*]}"

@@ -65,47 +65,48 @@ static std::string summarizePlan(const Problem &problem, const FlatGraph &g,
                                  const Plan &plan);
 
 /// The baselines beside `bestPlan` (--compare).
-void stpar::pipelines::printComparison(
-    raw_ostream &outs, const Problem &problem, const Cluster &cluster,
-    const EfficiencyModel &eff, const SearchOptions &opts, const Plan &bestPlan,
-    StringRef planName) {
-  const double gib = kGiB;
+std::vector<stpar::pipelines::ComparisonRow> stpar::pipelines::compareBaselines(
+    const Problem &problem, const Cluster &cluster, const EfficiencyModel &eff,
+    const SearchOptions &opts, const Plan &bestPlan, StringRef planName) {
+  std::vector<ComparisonRow> rows;
   double best = bestPlan.cost.stepTime;
   const FlatGraph flat = flatten(problem);
-  outs << "comparison (same cost model):\n";
-  outs << format("  %-28s %12s %10s %10s  %s\n", "plan", "step ms",
-                   "t/t_stpar", "GiB", "configuration");
+  auto describe = [&](const Plan &p) {
+    return p.label.empty() ? summarizePlan(problem, flat, p) : p.label;
+  };
+  ComparisonRow first;
+  first.name = planName.str();
+  first.status = "ok";
+  first.configuration = describe(bestPlan);
+  first.stepSeconds = best;
+  first.relative = 1.0;
+  first.memoryBytes = bestPlan.cost.getMemory();
+  rows.push_back(std::move(first));
   auto row = [&](StringRef name, Expected<SearchResult> &r) {
+    ComparisonRow out;
+    out.name = name.str();
     if (!r) {
-      outs << format("  %-28s %12s  %s\n", name.str().c_str(), "error",
-                     toString(r.takeError()).c_str());
+      out.status = "error";
+      out.message = toString(r.takeError());
       r = SearchResult(); // consumed
-      return;
-    }
-    if (!r->best) {
+    } else if (!r->best) {
       // No configuration applied at all (e.g. the batch does not divide
       // over the data-parallel ranks) vs. none fitting in memory.
-      bool applies = r->configurations > 0 &&
-                     std::isfinite(r->smallestMemory);
-      outs << format("  %-28s %12s  %s\n", name.str().c_str(),
-                     applies ? "no plan fits" : "n/a",
-                     applies ? "(memory)"
-                             : "(no configuration applies: a split does "
-                               "not divide, e.g. the batch)");
-      return;
+      bool applies = r->configurations > 0 && std::isfinite(r->smallestMemory);
+      out.status = applies ? "no plan fits" : "n/a";
+      out.message = applies ? "(memory)"
+                            : "(no configuration applies: a split does not "
+                              "divide, e.g. the batch)";
+    } else {
+      const Plan &p = *r->best;
+      out.status = "ok";
+      out.configuration = describe(p);
+      out.stepSeconds = p.cost.stepTime;
+      out.relative = p.cost.stepTime / best;
+      out.memoryBytes = p.cost.getMemory();
     }
-    const Plan &p = *r->best;
-    outs << format("  %-28s %12.3f %10.3f %10.3f  %s\n", name.str().c_str(),
-                   p.cost.stepTime * 1e3, p.cost.stepTime / best,
-                   p.cost.getMemory() / gib,
-                   p.label.empty() ? summarizePlan(problem, flat, p).c_str()
-                                   : p.label.c_str());
+    rows.push_back(std::move(out));
   };
-  outs << format("  %-28s %12.3f %10.3f %10.3f  %s\n", planName.str().c_str(),
-                 best * 1e3, 1.0, bestPlan.cost.getMemory() / gib,
-                 bestPlan.label.empty()
-                     ? summarizePlan(problem, flat, bestPlan).c_str()
-                     : bestPlan.label.c_str());
   // The baselines do not inherit a forced Megatron configuration's
   // recomputation setting or grid point.
   SearchOptions spatialOpts = opts;
@@ -113,7 +114,8 @@ void stpar::pipelines::printComparison(
   spatialOpts.progress = nullptr;
   spatialOpts.recompute = SearchOptions().recompute;
   spatialOpts.megatron = SearchOptions::MegatronGrid();
-  Expected<SearchResult> spatial = stpar::search::search(problem, cluster, eff, spatialOpts);
+  Expected<SearchResult> spatial =
+      stpar::search::search(problem, cluster, eff, spatialOpts);
   row("spatial-only search", spatial);
   // The Megatron grid as the benchmark searches it: every micro-batch
   // count (recomputation off and on, as spatialOpts).
@@ -131,12 +133,46 @@ void stpar::pipelines::printComparison(
     Expected<SearchResult> zr =
         searchZeRO(problem, cluster, eff, z, megatronOpts);
     row(("zero-" + Twine(z) + " data parallel").str(), zr);
-    if (!zr)
-      consumeError(zr.takeError());
   }
-  for (Expected<SearchResult> *r : {&spatial, &mega, &megaSP})
-    if (!*r)
-      consumeError(r->takeError());
+  return rows;
+}
+
+void stpar::pipelines::printComparisonRows(raw_ostream &outs,
+                                           ArrayRef<ComparisonRow> rows) {
+  outs << "comparison (same cost model):\n";
+  outs << format("  %-28s %12s %10s %10s  %s\n", "plan", "step ms", "t/t_stpar",
+                 "GiB", "configuration");
+  for (const ComparisonRow &r : rows) {
+    if (r.status == "ok")
+      outs << format("  %-28s %12.3f %10.3f %10.3f  %s\n", r.name.c_str(),
+                     r.stepSeconds * 1e3, r.relative, r.memoryBytes / kGiB,
+                     r.configuration.c_str());
+    else
+      outs << format("  %-28s %12s  %s\n", r.name.c_str(),
+                     r.status == "ok" ? "" : r.status.c_str(),
+                     r.message.c_str());
+  }
+}
+
+json::Value stpar::pipelines::toJSON(ArrayRef<ComparisonRow> rows) {
+  json::Array out;
+  for (const ComparisonRow &r : rows)
+    out.push_back(json::Object{{"name", r.name},
+                               {"status", r.status},
+                               {"message", r.message},
+                               {"configuration", r.configuration},
+                               {"step_seconds", r.stepSeconds},
+                               {"relative", r.relative},
+                               {"memory_bytes", r.memoryBytes}});
+  return out;
+}
+
+void stpar::pipelines::printComparison(
+    raw_ostream &outs, const Problem &problem, const Cluster &cluster,
+    const EfficiencyModel &eff, const SearchOptions &opts, const Plan &bestPlan,
+    StringRef planName) {
+  printComparisonRows(
+      outs, compareBaselines(problem, cluster, eff, opts, bestPlan, planName));
 }
 
 //===----------------------------------------------------------------------===//
@@ -149,6 +185,9 @@ struct OpReport {
   OperatorCost cost;
   /// Seconds per micro-batch from the objective (with input re-layouts).
   double seconds = 0, bytes = 0;
+  /// What it adds to one device's memory as the plan charges it
+  /// (PlanCost::opStateBytes, opActivationBytes).
+  double deviceStateBytes = 0, deviceActivationBytes = 0;
   /// Local bytes of the output and of the first input (collectives).
   double outputBytes = 0, inputBytes = 0, paramBytes = 0;
   std::vector<GradientSync> syncs;
@@ -179,6 +218,10 @@ reportOps(const FlatGraph &g, const Problem &problem, const Plan &plan,
     r.cost = *c;
     r.seconds = i < plan.cost.opSeconds.size() ? plan.cost.opSeconds[i] : 0;
     r.bytes = i < plan.cost.opBytes.size() ? plan.cost.opBytes[i] : 0;
+    if (i < plan.cost.opStateBytes.size()) {
+      r.deviceStateBytes = plan.cost.opStateBytes[i];
+      r.deviceActivationBytes = plan.cost.opActivationBytes[i];
+    }
     for (const Operand &o : op.operands) {
       double b = getLocalElements(op, o, plan.config.mesh) * o.elementBytes;
       if (o.role == OperandRole::Output && r.outputBytes == 0)
@@ -192,6 +235,18 @@ reportOps(const FlatGraph &g, const Problem &problem, const Plan &plan,
     out.push_back(std::move(r));
   }
   return out;
+}
+
+static const char *getOperandRoleName(OperandRole role) {
+  switch (role) {
+  case OperandRole::Input:
+    return "input";
+  case OperandRole::Parameter:
+    return "parameter";
+  case OperandRole::Output:
+    return "output";
+  }
+  return "";
 }
 
 static double getCompute(const OperatorCost &c) {
@@ -354,7 +409,10 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
   int width = 30;
   for (const std::string &n : names)
     width = std::max<int>(width, int(n.size() - prefix));
-  os << "times per micro-batch in ms (layer rows: one layer), memory in MiB\n";
+  os << "times per micro-batch in ms (layer rows: one layer); memory: MiB "
+        "it adds to one device (its share of the model states and saved "
+        "activations, as the step charges them); under each row the "
+        "layout of its tensors (I inputs, W parameters, O output)\n";
   os << format("  %-*s %-10s %-44s %9s %9s %9s %9s\n", width, "operator",
                "kind", "partition", "compute", "comm", "exposed", "memory");
   const double mib = double(1 << 20);
@@ -378,7 +436,8 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
     k.compute += compute;
     k.comm += comm;
     k.exposed += comm;
-    k.bytes += r.bytes;
+    double bytes = r.deviceStateBytes + r.deviceActivationBytes;
+    k.bytes += bytes;
     ++k.ops;
     if (g.layerOf[i] > 0)
       continue;
@@ -400,7 +459,19 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
       partition += " repl{" + repl + "}";
     os << format("  %-*s %-10s %-44s %9.4f %9.4f %9.4f %9.3f\n", width,
                  name.c_str(), g.ops[i].layerKind.c_str(), partition.c_str(),
-                 compute * 1e3, comm * 1e3, comm * 1e3, r.bytes / mib);
+                 compute * 1e3, comm * 1e3, comm * 1e3, bytes / mib);
+    std::string layouts;
+    unsigned inputs = 0;
+    for (auto [j, o] : llvm::enumerate(g.ops[i].operands)) {
+      std::string tag = o.role == OperandRole::Parameter ? "W"
+                        : o.role == OperandRole::Output  ? "O"
+                                                         : "I";
+      if (o.role == OperandRole::Input && ++inputs > 1)
+        tag += std::to_string(inputs);
+      layouts += (layouts.empty() ? "" : " ") + tag +
+                 describeLayout(g.ops[i], plan.partitions[i], mesh, j);
+    }
+    os << "    " << layouts << "\n";
   }
   os << "by layer kind (all layers, per micro-batch):\n";
   Kind total;
@@ -419,6 +490,13 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
                "", (std::to_string(total.ops) + " operators").c_str(),
                total.compute * 1e3, total.comm * 1e3, total.exposed * 1e3,
                total.bytes / mib);
+  // How the memory column adds up to the memory per device.
+  const PlanCost &pc = plan.cost;
+  os << format("memory per device: the total row's %.3f MiB (model states "
+               "%.3f + saved activations %.3f) + transient %.3f MiB (the "
+               "largest operator's workspace, held once) = %.3f MiB\n",
+               total.bytes / mib, pc.stateBytes / mib, pc.activationBytes / mib,
+               pc.transientBytes / mib, pc.getMemory() / mib);
   // MoE layers: FasterMoE's choices (the first layer's when layers fold).
   for (const auto &[i, m] : plan.cost.moe) {
     if (g.layerOf[i] > 0)
@@ -477,8 +555,14 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
   const Plan &plan = *result.best;
   const Mesh &mesh = plan.config.mesh;
   json::Array axes;
-  for (const MeshAxis &a : mesh.axes)
-    axes.push_back(json::Object{{"name", a.name}, {"size", a.size}});
+  std::vector<PlanAxisRole> uses = getAxisUses(problem, g, plan);
+  for (auto [k, a] : llvm::enumerate(mesh.axes))
+    axes.push_back(
+        json::Object{{"name", a.name},
+                     {"size", a.size},
+                     {"role", k == 0        ? std::string("pp")
+                              : a.size == 1 ? std::string("none")
+                                            : uses[k].getShortName()}});
   json::Array ops, collectives, transfers, syncs;
   double phase[3] = {0, 0, 0}, comm[2] = {0, 0};
   // Operators are named after the graph operator each flat operator stands
@@ -486,21 +570,42 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
   // unique as the problem's names are (".1", ".2" for the operators of one
   // IR op); their parameters likewise.
   llvm::StringSet<> usedNames;
+  std::vector<std::string> opNames;
+  for (unsigned i = 0; i < g.ops.size(); ++i) {
+    const std::string &base = graph.ops[bridged.graphOpOfFlat[i]].op.name;
+    std::string name = base;
+    for (unsigned k = 1; !usedNames.insert(name).second; ++k)
+      name = base + "." + std::to_string(k);
+    opNames.push_back(std::move(name));
+  }
   for (unsigned i = 0; i < g.ops.size(); ++i) {
     const Operator &op = g.ops[i];
     const Partition &part = plan.partitions[i];
     const OpReport &r = reports[i];
     const auto &gop = graph.ops[bridged.graphOpOfFlat[i]];
-    std::string opName = gop.op.name;
-    for (unsigned k = 1; !usedNames.insert(opName).second; ++k)
-      opName = gop.op.name + "." + std::to_string(k);
+    const std::string &opName = opNames[i];
+    // An operand under the name of the tensor that layer copy reads.
+    auto operandName = [&](unsigned j) {
+      return j < gop.op.operands.size() ? gop.op.operands[j].name
+                                        : op.operands[j].name;
+    };
     auto parameterName = [&](StringRef flatName) {
       for (auto [j, o] : llvm::enumerate(op.operands))
-        if (o.role == OperandRole::Parameter && o.name == flatName &&
-            j < gop.op.operands.size())
-          return gop.op.operands[j].name;
+        if (o.role == OperandRole::Parameter && o.name == flatName)
+          return operandName(j);
       return flatName.str();
     };
+    json::Array tensors;
+    for (auto [j, o] : llvm::enumerate(op.operands)) {
+      json::Array shape;
+      for (unsigned d : o.dims)
+        shape.push_back(d < op.loops.size() ? op.loops[d].extent : 0);
+      tensors.push_back(
+          json::Object{{"name", operandName(j)},
+                       {"role", getOperandRoleName(o.role)},
+                       {"shape", std::move(shape)},
+                       {"layout", describeLayout(op, part, mesh, j)}});
+    }
     json::Object spec = specJSON(op, part, mesh);
     json::Object phases;
     const char *names[3] = {"forward", "input_grad", "weight_grad"};
@@ -532,7 +637,10 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
         {"compute_seconds", getCompute(r.cost)},
         {"comm_seconds", std::max(0.0, r.seconds - getCompute(r.cost))},
         {"memory_bytes", r.bytes},
-        {"transient_bytes", r.cost.transientBytes}};
+        {"device_state_bytes", r.deviceStateBytes},
+        {"device_activation_bytes", r.deviceActivationBytes},
+        {"transient_bytes", r.cost.transientBytes},
+        {"tensors", std::move(tensors)}};
     if (const auto &m = r.cost.moe) {
       // FasterMoE's model of the layer (docs/plan-format.md).
       int64_t experts = op.moe ? op.loops[op.moe->expertLoop].extent : 0;
@@ -608,24 +716,37 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
       label = stpar::stp::getPlanStepLabel(source, unsigned(sourceOp));
     }
     json::Array names;
-    for (unsigned a : p.comm.axes)
+    bool intra = false, inter = false;
+    for (unsigned a : p.comm.axes) {
       names.push_back(mesh.axes[a].name);
-    communication.push_back(
-        json::Object{{"op", g.ops[p.op].name},
-                     {"ir_op", irOp},
-                     {"label", label},
-                     {"phase", p.source == "gradient sync"
-                                   ? "grad_sum"
-                                   : getPhaseName(p.comm.phase).str()},
-                     {"kind", getCollectiveName(p.comm.kind).str()},
-                     {"axes", std::move(names)},
-                     {"bytes", p.comm.bytes},
-                     {"element_bytes", p.comm.elementBytes},
-                     {"count", p.comm.count},
-                     {"per_micro_batch", p.comm.perMicroBatch},
-                     {"sent_bytes", getSentBytes(p.comm, mesh)},
-                     {"source", p.source},
-                     {"what", p.comm.what}});
+      AxisPlacement at = mesh.getPlacement(a, cluster.devicesPerNode);
+      intra |= at.crossesIntraNode() && at.regular;
+      inter |= at.crossesInterNode() || !at.regular;
+    }
+    const char *link = intra && inter ? "intra+inter-node"
+                       : inter        ? "inter-node"
+                       : intra        ? "intra-node"
+                                      : "none";
+    communication.push_back(json::Object{
+        {"op", opNames[p.op]},
+        {"ir_op", irOp},
+        {"label", label},
+        {"phase", p.source == "gradient sync"
+                      ? "grad_sum"
+                      : getPhaseName(p.comm.phase).str()},
+        {"kind", getCollectiveName(p.comm.kind).str()},
+        {"axes", std::move(names)},
+        {"bytes", p.comm.bytes},
+        {"element_bytes", p.comm.elementBytes},
+        {"count", p.comm.count},
+        {"per_micro_batch", p.comm.perMicroBatch},
+        {"sent_bytes", getSentBytes(p.comm, mesh)},
+        {"source", p.source},
+        {"what", p.comm.what},
+        {"link", link},
+        {"seconds", p.comm.count * getMultiAxisCollectiveTime(
+                                       p.comm.kind, p.comm.bytes, p.comm.axes,
+                                       mesh, cluster)}});
   }
   json::Array notes;
   for (const std::string &n : bridged.notes)
@@ -634,8 +755,18 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
   return json::Object{
       {"format", "stpar-plan"},
       {"version", 1},
+      {"producer",
+       json::Object{{"name", "stpar"}, {"version", STPAR_PLAN_PRODUCER}}},
       {"model", model},
+      {"summary", summarizePlan(problem, g, plan)},
       {"cluster", cluster.name},
+      {"topology",
+       json::Object{{"nodes", cluster.nodes},
+                    {"devices_per_node", cluster.devicesPerNode},
+                    {"device", cluster.device.name},
+                    {"hbm_capacity", cluster.device.hbmCapacity},
+                    {"intra_node_bandwidth", cluster.intraNode.bandwidth},
+                    {"inter_node_bandwidth", cluster.interNode.bandwidth}}},
       {"devices", problem.devices},
       {"mesh",
        json::Object{
@@ -1157,77 +1288,17 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
                                  {"parameters", graph->getParameterCount()},
                                  {"batch", batch}};
   }
+  std::vector<ComparisonRow> comparison;
+  if (o.compare) {
+    comparison = compareBaselines(
+        problem, cluster, eff, opts, plan,
+        o.strategy == "search" ? "stpar search" : "--strategy " + o.strategy);
+    (*searched.getAsObject())["compare"] = toJSON(comparison);
+  }
   if (Error error = stpar::stp::applyPlan(module, searched, cluster,
                                           stpar::stp::ApplyPlanOptions()))
     return error;
   if (o.compare && o.table)
-    printComparison(*o.table, problem, cluster, eff, opts, plan,
-                    o.strategy == "search" ? "stpar search"
-                                           : "--strategy " + o.strategy);
+    printComparisonRows(*o.table, comparison);
   return Error::success();
-}
-
-void stpar::pipelines::printPlanFile(raw_ostream &os, const json::Value &plan,
-                                 StringRef path) {
-  const json::Object *root = plan.getAsObject();
-  if (!root)
-    return;
-  os << "plan " << path << " (read back; times and memory as the file "
-     << "states them)\n";
-  if (const json::Object *mesh = root->getObject("mesh")) {
-    os << "mesh";
-    if (const json::Array *axes = mesh->getArray("axes"))
-      for (const json::Value &a : *axes)
-        if (const json::Object *ao = a.getAsObject())
-          os << " " << ao->getString("name").value_or("?") << "="
-             << ao->getInteger("size").value_or(0);
-    os << ", micro-batches " << mesh->getInteger("micro_batches").value_or(1)
-       << ", ZeRO stage " << mesh->getInteger("zero_stage").value_or(0)
-       << "\n";
-  }
-  if (const json::Object *times = root->getObject("times"))
-    os << format("step time %.3f ms", times->getNumber("step").value_or(0) * 1e3);
-  if (const json::Object *memory = root->getObject("memory"))
-    os << format(", memory per device %.3f GiB",
-                 memory->getNumber("total").value_or(0) / kGiB);
-  os << "\n";
-  os << format("  %-40s %-10s %-44s %12s %10s\n", "operator", "kind",
-               "partition", "ms/micro-b", "MiB");
-  const json::Array *ops = root->getArray("operators");
-  if (!ops)
-    return;
-  for (const json::Value &v : *ops) {
-    const json::Object *op = v.getAsObject();
-    if (!op)
-      continue;
-    std::string words;
-    const json::Object *spec = op->getObject("spec");
-    if (const json::Array *loops = spec ? spec->getArray("loops") : nullptr)
-      for (const json::Value &lv : *loops) {
-        const json::Object *l = lv.getAsObject();
-        const json::Array *axes = l ? l->getArray("axes") : nullptr;
-        if (!axes || axes->empty())
-          continue;
-        words += (words.empty() ? "" : " ") +
-                 l->getString("name").value_or("?").str() + "{";
-        for (auto [i, a] : llvm::enumerate(*axes))
-          words += (i ? "," : "") + a.getAsString().value_or("?").str();
-        words += "}";
-      }
-    if (const json::Object *t = spec ? spec->getObject("temporal") : nullptr)
-      words += (words.empty() ? "" : " ") + ("temporal(" +
-               t->getString("row_axis").value_or("?") + "," +
-               t->getString("col_axis").value_or("?") + ": m=" +
-               t->getString("m").value_or("?") + " n=" +
-               t->getString("n").value_or("?") + " k=" +
-               t->getString("k").value_or("?") + ")").str();
-    if (words.empty())
-      words = "replicated";
-    std::string name = op->getString("name").value_or("?").str();
-    os << format("  %-40s %-10s %-44s %12.4f %10.3f\n", name.c_str(),
-                 op->getString("layer_kind").value_or("").str().c_str(),
-                 words.c_str(),
-                 op->getNumber("seconds_per_micro_batch").value_or(0) * 1e3,
-                 op->getNumber("memory_bytes").value_or(0) / (1 << 20));
-  }
 }

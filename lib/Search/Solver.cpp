@@ -1068,6 +1068,8 @@ Expected<PlanCost> Instance::Impl::composePlan(const CostedOps &ops) {
   PlanCost pc;
   pc.opSeconds.assign(g.ops.size(), 0);
   pc.opBytes.assign(g.ops.size(), 0);
+  pc.opStateBytes.assign(g.ops.size(), 0);
+  pc.opActivationBytes.assign(g.ops.size(), 0);
   for (unsigned i = 0; i < g.ops.size(); ++i) {
     const Cand &c = chosen[i];
     pc.pipeline += c.pipe;
@@ -1078,6 +1080,8 @@ Expected<PlanCost> Instance::Impl::composePlan(const CostedOps &ops) {
     pc.transientBytes = std::max(pc.transientBytes, c.peak);
     pc.opSeconds[i] = c.seconds;
     pc.opBytes[i] = c.bytes;
+    pc.opStateBytes[i] = c.stateBytes;
+    pc.opActivationBytes[i] = c.actBytes;
     if (c.raw && c.raw->cost.moe)
       pc.moe.push_back({i, *c.raw->cost.moe});
     double share = c.seconds > 0 ? c.pipe / c.seconds : 0;

@@ -88,6 +88,27 @@ std::string describePartition(const Operator &op, const Partition &part,
   return s.empty() ? "replicated" : s;
 }
 
+std::string describeLayout(const Operator &op, const Partition &part,
+                           const Mesh &mesh, unsigned operand) {
+  if (operand >= op.operands.size())
+    return "[]";
+  std::string s = "[";
+  for (auto [k, d] : llvm::enumerate(op.operands[operand].dims)) {
+    if (k)
+      s += ", ";
+    s += d < op.loops.size() ? op.loops[d].name : "?";
+    if (d < part.loopAxes.size() && !part.loopAxes[d].empty()) {
+      s += "/";
+      for (auto [i, a] : llvm::enumerate(part.loopAxes[d]))
+        s += (i ? "," : "") + mesh.axes[a].name;
+    }
+    if (const auto &t = part.temporal)
+      if (d == t->mDim || d == t->nDim || d == t->kDim)
+        s += "/t";
+  }
+  return s + "]";
+}
+
 static bool indexes(const Operand &o, unsigned d) {
   return is_contained(o.dims, d);
 }

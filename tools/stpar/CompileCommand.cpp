@@ -96,12 +96,12 @@ static cl::opt<std::string>
     compileMesh("mesh", cl::sub(compileCmd), cl::value_desc("AxB..."),
                 cl::desc("Force the logical mesh shape (no pipeline stages); "
                          "megatron: AxB = dp x tp"));
-static cl::list<std::string>
-    compileEmit("emit", cl::sub(compileCmd), cl::CommaSeparated,
-                cl::value_desc("plan,mlir,cuda,cpu"),
-                cl::desc("Outputs (default: all): plan (plan.json, "
-                         "plan.txt), mlir (planned.mlir, partitioned.mlir), "
-                         "cuda (cuda/), cpu (cpu/)"));
+static cl::list<std::string> compileEmit(
+    "emit", cl::sub(compileCmd), cl::CommaSeparated,
+    cl::value_desc("plan,mlir,cuda,cpu"),
+    cl::desc("Outputs (default: all): plan (plan.json, "
+             "plan.txt, plan.html), mlir (planned.mlir, partitioned.mlir), "
+             "cuda (cuda/), cpu (cpu/)"));
 static cl::opt<std::string>
     compileStopAfter("stop-after", cl::sub(compileCmd), cl::init("emit"),
                      cl::value_desc("plan|partition|emit"),
@@ -394,11 +394,15 @@ static int runCompile() {
       }))
     return 1;
   if (emit.count("plan")) {
-    if (!writeFile(tmp, "plan.json", [&](raw_ostream &os) {
-          os << formatv("{0:2}", planned->planJSON) << "\n";
-        }) ||
+    if (!writeFile(tmp, "plan.json",
+                   [&](raw_ostream &os) {
+                     os << formatv("{0:2}", planned->planJSON) << "\n";
+                   }) ||
         !writeFile(tmp, "plan.txt",
-                   [&](raw_ostream &os) { os << tableOS.str(); }))
+                   [&](raw_ostream &os) { os << tableOS.str(); }) ||
+        !writeFile(tmp, "plan.html", [&](raw_ostream &os) {
+          stpar::pipelines::writePlanHTML(os, planned->planJSON);
+        }))
       return 1;
   }
   mlir::ModuleOp module = *planned->model.module;

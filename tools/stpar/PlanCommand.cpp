@@ -11,6 +11,9 @@
 // Megatron grid (with and without sequence parallelism), ZeRO-1/2/3 data
 // parallelism and spatial-only search beside it.
 //
+// `stpar plan diff A.json B.json [--json] [-o FILE]`: what changed between
+// two plan files (stpar::pipelines::diffPlans).
+//
 // `stpar plan MODEL.onnx --cluster C --dim NAME=VALUE ... [--devices N]
 // [-o plan.json] [--emit-mlir out.mlir]` imports the model, converts it
 // into an operator graph (stpar/Analysis/CostModel.h), bridges that into a
@@ -57,9 +60,14 @@ using namespace stpar::search;
 static cl::SubCommand planCmd("plan", "Search the partition plan of a problem");
 static cl::opt<std::string> planProblem("problem", cl::sub(planCmd),
                                         cl::desc("Problem file (docs/search.md)"));
-static cl::opt<std::string> planInput(cl::Positional, cl::Optional,
-                                      cl::desc("[<model.onnx>]"),
-                                      cl::sub(planCmd));
+static cl::list<std::string>
+    planInputs(cl::Positional, cl::desc("[<model.onnx> | diff A.json B.json]"),
+               cl::sub(planCmd));
+static cl::opt<bool> planDiffJSON(
+    "json", cl::sub(planCmd),
+    cl::desc("plan diff: print the diff as JSON (docs/plan-format.md)"));
+/// The model (the one positional that is not `diff`).
+static std::string planInput;
 static cl::list<std::string>
     planDims("dim", cl::sub(planCmd), cl::value_desc("NAME=VALUE"),
              cl::desc("ONNX models: bind a symbolic dim; the batch dim's "
@@ -72,6 +80,11 @@ static cl::opt<std::string> planOutput("o", cl::sub(planCmd),
                                        cl::value_desc("plan.json"),
                                        cl::desc("ONNX models: write the plan "
                                                 "as JSON (docs/plan-format.md)"));
+static cl::opt<std::string> planHTML(
+    "html", cl::sub(planCmd), cl::value_desc("plan.html"),
+    cl::desc("ONNX models: write the plan as one self-contained HTML page "
+             "(mesh, timeline, memory, baselines with --compare, tensor "
+             "layouts)"));
 static cl::opt<std::string>
     planEmitMLIR("emit-mlir", cl::sub(planCmd), cl::value_desc("out.mlir"),
                  cl::desc("ONNX models: write the IR with stp.mesh and "
@@ -129,21 +142,71 @@ static SearchOptions makeSearchOptions() {
 
 static int runONNX();
 
+/// `stpar plan diff A.json B.json [--json] [-o FILE]`.
+static int runDiff() {
+  if (planInputs.size() != 3)
+    return fail("plan diff takes two plan files: stpar plan diff A.json "
+                "B.json");
+  json::Value plans[2] = {nullptr, nullptr};
+  for (unsigned k = 0; k < 2; ++k) {
+    const std::string &path = planInputs[k + 1];
+    ErrorOr<std::unique_ptr<MemoryBuffer>> buffer = MemoryBuffer::getFile(path);
+    if (!buffer)
+      return fail("cannot read '" + path + "': " + buffer.getError().message());
+    Expected<json::Value> parsed = json::parse((*buffer)->getBuffer());
+    if (!parsed)
+      return fail(path + ": not JSON: " + toString(parsed.takeError()));
+    plans[k] = std::move(*parsed);
+  }
+  Expected<json::Value> diff = stpar::pipelines::diffPlans(
+      plans[0], planInputs[1], plans[1], planInputs[2]);
+  if (!diff)
+    return fail(toString(diff.takeError()));
+  std::error_code ec;
+  ToolOutputFile file(planOutput.empty() ? std::string("-") : planOutput, ec,
+                      sys::fs::OF_Text);
+  if (ec)
+    return fail("cannot write '" + planOutput + "': " + ec.message());
+  if (planDiffJSON)
+    file.os() << formatv("{0:2}", *diff) << "\n";
+  else
+    stpar::pipelines::printPlanDiff(file.os(), *diff);
+  file.keep();
+  return 0;
+}
+
 static int runPlan() {
+  if (!planInputs.empty() && planInputs[0] == "diff") {
+    if (!planOutput.empty())
+      if (std::string m = stpar::tools::checkOutputFile(planOutput); !m.empty())
+        return fail(m);
+    return runDiff();
+  }
+  if (planDiffJSON)
+    return fail("--json applies to plan diff only (the plan itself: -o "
+                "plan.json)");
+  if (planInputs.size() > 1)
+    return fail("one model at a time (got " +
+                std::to_string(planInputs.size()) +
+                " files; to compare two plans: stpar plan diff A.json "
+                "B.json)");
+  planInput = planInputs.empty() ? std::string() : planInputs[0];
   if (planInput.empty() == planProblem.empty())
     return fail("give either MODEL.onnx or --problem FILE");
   if (std::string m = stpar::tools::checkDevices(planDevices); !m.empty())
     return fail(m);
   // The outputs' folders are checked before the search, not after it.
   for (const std::string &out :
-       {std::string(planOutput), std::string(planEmitMLIR)})
+       {std::string(planOutput), std::string(planEmitMLIR),
+        std::string(planHTML)})
     if (!out.empty())
       if (std::string m = stpar::tools::checkOutputFile(out); !m.empty())
         return fail(m);
   if (!planInput.empty())
     return runONNX();
-  if (!planDims.empty() || !planOutput.empty() || !planEmitMLIR.empty())
-    return fail("--dim, -o and --emit-mlir apply to ONNX models only");
+  if (!planDims.empty() || !planOutput.empty() || !planEmitMLIR.empty() ||
+      !planHTML.empty())
+    return fail("--dim, -o, --html and --emit-mlir apply to ONNX models only");
   ErrorOr<std::unique_ptr<MemoryBuffer>> buffer =
       MemoryBuffer::getFileOrSTDIN(planProblem);
   if (!buffer)
@@ -225,6 +288,14 @@ static int runONNX() {
     if (ec)
       return fail("cannot write '" + planOutput + "': " + ec.message());
     file.os() << formatv("{0:2}", planned->planJSON) << "\n";
+    file.keep();
+  }
+  if (!planHTML.empty()) {
+    std::error_code ec;
+    ToolOutputFile file(planHTML, ec, sys::fs::OF_Text);
+    if (ec)
+      return fail("cannot write '" + planHTML + "': " + ec.message());
+    stpar::pipelines::writePlanHTML(file.os(), planned->planJSON);
     file.keep();
   }
   if (!planEmitMLIR.empty()) {

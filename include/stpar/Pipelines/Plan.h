@@ -129,10 +129,40 @@ search::SearchOptions makeSearchOptions(unsigned maxMeshAxes, bool exact,
 /// limit is Y GiB (short by Z GiB)".
 std::string describeNoPlan(const search::SearchResult &result);
 
-/// The baselines beside `bestPlan` (spatial-only search, Megatron with and
-/// without sequence parallelism, ZeRO-1/2/3), one row each, with the step
-/// time relative to `bestPlan`'s, which is named `planName` (the searched
-/// plan, or the strategy that forced it).
+/// One row of the comparison with the baselines (`--compare`).
+struct ComparisonRow {
+  /// "stpar search", "spatial-only search", "megatron (best grid)", ...
+  std::string name;
+  /// "ok", "error" (`message` says why), "no plan fits" (memory) or "n/a"
+  /// (no configuration applies, e.g. the batch does not divide).
+  std::string status;
+  std::string message;
+  /// The configuration in the baselines' form (`pp=1 dp=2 tp=4 zero-2 m=1`).
+  std::string configuration;
+  /// Step time (seconds), relative to the first row's, memory per device
+  /// (bytes); 0 unless status is "ok".
+  double stepSeconds = 0, relative = 0, memoryBytes = 0;
+};
+
+/// The plan `bestPlan` (named `planName`: the searched plan, or the
+/// strategy that forced it) first, then the baselines in the same
+/// objective: spatial-only search, Megatron's grid with and without
+/// sequence parallelism, ZeRO-1/2/3 data parallelism (docs/plan-format.md).
+std::vector<ComparisonRow> compareBaselines(const search::Problem &problem,
+                                            const cost::Cluster &cluster,
+                                            const cost::EfficiencyModel &eff,
+                                            const search::SearchOptions &opts,
+                                            const search::Plan &bestPlan,
+                                            llvm::StringRef planName);
+
+/// The rows as the table prints them ("comparison (same cost model):").
+void printComparisonRows(llvm::raw_ostream &os,
+                         llvm::ArrayRef<ComparisonRow> rows);
+
+/// The rows as plan.json's `compare` array.
+llvm::json::Value toJSON(llvm::ArrayRef<ComparisonRow> rows);
+
+/// compareBaselines, then printComparisonRows.
 void printComparison(llvm::raw_ostream &os, const search::Problem &problem,
                      const cost::Cluster &cluster,
                      const cost::EfficiencyModel &eff,
@@ -145,6 +175,37 @@ void printComparison(llvm::raw_ostream &os, const search::Problem &problem,
 /// file's time and memory. `path` names the plan in the heading.
 void printPlanFile(llvm::raw_ostream &os, const llvm::json::Value &plan,
                    llvm::StringRef path);
+
+/// An operator's partition in words from its plan-file entry's `spec`
+/// (`b{x0} h{x1}`, `temporal(x0,x1: m=.. n=.. k=..)`, `replicated`); the
+/// table's form.
+std::string describeSpec(const llvm::json::Object *spec);
+
+/// What changed from plan file `a` to plan file `b` (`stpar plan diff`,
+/// docs/plan-format.md "plan diff"): the settings that differ (model,
+/// cluster, devices, mesh, summary), the step time and per-device memory
+/// (seconds, bytes; a, b, delta), the operators matched by name whose
+/// partition differs (with their seconds-per-micro-batch delta) or that
+/// only one plan has, and the collectives grouped by (operator, phase,
+/// kind, mesh axes) whose bytes sent per device differ. Errors: a file
+/// that is not a plan of schema version 1, or lacks `mesh`, `times`,
+/// `memory` or `operators`.
+llvm::Expected<llvm::json::Value> diffPlans(const llvm::json::Value &a,
+                                            llvm::StringRef pathA,
+                                            const llvm::json::Value &b,
+                                            llvm::StringRef pathB);
+
+/// The plan file `plan` (docs/plan-format.md) as one self-contained HTML
+/// page (inline CSS and SVG, no script, no network): header with the
+/// summary, the mesh over the cluster's nodes (`topology`), one training
+/// step as a timeline and memory per device against capacity (`step`), the
+/// `compare` rows, and every operator's tensors cut over the mesh, grouped
+/// by layer with repeated layers folded. Missing keys leave their section
+/// out or empty.
+void writePlanHTML(llvm::raw_ostream &os, const llvm::json::Value &plan);
+
+/// The diff of diffPlans as text for people.
+void printPlanDiff(llvm::raw_ostream &os, const llvm::json::Value &diff);
 
 } // namespace stpar::pipelines
 

@@ -101,6 +101,12 @@ struct PlanCost {
   /// collectives + re-layouts of its inputs) and bytes (model states +
   /// stashes, unweighted).
   std::vector<double> opSeconds, opBytes;
+  /// Per flattened operator: what it adds to one device's memory, as the
+  /// plan charges it (weighted by its pipeline stage; ZeRO-sharded states;
+  /// saved activations times the micro-batches in flight, or what
+  /// recomputation keeps). Summed over operators they are `stateBytes` and
+  /// `activationBytes`.
+  std::vector<double> opStateBytes, opActivationBytes;
   /// Per MoE operator (flattened index): what FasterMoE's model chose
   /// (expert-parallel group, all-to-all form, schedule, shadowed experts)
   /// and predicts (most loaded worker, busiest links).

@@ -54,6 +54,14 @@ void applyPartition(cost::Operator &op, const Partition &part);
 std::string describePartition(const cost::Operator &op, const Partition &part,
                               const cost::Mesh &mesh);
 
+/// How `part` cuts operand `operand` of `op`, one entry per tensor dim:
+/// "[b/x0, s, h/x1,x2]" (the dim's loop, then the mesh axes that split it,
+/// major first); a dim the temporal primitive cuts into q slices (its M, N
+/// or K, the slice index changing per step) reads "n/t". Operand indices
+/// out of range give "[]".
+std::string describeLayout(const cost::Operator &op, const Partition &part,
+                           const cost::Mesh &mesh, unsigned operand);
+
 struct SpaceOptions {
   /// Include PrimePar's temporal primitive.
   bool temporal = true;

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Runs ONNX node tests through stpar: import, then verify on 1 and 2 ranks.
 
-usage: run_node_tests.py [--verify] [--only NAMES] [--jobs N] STPAR DIR [DIR ...]
+usage: run_node_tests.py [--verify] [--only NAMES] [--ranks 1,2] [--jobs N]
+                         STPAR DIR [DIR ...]
 
 Every folder holding model.onnx under the given directories is attempted
 (none is skipped): the model is imported with `STPAR import`; a clean
@@ -11,7 +12,8 @@ diagnostic) is a failure. With --verify, each imported test is compiled for
 the CPU and run on 1 and 2 MPI ranks (`STPAR verify --inputs D --expected
 D`) and compared with the test's own output_<i>.pb; a mismatch or a phase
 that fails is a failure. --only restricts the folders to a comma-separated
-list of names (the default target's representative subset).
+list of names (the default target's representative subset); --ranks the
+rank counts to verify on (default 1,2).
 
 Node tests pass shape-like operands (Reshape's shape, Slice's starts, TopK's
 K, Range's bounds, ...) as graph inputs whose values are in
@@ -112,7 +114,7 @@ def reason_key(message):
     return message[:100]
 
 
-def check(stpar, folder, verify):
+def check(stpar, folder, verify, ranks_list=("1", "2")):
     """Returns (kind, detail): kind in rejected/imported/verified/failed."""
     name = os.path.basename(folder)
     try:
@@ -137,7 +139,7 @@ def check(stpar, folder, verify):
         if mismatches:
             return "unverifiable", reason_key(mismatches[0])
         data = os.path.join(tmp, "data")
-        for ranks in ("1", "2"):
+        for ranks in ranks_list:
             result = subprocess.run(
                 [stpar, "verify", path, "--inputs", data, "--expected", data,
                  "--cluster", "dgx-a100-80g-1", "--devices", ranks,
@@ -156,10 +158,12 @@ def main():
     parser.add_argument("--verify", action="store_true")
     parser.add_argument("--only", default="")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--ranks", default="1,2")
     parser.add_argument("stpar")
     parser.add_argument("dirs", nargs="+")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
+    ranks = tuple(filter(None, args.ranks.split(",")))
     folders = []
     for root in args.dirs:
         for name in sorted(os.listdir(root)):
@@ -177,7 +181,7 @@ def main():
     reasons = collections.Counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for kind, detail in pool.map(
-                lambda f: check(args.stpar, f, args.verify), folders):
+                lambda f: check(args.stpar, f, args.verify, ranks), folders):
             counts[kind] += 1
             if kind in ("rejected", "unverifiable"):
                 reasons[(kind, detail)] += 1
@@ -190,7 +194,7 @@ def main():
     imported = (counts["imported"] + counts["verified"] +
                 counts["unverifiable"])
     print(f"attempted {len(folders)}: imported {imported}, verified "
-          f"{counts['verified']} on 1 and 2 ranks, rejected "
+          f"{counts['verified']} on {' and '.join(ranks)} ranks, rejected "
           f"{counts['rejected']}, not verified {counts['unverifiable']} "
           f"(test data contradicts the model), failed "
           f"{counts['failed'] + len(missing)}")

@@ -14,6 +14,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <map>
@@ -389,11 +390,23 @@ llvm::Expected<json::Value> stp::exportPlan(ModuleOp module) {
   if (auto summary =
           module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
     root = std::move(*convertAttrToJSON(summary).getAsObject());
+  // The roles the search gave the axes (`stpar plan`'s summary), by name.
+  llvm::StringMap<std::string> roles;
+  if (const json::Object *m = root.getObject("mesh"))
+    if (const json::Array *old = m->getArray("axes"))
+      for (const json::Value &v : *old)
+        if (const json::Object *a = v.getAsObject())
+          if (auto name = a->getString("name"))
+            if (auto role = a->getString("role"))
+              roles[*name] = role->str();
   int64_t devices = 1;
   json::Array axes;
   for (AxisAttr a : mesh.getAxes()) {
-    axes.push_back(
-        json::Object{{"name", a.getName().getValue()}, {"size", a.getSize()}});
+    json::Object axis{{"name", a.getName().getValue()}, {"size", a.getSize()}};
+    auto role = roles.find(a.getName().getValue());
+    if (role != roles.end())
+      axis["role"] = role->second;
+    axes.push_back(std::move(axis));
     devices *= a.getSize();
   }
   // The mesh of the IR is authoritative; the summary may add to it.
