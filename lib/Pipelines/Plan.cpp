@@ -40,6 +40,7 @@ static Error makeError(const Twine &message) {
 }
 
 static const double kGiB = double(int64_t(1) << 30);
+static const double kMiB = double(1 << 20);
 
 /// `bytes` in the largest binary unit that keeps it >= 1 (B, KiB, MiB,
 /// GiB, TiB), with 3 significant decimals from KiB on.
@@ -111,6 +112,7 @@ std::vector<stpar::pipelines::ComparisonRow> stpar::pipelines::compareBaselines(
   // recomputation setting or grid point.
   SearchOptions spatialOpts = opts;
   spatialOpts.solver.space.temporal = false;
+  spatialOpts.solver.space.fixed.clear(); // the baselines are unconstrained
   spatialOpts.progress = nullptr;
   spatialOpts.recompute = SearchOptions().recompute;
   spatialOpts.megatron = SearchOptions::MegatronGrid();
@@ -375,6 +377,9 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
   printPlanConfig(os, plan.config);
   std::vector<PlanAxisRole> uses = getAxisUses(problem, g, plan);
   printAxisRoles(os, uses, mesh);
+  // A searched plan in the baselines' form (theirs is the strategy line).
+  if (plan.label.empty())
+    os << "summary: " << summarizePlan(problem, g, plan) << "\n";
   // Full names: the prefix every operator shares (up to a '/') is printed
   // once and left out of the rows, and the column is as wide as the
   // longest name (never truncated).
@@ -884,6 +889,17 @@ Expected<int64_t> stpar::pipelines::checkPlanOptions(const PlanOptions &o,
     return makeError("unknown --strategy '" + o.strategy + "' (" +
                      kStrategyHelp + ")");
   }
+  if (!o.fixed.empty() && o.strategy != "search" && o.strategy != "spatial" &&
+      o.strategy != "temporal")
+    return makeError("--fix constrains a search (--strategy search, spatial "
+                     "or temporal), not --strategy " +
+                     o.strategy);
+  for (const std::string &f : o.fixed)
+    if (!StringRef(f).contains('=') || StringRef(f).starts_with("=") ||
+        StringRef(f).ends_with("="))
+      return makeError("--fix '" + f +
+                       "': expected NAME=SPEC, e.g. "
+                       "'/h.0/mlp/fc/MatMul=b{x0} d2{x1}'");
   if (o.cluster.empty())
     return makeError("no cluster given (--cluster, or cluster= of -stp-plan)");
   Expected<Cluster> loaded = loadCluster(o.cluster);
@@ -968,6 +984,145 @@ stpar::pipelines::findBatchDim(mlir::ModuleOp module, StringRef batchDim) {
     return makeError("--dim " + found->getName().getValue() +
                      ": the batch size must be >= 1");
   return std::make_pair(found->getName().str(), batch);
+}
+
+/// `--explain NAME`: every candidate partition of one operator (all its
+/// layer copies together) in the chosen plan, the rest kept, costed by the
+/// objective: step time, the operator's own compute and collectives per
+/// micro-batch, the plan's re-layout time and memory per device; then why
+/// the chosen one won.
+static Error explainOperator(raw_ostream &os, StringRef name,
+                             const Problem &problem, const FlatGraph &g,
+                             const Plan &plan, const Cluster &cluster,
+                             const EfficiencyModel &eff,
+                             const SpaceOptions &space) {
+  auto it = llvm::find_if(problem.ops,
+                          [&](const Operator &o) { return o.name == name; });
+  if (it == problem.ops.end())
+    return makeError("--explain: no operator '" + name + "'");
+  unsigned op = unsigned(it - problem.ops.begin());
+  std::vector<unsigned> copies;
+  for (unsigned i = 0; i < g.ops.size(); ++i)
+    if (g.original[i] == op)
+      copies.push_back(i);
+  if (copies.empty())
+    return makeError("--explain: '" + name + "' is not in the plan");
+  const Mesh &mesh = plan.config.mesh;
+  Expected<std::unique_ptr<Instance>> inst =
+      Instance::create(problem, cluster, plan.config, eff, SolverOptions());
+  if (!inst)
+    return inst.takeError();
+  double limit = (*inst)->getMemoryLimit();
+  struct Row {
+    std::string words;
+    double step = 0, compute = 0, collectives = 0, relayout = 0, memory = 0;
+    bool chosen = false;
+  };
+  std::vector<Row> rows;
+  const Partition &chosen = plan.partitions[copies.front()];
+  // Every candidate, also where --fix kept the operator to one.
+  SpaceOptions all = space;
+  bool fixed =
+      llvm::any_of(space.fixed, [&](const auto &f) { return f.first == name; });
+  all.fixed.clear();
+  for (const Partition &cand :
+       enumeratePartitions(problem.ops[op], mesh, all)) {
+    std::vector<Partition> parts = plan.partitions;
+    for (unsigned i : copies)
+      parts[i] = cand;
+    Expected<PlanCost> pc = (*inst)->evaluate(parts);
+    if (!pc)
+      return pc.takeError();
+    Operator work = g.ops[copies.front()];
+    for (LoopDim &l : work.loops)
+      if (l.name == problem.batchLoop)
+        l.extent /= plan.config.microBatches;
+    applyPartition(work, cand);
+    Expected<OperatorCost> c = costOperator(work, mesh, cluster, eff);
+    if (!c)
+      return c.takeError();
+    Row r;
+    r.words = describePartition(problem.ops[op], cand, mesh);
+    r.step = pc->stepTime;
+    r.compute = getCompute(*c);
+    r.collectives = c->forwardComm + c->backwardComm;
+    r.relayout = pc->relayout;
+    r.memory = pc->getMemory();
+    r.chosen = cand == chosen;
+    rows.push_back(std::move(r));
+  }
+  llvm::stable_sort(rows,
+                    [](const Row &a, const Row &b) { return a.step < b.step; });
+  os << "explain " << name << " (" << copies.size() << " cop"
+     << (copies.size() == 1 ? "y" : "ies")
+     << " in the plan, all changed together; the rest of the plan kept): "
+     << rows.size() << " candidate partitions on mesh";
+  for (const MeshAxis &a : mesh.axes)
+    os << " " << a.name << "=" << a.size;
+  os << "\n";
+  os << "times in ms (compute and collectives: the operator's own, per "
+        "micro-batch; re-layout: the whole plan's), memory per device in "
+        "MiB\n";
+  os << format("  %-44s %10s %9s %9s %11s %9s %9s\n", "partition", "step",
+               "vs chosen", "compute", "collectives", "re-layout", "memory");
+  const Row *pick = nullptr;
+  for (const Row &r : rows)
+    if (r.chosen)
+      pick = &r;
+  const unsigned shown = 12;
+  for (auto [k, r] : llvm::enumerate(rows)) {
+    if (k >= shown && !r.chosen)
+      continue;
+    double rel = pick && pick->step > 0 ? r.step / pick->step - 1 : 0;
+    os << format("%s %-44s %10.4f %+8.1f%% %9.4f %11.4f %9.4f %9.3f%s\n",
+                 r.chosen ? "*" : " ", r.words.c_str(), r.step * 1e3, rel * 100,
+                 r.compute * 1e3, r.collectives * 1e3, r.relayout * 1e3,
+                 r.memory / kMiB,
+                 r.memory > limit ? "  over the memory limit" : "");
+  }
+  if (rows.size() > shown)
+    os << "  (" << rows.size() - shown << " slower candidates not shown)\n";
+  if (!pick)
+    return Error::success();
+  if (fixed) {
+    os << "why: * is the partition --fix gave it\n";
+    return Error::success();
+  }
+  // Why: the fastest candidate that fits, or what the search traded.
+  const Row *fastestFit = nullptr;
+  for (const Row &r : rows)
+    if (r.memory <= limit) {
+      fastestFit = &r;
+      break;
+    }
+  if (fastestFit == pick || (fastestFit && fastestFit->step >= pick->step)) {
+    const Row *next = nullptr;
+    for (const Row &r : rows)
+      if (&r != pick && r.memory <= limit) {
+        next = &r;
+        break;
+      }
+    os << "why: * is the fastest candidate that fits in memory";
+    if (next && next->step <= pick->step * (1 + 1e-9))
+      os << "; " << next->words
+         << " ties with it (the search keeps the first it finds)";
+    else if (next)
+      os << format("; the runner-up, %s, takes %.1f%% longer",
+                   next->words.c_str(), (next->step / pick->step - 1) * 100);
+    if (rows.front().memory > limit && &rows.front() != pick)
+      os << format("; %s would be faster but needs %.3f GiB per device "
+                   "(limit %.3f GiB)",
+                   rows.front().words.c_str(), rows.front().memory / kGiB,
+                   limit / kGiB);
+    os << "\n";
+  } else if (fastestFit) {
+    os << format("why: changing this operator alone to %s would save "
+                 "%.1f%%: the capped search (docs/search.md) kept fewer "
+                 "candidates; --exact searches all of them\n",
+                 fastestFit->words.c_str(),
+                 (1 - fastestFit->step / pick->step) * 100);
+  }
+  return Error::success();
 }
 
 Error stpar::pipelines::planModule(mlir::ModuleOp module,
@@ -1158,6 +1313,11 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     opts.zeroStages = {o.zeroStage};
   opts.solver.space.temporal = o.strategy != "spatial";
   opts.solver.space.onlyTemporal = o.strategy == "temporal";
+  for (const std::string &f : o.fixed) {
+    // At the first '=' (a temporal partition holds "m=.. n=.. k=..").
+    auto [name, spec] = StringRef(f).split('=');
+    opts.solver.space.fixed.push_back({name.trim().str(), spec.trim().str()});
+  }
   if (!o.mesh.empty())
     opts.meshShapes = {o.mesh};
   if (!o.pipeline) {
@@ -1191,6 +1351,13 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
                                             loops->tpLoop[graphOpOf[i]], mesh));
     return std::optional<std::vector<Partition>>(std::move(parts));
   };
+  // --explain names an operator of the problem (checked before searching).
+  if (!o.explain.empty() && llvm::none_of(problem.ops, [&](const Operator &op) {
+        return op.name == o.explain;
+      }))
+    return makeError("--explain: no planned operator is named '" + o.explain +
+                     "' (the plan table's names; a layer operator by its "
+                     "first layer's name)");
   Expected<SearchResult> result =
       megatron ? searchMegatron(problem, cluster, eff, sequenceParallel, opts)
       : o.strategy == "dp"
@@ -1257,6 +1424,10 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
       *table << ", --strategy " << o.strategy;
     *table << "\n";
     printONNXTable(*table, problem, g, plan, *reports);
+    if (!o.explain.empty())
+      if (Error e = explainOperator(*table, o.explain, problem, g, plan,
+                                    cluster, eff, opts.solver.space))
+        return e;
   }
 
   // The plan goes into the IR as attributes (PlanAttributes.h); plan.json

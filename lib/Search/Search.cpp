@@ -158,7 +158,8 @@ public:
   }
 
 private:
-  using Key = std::tuple<std::vector<int64_t>, int64_t, bool, unsigned, bool>;
+  using Key = std::tuple<std::vector<int64_t>, int64_t, bool, unsigned, bool,
+                         std::vector<std::pair<std::string, std::string>>>;
   static std::vector<int64_t> getShape(const Config &c) {
     std::vector<int64_t> shape;
     for (const MeshAxis &a : c.mesh.axes)
@@ -166,8 +167,8 @@ private:
     return shape;
   }
   static Key getKey(const Config &c, const SpaceOptions &space) {
-    return {getShape(c), c.microBatches, space.temporal, space.firstAxis,
-            space.onlyTemporal};
+    return {getShape(c),     c.microBatches,     space.temporal,
+            space.firstAxis, space.onlyTemporal, space.fixed};
   }
   struct Entry {
     std::unique_ptr<Instance> rep;
@@ -177,6 +178,42 @@ private:
   uint64_t clock = 0;
 };
 } // namespace
+
+/// Drops the configurations whose mesh offers a fixed operator
+/// (SpaceOptions::fixed) no candidate of its fixed partition. Errors: a
+/// name that is no operator of the problem, or no configuration left.
+static Error applyFixedPartitions(const Problem &problem,
+                                  const SpaceOptions &space,
+                                  std::vector<Config> &configs) {
+  if (space.fixed.empty())
+    return Error::success();
+  std::vector<const Operator *> ops;
+  for (const auto &[name, spec] : space.fixed) {
+    auto it = llvm::find_if(problem.ops, [&, &name = name](const Operator &o) {
+      return o.name == name;
+    });
+    if (it == problem.ops.end())
+      return err("--fix: no planned operator is named '" + name +
+                 "' (the plan table's names; a layer operator by its first "
+                 "layer's name)");
+    ops.push_back(&*it);
+  }
+  size_t before = configs.size();
+  llvm::erase_if(configs, [&](const Config &c) {
+    return llvm::any_of(ops, [&](const Operator *op) {
+      return enumeratePartitions(*op, c.mesh, space).empty();
+    });
+  });
+  if (configs.empty() && before > 0) {
+    std::string list;
+    for (const auto &[name, spec] : space.fixed)
+      list += (list.empty() ? "" : ", ") + name + "=" + spec;
+    return err("--fix: no configuration offers " + list +
+               " (partitions as the plan table writes them, over the "
+               "searched axes x0, x1, ...; --mesh fixes their sizes)");
+  }
+  return Error::success();
+}
 
 static Expected<SearchResult>
 searchWith(const Problem &problem, const Cluster &cluster,
@@ -250,6 +287,10 @@ searchWith(const Problem &problem, const Cluster &cluster,
             c.interleave = v;
             configs.push_back(std::move(c));
           }
+  // Partial constraints: only configurations whose mesh offers every fixed
+  // operator its partition.
+  if (Error e = applyFixedPartitions(problem, options.solver.space, configs))
+    return std::move(e);
   result.configurations = configs.size();
   // Branch and bound over the configurations (exact): every configuration
   // gets a lower bound of its objective and its exact smallest memory from

@@ -160,6 +160,7 @@ struct Tables {
   bool temporal = true;
   bool onlyTemporal = false;
   unsigned firstAxis = 1;
+  std::vector<std::pair<std::string, std::string>> fixed;
 };
 
 /// About the heap bytes of one allocation of `n` elements of `T` (malloc
@@ -353,6 +354,7 @@ Instance::create(const Problem &problem, const Cluster &cluster,
     if (sameMesh && t.microBatches == config.microBatches &&
         t.temporal == options.space.temporal &&
         t.onlyTemporal == options.space.onlyTemporal &&
+        t.fixed == options.space.fixed &&
         t.firstAxis == options.space.firstAxis)
       tables = sameTables->impl->tables;
   }
@@ -364,6 +366,7 @@ Instance::create(const Problem &problem, const Cluster &cluster,
     tables->microBatches = config.microBatches;
     tables->temporal = options.space.temporal;
     tables->onlyTemporal = options.space.onlyTemporal;
+    tables->fixed = options.space.fixed;
     tables->firstAxis = options.space.firstAxis;
     // The re-layout coefficients depend on the mesh and its links only.
     if (sameMesh)

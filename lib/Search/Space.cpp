@@ -251,6 +251,11 @@ std::vector<Partition> enumeratePartitions(const Operator &op, const Mesh &mesh,
   rec(0);
   if (op.moe)
     addExpertParallel(op, mesh, result);
+  for (const auto &[name, spec] : options.fixed)
+    if (name == op.name)
+      llvm::erase_if(result, [&](const Partition &p) {
+        return describePartition(op, p, mesh) != spec;
+      });
   if (options.onlyTemporal &&
       any_of(result, [](const Partition &p) { return p.temporal.has_value(); }))
     llvm::erase_if(result,

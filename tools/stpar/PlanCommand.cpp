@@ -124,6 +124,17 @@ static cl::opt<std::string>
     planMesh("mesh", cl::sub(planCmd), cl::value_desc("AxB..."),
              cl::desc("ONNX models: force the logical mesh shape (no "
                       "pipeline stages); megatron: AxB = dp x tp"));
+static cl::list<std::string> planFix(
+    "fix", cl::sub(planCmd), cl::value_desc("NAME=SPEC"),
+    cl::desc("ONNX models: keep operator NAME (the table's name; a layer "
+             "operator by its first layer's, for every layer) partitioned as "
+             "SPEC in the table's words ('b{x0} d2{x1}', 'replicated') and "
+             "search the rest; repeatable"));
+static cl::opt<std::string> planExplain(
+    "explain", cl::sub(planCmd), cl::value_desc("NAME"),
+    cl::desc("ONNX models: after the table, every candidate partition of "
+             "operator NAME in the chosen plan with its cost, and why the "
+             "chosen one won"));
 static cl::opt<unsigned>
     planMaxAxes("max-mesh-axes", cl::sub(planCmd), cl::init(3),
                 cl::desc("Most logical mesh axes (default: 3)"));
@@ -274,6 +285,8 @@ static int runONNX() {
   p.expertLoad = planExpertLoad;
   p.compare = planCompare;
   p.maxMeshAxes = planMaxAxes;
+  p.fixed = planFix;
+  p.explain = planExplain;
   p.progress = true;
   p.table = &outs();
   p.notes = &errs();

@@ -65,6 +65,15 @@ struct PlanOptions {
   /// MoE layer (an array of E counts or shares; stpar/Cost/MoE.h,
   /// parseExpertLoad), e.g. measured routing counts; empty: uniform.
   std::string expertLoad;
+  /// Partial constraints, "NAME=SPEC" each: operator NAME (the plan table's
+  /// name; a layer operator by its first layer's) keeps the partition SPEC
+  /// in the table's words (`b{x0} d2{x1}`, `replicated`) and the search
+  /// plans the rest (search, spatial and temporal strategies only).
+  std::vector<std::string> fixed;
+  /// `--explain NAME`: after the table, every candidate partition of that
+  /// operator in the chosen plan (the rest kept) with its cost, and why the
+  /// chosen one won (`table` must be set).
+  std::string explain;
   /// At most this many mesh axes.
   unsigned maxMeshAxes = 3;
   /// Search pipeline stages too. `stpar compile` turns this off: the

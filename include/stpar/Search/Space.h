@@ -71,6 +71,12 @@ struct SpaceOptions {
   /// --strategy temporal`): an operator that has temporal candidates keeps
   /// only those.
   bool onlyTemporal = false;
+  /// Partial constraints (`stpar plan --fix NAME=SPEC`): the operator
+  /// named first keeps only the candidates describePartition names as the
+  /// second (`b{x0} d2{x1}`, `replicated`, `temporal(x0,x1: m=.. n=..
+  /// k=..)`); a layer operator stands for every layer. Search drops the
+  /// configurations whose mesh offers no such candidate.
+  std::vector<std::pair<std::string, std::string>> fixed;
 };
 
 /// Every partition of `op` on `mesh`: each axis >= firstAxis is either
