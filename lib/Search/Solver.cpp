@@ -266,6 +266,11 @@ struct Instance::Impl {
   /// operator whose partition fields are overwritten.
   Expected<Raw> costRaw(unsigned i, Operator &work, const Partition &part);
   Cand derive(unsigned op, const Raw &raw) const;
+  /// With pipeline stages: the carry operator (problem index) and the
+  /// bytes one device sends to the next stage per micro-batch and boundary
+  /// (the carry tensor, one micro-batch's, evenly split over a stage's
+  /// devices); its gradient comes back the same size.
+  std::optional<std::pair<unsigned, double>> getStageSend() const;
   /// An operator's gradient sync and optimizer (seconds, unweighted, added
   /// to `sync` and `opt`) and its model states under the configuration.
   ModelStateBytes getSyncTerms(const Raw &raw, double &sync, double &opt) const;
@@ -471,24 +476,12 @@ Error Instance::Impl::init(bool fresh) {
   }
   // Stage-boundary sends: the carry tensor, evenly split over a stage, sent
   // forward and its gradient backward, over the link between stages.
-  if (p > 1) {
-    if (std::optional<unsigned> carry = getCarryOp(problem)) {
-      const Operator &op = problem.ops[*carry];
-      for (const Edge &e : problem.edges)
-        if (e.nextLayer) {
-          const Operand &o = op.operands[e.producerOperand];
-          double bytes = double(o.elementBytes);
-          for (unsigned d : o.dims)
-            bytes *= double(op.loops[d].extent);
-          bytes /= double(config.mesh.getNumDevices() / p);
-          AxisPlacement pl = config.mesh.getPlacement(0, cluster.devicesPerNode);
-          double one =
-              getCollectiveTime(Collective::PointToPoint, bytes, pl, cluster);
-          // v model chunks per device: v boundaries each way.
-          constantTime = slots * 2 * one * double(config.interleave);
-          break;
-        }
-    }
+  if (std::optional<std::pair<unsigned, double>> send = getStageSend()) {
+    AxisPlacement pl = config.mesh.getPlacement(0, cluster.devicesPerNode);
+    double one =
+        getCollectiveTime(Collective::PointToPoint, send->second, pl, cluster);
+    // v model chunks per device: v boundaries each way.
+    constantTime = slots * 2 * one * double(config.interleave);
   }
   cands.resize(problem.ops.size());
   for (unsigned i = 0; i < problem.ops.size(); ++i) {
@@ -698,6 +691,25 @@ ModelStateBytes Instance::Impl::getSyncTerms(const Raw &raw, double &sync,
            (cluster.device.hbmBandwidth * eff.hbmEfficiency);
   }
   return states;
+}
+
+std::optional<std::pair<unsigned, double>>
+Instance::Impl::getStageSend() const {
+  int64_t p = config.getStages();
+  std::optional<unsigned> carry = getCarryOp(problem);
+  if (p < 2 || !carry)
+    return std::nullopt;
+  const Operator &op = problem.ops[*carry];
+  for (const Edge &e : problem.edges)
+    if (e.nextLayer) {
+      const Operand &o = op.operands[e.producerOperand];
+      double bytes = double(o.elementBytes);
+      for (unsigned d : o.dims)
+        bytes *= double(op.loops[d].extent);
+      return std::make_pair(*carry,
+                            bytes / double(config.mesh.getNumDevices() / p));
+    }
+  return std::nullopt;
 }
 
 Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
@@ -1367,6 +1379,35 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
       add(step, Phase::InputGrad,
           isReduction(step.kind) ? e.consumer : e.producer,
           "gradient re-layout of " + what);
+  }
+  // Pipeline stages: the carry tensor to the next stage and its gradient
+  // back over the pipeline axis, once per micro-batch and model chunk, as
+  // the objective charges them (its constant time), under the last layer of
+  // the first stage.
+  if (std::optional<std::pair<unsigned, double>> send = I.getStageSend()) {
+    int64_t last = std::max<int64_t>(
+        0, std::max<int64_t>(1, I.problem.layers) / I.config.getStages() - 1);
+    std::optional<unsigned> owner;
+    for (unsigned i = 0; i < g.ops.size(); ++i)
+      if (g.original[i] == send->first && (!owner || g.layerOf[i] == last))
+        owner = i;
+    int64_t width = 2;
+    for (const Operand &o : I.problem.ops[send->first].operands)
+      if (o.role == OperandRole::Output)
+        width = o.elementBytes;
+    for (Phase phase : {Phase::Forward, Phase::InputGrad}) {
+      Communication c;
+      c.phase = phase;
+      c.kind = Collective::PointToPoint;
+      c.axes = {0};
+      c.bytes = send->second;
+      c.elementBytes = width;
+      c.count = double(I.config.interleave);
+      c.what = phase == Phase::Forward
+                   ? "activation to the next pipeline stage"
+                   : "activation gradient to the previous pipeline stage";
+      out.push_back({std::move(c), *owner, "pipeline"});
+    }
   }
   return out;
 }
