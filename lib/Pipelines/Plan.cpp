@@ -150,8 +150,7 @@ void stpar::pipelines::printComparisonRows(raw_ostream &outs,
                      r.stepSeconds * 1e3, r.relative, r.memoryBytes / kGiB,
                      r.configuration.c_str());
     else
-      outs << format("  %-28s %12s  %s\n", r.name.c_str(),
-                     r.status == "ok" ? "" : r.status.c_str(),
+      outs << format("  %-28s %12s  %s\n", r.name.c_str(), r.status.c_str(),
                      r.message.c_str());
   }
 }

@@ -474,7 +474,9 @@ void stpar::pipelines::writePlanHTML(raw_ostream &os, const json::Value &plan) {
           AxisInfo info;
           info.name = getStr(ao, "name");
           info.role = getStr(ao, "role");
-          info.size = ao->getInteger("size").value_or(1);
+          // A file's sizes were checked when it was applied; a size below
+          // 1 is drawn as 1 rather than divided by.
+          info.size = std::max<int64_t>(1, ao->getInteger("size").value_or(1));
           info.color = kAxisColors[axes.size() % std::size(kAxisColors)];
           axes.push_back(std::move(info));
         }
