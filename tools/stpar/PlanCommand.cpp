@@ -216,8 +216,9 @@ static int runPlan() {
   if (!planInput.empty())
     return runONNX();
   if (!planDims.empty() || !planOutput.empty() || !planEmitMLIR.empty() ||
-      !planHTML.empty())
-    return fail("--dim, -o, --html and --emit-mlir apply to ONNX models only");
+      !planHTML.empty() || !planFix.empty() || !planExplain.empty())
+    return fail("--dim, -o, --html, --emit-mlir, --fix and --explain apply "
+                "to ONNX models only");
   ErrorOr<std::unique_ptr<MemoryBuffer>> buffer =
       MemoryBuffer::getFileOrSTDIN(planProblem);
   if (!buffer)
