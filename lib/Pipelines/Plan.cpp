@@ -195,14 +195,15 @@ struct OpReport {
 };
 } // namespace
 
-/// The operator of `problem`, partitioned, with micro-batch extents.
+/// Flattened operator `i` partitioned as `part`, with micro-batch extents.
 static Operator getPlannedOp(const FlatGraph &g, const Problem &problem,
-                             const Plan &plan, unsigned i) {
+                             const Plan &plan, unsigned i,
+                             const Partition &part) {
   Operator op = g.ops[i];
   for (LoopDim &l : op.loops)
     if (l.name == problem.batchLoop)
       l.extent /= plan.config.microBatches;
-  applyPartition(op, plan.partitions[i]);
+  applyPartition(op, part);
   return op;
 }
 
@@ -211,7 +212,7 @@ reportOps(const FlatGraph &g, const Problem &problem, const Plan &plan,
           const Cluster &cluster, const EfficiencyModel &eff) {
   std::vector<OpReport> out;
   for (unsigned i = 0; i < g.ops.size(); ++i) {
-    Operator op = getPlannedOp(g, problem, plan, i);
+    Operator op = getPlannedOp(g, problem, plan, i, plan.partitions[i]);
     Expected<OperatorCost> c = costOperator(op, plan.config.mesh, cluster, eff);
     if (!c)
       return c.takeError();
@@ -1032,12 +1033,9 @@ static Error explainOperator(raw_ostream &os, StringRef name,
     Expected<PlanCost> pc = (*inst)->evaluate(parts);
     if (!pc)
       return pc.takeError();
-    Operator work = g.ops[copies.front()];
-    for (LoopDim &l : work.loops)
-      if (l.name == problem.batchLoop)
-        l.extent /= plan.config.microBatches;
-    applyPartition(work, cand);
-    Expected<OperatorCost> c = costOperator(work, mesh, cluster, eff);
+    Expected<OperatorCost> c =
+        costOperator(getPlannedOp(g, problem, plan, copies.front(), cand), mesh,
+                     cluster, eff);
     if (!c)
       return c.takeError();
     Row r;
