@@ -653,6 +653,37 @@ Expected<OperatorCost> costOperator(const Operator &op, const Mesh &mesh,
       cost.communication.push_back(std::move(c));
     }
   }
+  // An input from an unplanned (replicated) operator: its gradient is
+  // gathered whole over the axes splitting it, for that operator's own
+  // backward (-stp-partition re-lays the gradient out to its producer's
+  // replicated layout).
+  for (auto [j, operand] : llvm::enumerate(op.operands)) {
+    if (operand.role != OperandRole::Input || !operand.needsGrad ||
+        !operand.gatherGradient)
+      continue;
+    std::vector<unsigned> axes;
+    double group = 1;
+    for (unsigned d = 0; d < op.loops.size(); ++d)
+      if (indexes(operand, d))
+        for (unsigned axis : op.loops[d].axes)
+          if (!is_contained(axes, axis)) {
+            axes.push_back(axis);
+            group *= double(mesh.axes[axis].size);
+          }
+    if (axes.empty())
+      continue;
+    llvm::sort(axes);
+    Communication c;
+    c.phase = Phase::InputGrad;
+    c.kind = Collective::AllGather;
+    c.axes = std::move(axes);
+    c.bytes = localBytes(op, operand, mesh) * group;
+    c.elementBytes = operand.elementBytes;
+    c.what = "gradient of operand " + std::to_string(j) +
+             " gathered for its unplanned producer";
+    c.operand = int(j);
+    cost.communication.push_back(std::move(c));
+  }
   for (const Communication &c : cost.communication) {
     double t = c.count * getMultiAxisCollectiveTime(c.kind, c.bytes, c.axes,
                                                     mesh, cluster);

@@ -496,6 +496,8 @@ Error Parser::parseLine(StringRef keyword, SmallVectorImpl<StringRef> &w) {
         o.elementBytes = *v;
       } else if (key == "nograd") {
         o.needsGrad = false;
+      } else if (key == "gathergrad") {
+        o.gatherGradient = true;
       } else {
         return error("unknown operand attribute '" + key + "'");
       }
@@ -640,6 +642,8 @@ void printProblem(raw_ostream &os, const Problem &p) {
       os << " bytes=" << o.elementBytes;
       if (!o.needsGrad)
         os << " nograd";
+      if (o.gatherGradient)
+        os << " gathergrad";
       os << "\n";
     }
     if (op.moe) {

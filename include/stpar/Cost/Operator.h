@@ -81,6 +81,12 @@ struct Operand {
   /// Inputs only: whether backward computes a gradient for it (false for
   /// token ids, masks).
   bool needsGrad = true;
+  /// Inputs only: the tensor comes from an operator that is not planned
+  /// and runs replicated (no batch loop: BERT's position embedding read
+  /// with constant indices). F slices it for free; B gathers its gradient
+  /// whole again over the axes splitting this operand, for that
+  /// operator's own gradient (costOperator charges the all-gather).
+  bool gatherGradient = false;
   /// A tensor of the attention core that selective recomputation
   /// regenerates instead of stashing: the softmax output and dropout mask
   /// (stashed by the softmax) and the probabilities read by the context

@@ -164,7 +164,8 @@ std::string signature(const Operator &op) {
          (l.kind == LoopKind::Reduction ? "r" : "") + ",";
   for (const Operand &o : op.operands) {
     s += "|" + std::to_string(int(o.role)) + ":" +
-         std::to_string(o.elementBytes) + (o.needsGrad ? "g" : "") + ":";
+         std::to_string(o.elementBytes) + (o.needsGrad ? "g" : "") +
+         (o.gatherGradient ? "w" : "") + ":";
     for (unsigned d : o.dims)
       s += std::to_string(d) + ".";
   }
@@ -255,6 +256,9 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
       int pk = keptOf[r.producer];
       if (pk < 0) {
         ++dropped;
+        // Replicated in F; its gradient is gathered whole in B.
+        if (graph.tensors[r.tensor].requiresGrad)
+          ops[c].operands[j].gatherGradient = true;
         continue;
       }
       if (graph.tensors[r.tensor].requiresGrad) {

@@ -85,6 +85,10 @@ struct ValueState {
   Sharding sharding;
   /// Label of the producing op (for plan-step strings).
   std::string producer;
+  /// The training-step phase of the producing op (`stp.phase`: "forward",
+  /// "input_grad", "weight_grad", "grad_sum", ...): the reduction of a
+  /// partial result belongs to the phase that made it partial.
+  std::string producerPhase = "forward";
   /// Why the value is a partial result.
   std::string partialReason;
   /// A tensor.empty, a fill of one or a splat constant: created on demand,
@@ -257,6 +261,8 @@ private:
   /// The training-step phase of the op being partitioned (`stp.phase`;
   /// "forward" without one), named in the collectives' plan steps.
   std::string currentPhase = "forward";
+  void markCollective(Operation *op, const std::string &label,
+                      const std::string &phase, const Twine &reason);
   void markCollective(Operation *op, const std::string &label,
                       const Twine &reason);
 
@@ -455,9 +461,14 @@ ArrayAttr Partitioner::getSplitAttr(const Sharding &s) {
 
 void Partitioner::markCollective(Operation *op, const std::string &label,
                                  const Twine &reason) {
-  op->setAttr(
-      STPDialect::kPlanStepAttrName,
-      builder.getStringAttr(label + " " + currentPhase + ": " + reason));
+  markCollective(op, label, currentPhase, reason);
+}
+
+void Partitioner::markCollective(Operation *op, const std::string &label,
+                                 const std::string &phase,
+                                 const Twine &reason) {
+  op->setAttr(STPDialect::kPlanStepAttrName,
+              builder.getStringAttr(label + " " + phase + ": " + reason));
   ++numCollectives;
 }
 
@@ -577,6 +588,18 @@ Value Partitioner::relayout(Value value, Sharding cur, const Sharding &to,
         }
       }
     }
+    // The reduction belongs to the phase that made the value partial, not
+    // to the user's: an input gradient's partial sum (a split reduction
+    // loop of B) is reduced in B even where the user that needs it whole
+    // sums the gradients of a fan-out (grad_sum); a weight gradient's
+    // partial sum over the data-parallel axes is its gradient sync wherever
+    // it is reduced.
+    std::string reducePhase = currentPhase;
+    if (origin.producerPhase == "input_grad")
+      reducePhase = "input_grad";
+    else if (origin.producerPhase == "weight_grad" &&
+             currentPhase != "optimizer")
+      reducePhase = "grad_sum";
     std::string reason = "partial " +
                          std::string(shard::stringifyReductionKind(cur.kind)) +
                          " over " + axesText(cur.partial) + " (" +
@@ -590,7 +613,7 @@ Value Partitioner::relayout(Value value, Sharding cur, const Sharding &to,
           builder.getDenseI16ArrayAttr(cur.partial), value,
           shard::ReductionKindAttr::get(ctx, cur.kind),
           builder.getIndexAttr(*scatterDim));
-      markCollective(op, origin.producer,
+      markCollective(op, origin.producer, reducePhase,
                      "reduce-scatter of the " + reason + " into " +
                          dimText(*scatterDim, cur.partial) + " for " + user);
       value = op.getResult();
@@ -600,7 +623,8 @@ Value Partitioner::relayout(Value value, Sharding cur, const Sharding &to,
           builder, loc, value.getType(), gridRef,
           builder.getDenseI16ArrayAttr(cur.partial), value,
           shard::ReductionKindAttr::get(ctx, cur.kind));
-      markCollective(op, origin.producer, "all-reduce of the " + reason);
+      markCollective(op, origin.producer, reducePhase,
+                     "all-reduce of the " + reason);
       value = op.getResult();
       cur.partial.clear();
     }
@@ -1242,6 +1266,7 @@ void Partitioner::emitNormStats(Operation *op, OpPlan &plan) {
   state.value = result.getResult(0);
   state.sharding = plan.results[0];
   state.producer = label;
+  state.producerPhase = currentPhase;
   ++numSplitOps;
 }
 
@@ -1515,6 +1540,7 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   state.value = combine.getResult();
   state.sharding = plan.results[0];
   state.producer = label;
+  state.producerPhase = currentPhase;
   state.partialReason = plan.partialReason;
 }
 
@@ -1920,6 +1946,7 @@ void Partitioner::emitTemporal(linalg::LinalgOp op, OpPlan &plan) {
   state.value = result;
   state.sharding = plan.results[0];
   state.producer = label;
+  state.producerPhase = currentPhase;
   state.partialReason = plan.partialReason;
   ++numTemporalOps;
 }
@@ -1933,6 +1960,7 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
     state.sharding = Sharding::replicated(
         getRankedTensor(op->getResult(0)).getRank());
     state.producer = label;
+    state.producerPhase = currentPhase;
     return success();
   }
   case PlanKind::Return: {
@@ -1979,6 +2007,7 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
       state.value = newOp->getResult(i);
       state.sharding = plan.results[i];
       state.producer = label;
+      state.producerPhase = currentPhase;
     }
     ++numSplitOps;
     return success();
@@ -2111,6 +2140,7 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
     state.value = newOp->getResult(i);
     state.sharding = plan.results[i];
     state.producer = label;
+    state.producerPhase = currentPhase;
     state.partialReason = plan.partialReason;
   }
   return success();
@@ -2348,10 +2378,19 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
       llvm::stable_sort(uses, [&](auto &a, auto &b) {
         return positions[a.first] < positions[b.first];
       });
+      bool parameter = static_cast<bool>(
+          func.getArgAttr(arg.getArgNumber(), STPDialect::kParamAttrName));
       SmallVector<Sharding> wants;
       for (auto [user, use] : uses) {
-        if (!user->hasAttr(STPDialect::kSpecAttrName))
+        if (!user->hasAttr(STPDialect::kSpecAttrName)) {
+          // An op without a plan runs replicated (an embedding read with
+          // constant indices, a slice of a rotary table): a parameter it
+          // reads first is stored whole, not in the layout of a later
+          // user (the optimizer's ZeRO shard) and gathered for it.
+          if (parameter && !isa<func::ReturnOp>(user))
+            wants.push_back(Sharding::replicated(type.getRank()));
           continue;
+        }
         inLoop = loopOps.contains(user);
         FailureOr<OpPlan> plan = planOp(user);
         bool userInLoop = inLoop;
@@ -2368,6 +2407,9 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
         if (use->getOwner() == user) {
           wanted = plan->operands[use->getOperandNumber()];
         } else {
+          // A captured value is read whole unless the plan says otherwise
+          // (OpPlan::captured; an embedding table read replicated).
+          wanted = Sharding::replicated(type.getRank());
           for (auto &[value, sharding] : plan->captured)
             if (value == arg)
               wanted = sharding;
@@ -2379,8 +2421,6 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
       }
       // (Parameters arrive as their first user's blocks: the plan costs a
       // parameter's layout with the operator reading it.)
-      bool parameter = static_cast<bool>(
-          func.getArgAttr(arg.getArgNumber(), STPDialect::kParamAttrName));
       if (!wants.empty() &&
           (parameter || llvm::all_of(wants, [&](const Sharding &w) {
              return w == wants[0];

@@ -676,8 +676,18 @@ private:
       return;
     auto type = cast<RankedTensorType>(v.getType());
     Value a = it->second;
+    // A parameter's gradients summed (a shared initializer) are part of
+    // its gradient sync ("grad_sum"); an activation's (a fan-out) are the
+    // backward pass of the op that produced it ("input_grad", named after
+    // that op, so the re-layouts into its layout are its B).
+    StringRef phase = "grad_sum";
+    if (phaseOf(v) == "input_grad") {
+      phase = "input_grad";
+      if (Operation *def = v.getDefiningOp())
+        loc = locFor(def, "/grad_sum");
+    }
     it->second = elementwise(
-        loc, "grad_sum", {a, g}, type,
+        loc, phase, {a, g}, type,
         [](OpBuilder &nb, Location l, ValueRange args) -> Value {
           return arith::AddFOp::create(nb, l, args[0], args[1]);
         },
@@ -744,8 +754,20 @@ private:
   /// operand's.
   DenseSet<Operation *> zeroCopies;
 
+  /// The phase of the gradient of `operand`: G ("weight_grad") when it is
+  /// a parameter, or a view of one (a slice of a rotary table, the
+  /// transpose of a tied embedding table) or ZeRO-3's copy of one, B
+  /// ("input_grad") otherwise.
   StringRef phaseOf(Value operand) {
-    auto arg = dyn_cast<BlockArgument>(operand);
+    Value v = operand;
+    while (Operation *def = v.getDefiningOp()) {
+      if (!zeroCopies.contains(def) &&
+          !isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::CastOp,
+               tensor::ExtractSliceOp, linalg::TransposeOp>(def))
+        break;
+      v = def->getOperand(0);
+    }
+    auto arg = dyn_cast<BlockArgument>(v);
     return arg && func.getArgAttr(arg.getArgNumber(),
                                   STPDialect::kParamAttrName)
                ? "weight_grad"
