@@ -1929,10 +1929,15 @@ Expected<Plan> Instance::Impl::solve() {
           for (SC &sc : grp)
             scs.push_back(std::move(sc));
         if (options.maxCandidates && scs.size() > options.maxCandidates) {
-          // Keep the fastest half and the smallest half.
+          // Keep the fastest half (own time plus the chain bound of the
+          // rest given its output layout: a candidate that is fast alone
+          // but whose layout costs what follows goes first) and the
+          // smallest half.
           unsigned half = options.maxCandidates / 2;
           std::vector<SC> byTime = scs, byMem = scs;
-          llvm::sort(byTime, [](const SC &a, const SC &b) { return a.time < b.time; });
+          llvm::sort(byTime, [](const SC &a, const SC &b) {
+            return a.time + a.rest < b.time + b.rest;
+          });
           llvm::sort(byMem, [](const SC &a, const SC &b) {
             return a.mem + a.peak < b.mem + b.peak;
           });
@@ -1992,6 +1997,9 @@ Expected<Plan> Instance::Impl::solve() {
       std::vector<const Key *> bases;
       DenseMap<uint64_t, unsigned> slotOf;
       std::vector<std::pair<uint64_t, Front>> slots;
+      // Per slot: the least time so far + rest bound of a point inserted
+      // there (what a capped search ranks states by).
+      std::vector<double> slotEstimate;
       std::vector<const std::vector<double> *> rowPtr(numIn);
       // Per choice s: the least own time + rest bound of choices s, s+1, ...
       std::vector<double> restFrom(scs.size() + 1,
@@ -2036,6 +2044,7 @@ Expected<Plan> Instance::Impl::solve() {
             add += (*rowPtr[k])[colOf[s][k]];
           uint64_t dk = bi | uint32_t(vLive ? sc.sig : 0);
           Front *dst = nullptr;
+          unsigned dstSlot = 0;
           for (const Point &pt : st.front) {
             Point np{pt.time + add, pt.mem + sc.mem,
                      std::max(pt.peak, sc.peak), -1};
@@ -2043,9 +2052,12 @@ Expected<Plan> Instance::Impl::solve() {
               continue;
             if (!dst) {
               auto [sit, sins] = slotOf.try_emplace(dk, unsigned(slots.size()));
-              if (sins)
+              if (sins) {
                 slots.push_back({dk, Front()});
-              dst = &slots[sit->second].second;
+                slotEstimate.push_back(std::numeric_limits<double>::infinity());
+              }
+              dstSlot = sit->second;
+              dst = &slots[dstSlot].second;
             }
             // Speculative node; reused when rejected.
             nodes.push_back({pt.node, -1, sc.cand >= 0 ? items[v].op : -1,
@@ -2053,29 +2065,32 @@ Expected<Plan> Instance::Impl::solve() {
             np.node = int32_t(nodes.size() - 1);
             if (!insert(*dst, np))
               nodes.pop_back();
+            else
+              slotEstimate[dstSlot] =
+                  std::min(slotEstimate[dstSlot], np.time + sc.rest + outTime);
           }
         }
       }
       std::vector<State> next;
+      std::vector<double> nextEstimate;
       next.reserve(slots.size());
-      for (auto &[dk, front] : slots) {
+      for (auto [i, slot] : llvm::enumerate(slots)) {
+        auto &[dk, front] = slot;
         if (front.empty())
           continue;
         Key k = *bases[dk >> 32];
         if (vLive)
           k.push_back(int(uint32_t(dk)));
         next.push_back({std::move(k), std::move(front)});
+        nextEstimate.push_back(slotEstimate[i]);
       }
       if (options.maxStates && next.size() > options.maxStates) {
-        auto best = [](const State &s) {
-          double b = std::numeric_limits<double>::infinity();
-          for (const Point &pt : s.front)
-            b = std::min(b, pt.time);
-          return b;
-        };
+        // Ranked by time so far plus the chain bound of the rest (A*'s
+        // f = g + h, with the bound that prunes exactly): a state that is
+        // fast so far but whose layout costs the rest more goes first.
         std::vector<std::pair<double, unsigned>> order;
         for (unsigned i = 0; i < next.size(); ++i)
-          order.push_back({best(next[i]), i});
+          order.push_back({nextEstimate[i], i});
         std::nth_element(order.begin(), order.begin() + options.maxStates,
                          order.end());
         std::vector<State> kept;

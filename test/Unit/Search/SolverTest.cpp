@@ -580,7 +580,7 @@ TEST(Exactness, CappedSearchMatchesExactOnRandomProblems) {
   std::mt19937 rng(2026);
   EfficiencyModel eff = getDefaultEfficiency();
   int capped = 0, trivial = 0, infeasible = 0, differ = 0;
-  double worst = 0;
+  double worst = 0, mildest = 1;
   for (int attempt = 0; attempt < 3000 && capped < 400; ++attempt) {
     Problem p = randomProblem(rng);
     if (rng() % 3 == 0)
@@ -605,21 +605,24 @@ TEST(Exactness, CappedSearchMatchesExactOnRandomProblems) {
     }
     double a = exact->best->cost.stepTime, b = heuristic->best->cost.stepTime;
     // Never better than the exact optimum (that would make the exact
-    // search wrong), and at most 1e-5 worse: at e551126 9 of 400 such
-    // problems differed, by 1.9e-7 to 7.1e-6 of the step time.
+    // search wrong), and at most 1e-5 worse: 7 of 400 such problems
+    // differ, by 4.3e-7 to 7.1e-6 of the step time (9 of 400 at e551126,
+    // when the candidate cap ranked by own time without the rest bound).
     EXPECT_GE(b, a * (1 - 1e-9)) << "problem " << attempt;
     EXPECT_LE(b, a * (1 + 1e-5)) << "problem " << attempt;
     if (b > a * (1 + 1e-9)) {
       ++differ;
       worst = std::max(worst, (b - a) / a);
+      mildest = std::min(mildest, (b - a) / a);
     }
     ++capped;
   }
   EXPECT_EQ(capped, 400);
   std::printf("capped vs exact: %d problems where the caps dropped states or "
-              "points (%d of them slower, worst by %.2g of the step time), "
+              "points (%d of them slower, by %.2g to %.2g of the step time), "
               "%d where they dropped nothing, %d infeasible\n",
-              capped, differ, worst, trivial, infeasible);
+              capped, differ, differ ? mildest : 0.0, worst, trivial,
+              infeasible);
 }
 
 } // namespace
