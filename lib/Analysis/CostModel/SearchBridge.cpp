@@ -321,7 +321,7 @@ Expected<BridgedProblem> buildSearchProblem(const OperatorGraph &graph,
   if (dropped)
     out.notes.push_back(std::to_string(dropped) +
                         " tensor edge(s) from unplanned operators carry no "
-                        "re-layout cost");
+                        "forward re-layout cost");
 
   // Residual cuts: positions c (between kept ops c-1 and c) crossed by
   // exactly one gradient-carrying tensor.
