@@ -251,6 +251,20 @@ static const char *getOperandRoleName(OperandRole role) {
   return "";
 }
 
+/// The short name of operand `j` in the table and plan.json: I (a second
+/// input I2, ...), W for a parameter, O for the output.
+static std::string getTensorTag(const Operator &op, unsigned j) {
+  const Operand &o = op.operands[j];
+  if (o.role == OperandRole::Parameter)
+    return "W";
+  if (o.role == OperandRole::Output)
+    return "O";
+  unsigned inputs = 0;
+  for (unsigned k = 0; k <= j && k < op.operands.size(); ++k)
+    inputs += op.operands[k].role == OperandRole::Input;
+  return inputs > 1 ? "I" + std::to_string(inputs) : "I";
+}
+
 static double getCompute(const OperatorCost &c) {
   return c.forward + c.backwardInput + c.backwardWeight;
 }
@@ -466,16 +480,9 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
                  name.c_str(), g.ops[i].layerKind.c_str(), partition.c_str(),
                  compute * 1e3, comm * 1e3, comm * 1e3, bytes / mib);
     std::string layouts;
-    unsigned inputs = 0;
-    for (auto [j, o] : llvm::enumerate(g.ops[i].operands)) {
-      std::string tag = o.role == OperandRole::Parameter ? "W"
-                        : o.role == OperandRole::Output  ? "O"
-                                                         : "I";
-      if (o.role == OperandRole::Input && ++inputs > 1)
-        tag += std::to_string(inputs);
-      layouts += (layouts.empty() ? "" : " ") + tag +
+    for (unsigned j = 0; j < g.ops[i].operands.size(); ++j)
+      layouts += (layouts.empty() ? "" : " ") + getTensorTag(g.ops[i], j) +
                  describeLayout(g.ops[i], plan.partitions[i], mesh, j);
-    }
     os << "    " << layouts << "\n";
   }
   os << "by layer kind (all layers, per micro-batch):\n";
@@ -609,7 +616,8 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
           json::Object{{"name", operandName(j)},
                        {"role", getOperandRoleName(o.role)},
                        {"shape", std::move(shape)},
-                       {"layout", describeLayout(op, part, mesh, j)}});
+                       {"layout", describeLayout(op, part, mesh, j)},
+                       {"tag", getTensorTag(op, unsigned(j))}});
     }
     json::Object spec = specJSON(op, part, mesh);
     json::Object phases;

@@ -291,12 +291,13 @@ void printOperators(raw_ostream &os, const json::Object &root,
           const json::Object *to = t.getAsObject();
           std::string role = getStr(to, "role");
           std::string layout = getStr(to, "layout");
+          // The table's tag (I, I2, W, O); from the role in files written
+          // before plan.json carried it.
+          std::string tag = getStr(to, "tag");
+          if (tag.empty())
+            tag = role == "parameter" ? "W" : role == "output" ? "O" : "I";
           os << "<div class=\"tensor\" title=\"" << escape(getStr(to, "name"))
-             << "\"><b>"
-             << (role == "parameter" ? "W"
-                 : role == "output"  ? "O"
-                                     : "I")
-             << "</b>";
+             << "\"><b>" << escape(tag) << "</b>";
           StringRef inner = StringRef(layout).trim("[]");
           SmallVector<StringRef, 6> dims;
           if (!inner.empty())

@@ -62,11 +62,14 @@ class Loop:
 class Tensor:
     """One operand of an operator and how the partition cuts it:
     ``layout`` reads like ``[b/x0, s, h/x1]`` (dim loop / the axes that
-    split it; ``/t`` a dim the temporal primitive cuts into q slices)."""
+    split it; ``/t`` a dim the temporal primitive cuts into q slices).
+    ``tag`` is the table's short name (I, I2, W, O); empty in files written
+    before plan.json carried it."""
     name: str
     role: str
     layout: str
     shape: List[int] = field(default_factory=list)
+    tag: str = ""
 
 
 @dataclass
@@ -235,7 +238,8 @@ def parse_plan(data: dict, path: str = "<plan>") -> Plan:
                       bool(l.get("experts", False)))
                  for l in _need(spec, "loops", list, where + ".spec")]
         tensors = [Tensor(t.get("name", ""), t.get("role", ""),
-                          t.get("layout", ""), list(t.get("shape", [])))
+                          t.get("layout", ""), list(t.get("shape", [])),
+                          t.get("tag", ""))
                    for t in o.get("tensors", [])]
         ops.append(Operator(
             _need(o, "name", str, where), o.get("kind", ""),
