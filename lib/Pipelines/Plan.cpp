@@ -723,17 +723,15 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
         sourceOp = graph.views[chain[p.viewPosition]].sourceOp;
     }
     // The gradient of an input from an unplanned operator is gathered for
-    // that operator's backward: the program names the producer.
+    // that operator's backward: the program names the producer
     // (Operand::gatherGradient).
-    if (p.comm.operand >= 0 && p.comm.kind == Collective::AllGather &&
-        p.comm.phase == Phase::InputGrad &&
-        size_t(p.comm.operand) < gop.tensors.size()) {
-      unsigned t = gop.tensors[p.comm.operand];
-      while (graph.tensors[t].producerView >= 0)
-        t = graph.views[graph.tensors[t].producerView].source;
-      int producer = graph.tensors[t].producerOp;
-      if (producer >= 0 &&
-          llvm::is_contained(bridged.unplanned, unsigned(producer)))
+    if (p.comm.kind == Collective::AllGather && p.comm.operand >= 0 &&
+        size_t(p.comm.operand) < gop.tensors.size() &&
+        g.ops[p.op].operands[p.comm.operand].gatherGradient) {
+      int producer =
+          graph.tensors[graph.getViewRoot(gop.tensors[p.comm.operand])]
+              .producerOp;
+      if (producer >= 0)
         sourceOp = graph.ops[producer].sourceOp;
     }
     std::string irOp, label;

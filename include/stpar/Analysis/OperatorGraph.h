@@ -128,6 +128,13 @@ struct OperatorGraph {
   /// The views (indices into `views`) between tensor `t` and the tensor they
   /// are views of, the one reading that tensor first; empty when `t` is no
   /// view.
+  /// The tensor `t` is a view of, through every view (`t` itself when it
+  /// is no view): its producer is `tensors[getViewRoot(t)].producerOp`.
+  unsigned getViewRoot(unsigned t) const {
+    while (tensors[t].producerView >= 0)
+      t = views[tensors[t].producerView].source;
+    return t;
+  }
   std::vector<unsigned> getViewChain(unsigned t) const {
     std::vector<unsigned> chain;
     for (; tensors[t].producerView >= 0;

@@ -87,8 +87,7 @@ struct Root {
 };
 
 Root traceRoot(const OperatorGraph &g, unsigned t) {
-  while (g.tensors[t].producerView >= 0)
-    t = g.views[g.tensors[t].producerView].source;
+  t = g.getViewRoot(t);
   return {g.tensors[t].producerOp, t};
 }
 

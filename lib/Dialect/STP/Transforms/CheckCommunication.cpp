@@ -288,8 +288,6 @@ struct CheckCommunicationPass
       std::string node = getNodeName(op->getLoc());
       if (!node.empty())
         programNodes.insert(node);
-    });
-    module.walk([&](Operation *op) {
       std::optional<ProgramCommunication> c =
           getProgramCommunication(op, gridShape);
       if (!c)

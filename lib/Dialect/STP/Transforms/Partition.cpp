@@ -85,10 +85,6 @@ struct ValueState {
   Sharding sharding;
   /// Label of the producing op (for plan-step strings).
   std::string producer;
-  /// The training-step phase of the producing op (`stp.phase`: "forward",
-  /// "input_grad", "weight_grad", "grad_sum", ...): the reduction of a
-  /// partial result belongs to the phase that made it partial.
-  std::string producerPhase = "forward";
   /// Why the value is a partial result.
   std::string partialReason;
   /// A tensor.empty, a fill of one or a splat constant: created on demand,
@@ -255,9 +251,12 @@ private:
   Value getAs(Value old, const Sharding &to, const std::string &user,
               const std::string &what);
   Value materializeLazy(Value old, const Sharding &to);
+  /// `producerPhase`: the `stp.phase` of the op that made the value (a
+  /// partial result is reduced in that phase, see relayout).
   Value relayout(Value value, Sharding cur, const Sharding &to,
                  RankedTensorType global, const ValueState &origin,
-                 const std::string &user, const std::string &what);
+                 StringRef producerPhase, const std::string &user,
+                 const std::string &what);
   /// The training-step phase of the op being partitioned (`stp.phase`;
   /// "forward" without one), named in the collectives' plan steps.
   std::string currentPhase = "forward";
@@ -500,6 +499,12 @@ Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
   auto global = getRankedTensor(old);
   if (!global)
     return state.value;
+  // The phase of the op that made `old` (the training step's ops carry
+  // it; arguments and the rest are the forward pass).
+  StringRef phase = "forward";
+  if (Operation *def = old.getDefiningOp())
+    if (auto p = def->getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName))
+      phase = p.getValue();
   // (A re-layout made inside the micro-batch loop serves only the loop.)
   for (auto &[sharding, value] : cache[old])
     if (sharding == to && (inLoop || !isDefinedInLoop(value)))
@@ -519,7 +524,8 @@ Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
     if (outer == to)
       return before;
     ValueState origin = states[old];
-    Value result = relayout(before, outer, to, global, origin, user, what);
+    Value result =
+        relayout(before, outer, to, global, origin, phase, user, what);
     cache[old].push_back({to, result});
     return result;
   }
@@ -527,8 +533,8 @@ Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
   if (state.lazy) {
     result = materializeLazy(old, to);
   } else {
-    result = relayout(state.value, state.sharding, to, global, state, user,
-                      what);
+    result = relayout(state.value, state.sharding, to, global, state, phase,
+                      user, what);
   }
   cache[old].push_back({to, result});
   return result;
@@ -536,7 +542,8 @@ Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
 
 Value Partitioner::relayout(Value value, Sharding cur, const Sharding &to,
                             RankedTensorType global, const ValueState &origin,
-                            const std::string &user, const std::string &what) {
+                            StringRef producerPhase, const std::string &user,
+                            const std::string &what) {
   Location loc = value.getLoc();
   MLIRContext *ctx = builder.getContext();
   auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
@@ -595,9 +602,9 @@ Value Partitioner::relayout(Value value, Sharding cur, const Sharding &to,
     // partial sum over the data-parallel axes is its gradient sync wherever
     // it is reduced.
     std::string reducePhase = currentPhase;
-    if (origin.producerPhase == "input_grad")
+    if (producerPhase == "input_grad")
       reducePhase = "input_grad";
-    else if (origin.producerPhase == "weight_grad" &&
+    else if (producerPhase == "weight_grad" &&
              currentPhase != "optimizer")
       reducePhase = "grad_sum";
     std::string reason = "partial " +
@@ -1266,7 +1273,6 @@ void Partitioner::emitNormStats(Operation *op, OpPlan &plan) {
   state.value = result.getResult(0);
   state.sharding = plan.results[0];
   state.producer = label;
-  state.producerPhase = currentPhase;
   ++numSplitOps;
 }
 
@@ -1540,7 +1546,6 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   state.value = combine.getResult();
   state.sharding = plan.results[0];
   state.producer = label;
-  state.producerPhase = currentPhase;
   state.partialReason = plan.partialReason;
 }
 
@@ -1946,7 +1951,6 @@ void Partitioner::emitTemporal(linalg::LinalgOp op, OpPlan &plan) {
   state.value = result;
   state.sharding = plan.results[0];
   state.producer = label;
-  state.producerPhase = currentPhase;
   state.partialReason = plan.partialReason;
   ++numTemporalOps;
 }
@@ -1960,7 +1964,6 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
     state.sharding = Sharding::replicated(
         getRankedTensor(op->getResult(0)).getRank());
     state.producer = label;
-    state.producerPhase = currentPhase;
     return success();
   }
   case PlanKind::Return: {
@@ -2007,7 +2010,6 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
       state.value = newOp->getResult(i);
       state.sharding = plan.results[i];
       state.producer = label;
-      state.producerPhase = currentPhase;
     }
     ++numSplitOps;
     return success();
@@ -2140,7 +2142,6 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
     state.value = newOp->getResult(i);
     state.sharding = plan.results[i];
     state.producer = label;
-    state.producerPhase = currentPhase;
     state.partialReason = plan.partialReason;
   }
   return success();
