@@ -123,6 +123,44 @@ TEST(OperatorCostTest, DataParallelGradientSync) {
   EXPECT_TRUE(getGradientSyncs(op, mesh, 0u)[0].axes.empty());
 }
 
+TEST(OperatorCostTest, GradientGatheredForUnplannedProducer) {
+  // An elementwise add whose second input comes from an operator the plan
+  // leaves out (Operand::gatherGradient): its gradient, split like the
+  // input over dp (on s) and tp (on h), is all-gathered whole in B; the
+  // first input, from a planned producer, costs nothing here.
+  Mesh mesh{{{"dp", 2}, {"tp", 4}}};
+  Operator op;
+  op.name = "add";
+  op.kind = OpKind::Elementwise;
+  op.loops = {{"s", 2048, LoopKind::Parallel, {0}},
+              {"h", 1024, LoopKind::Parallel, {1}}};
+  op.operands = {{"x", OperandRole::Input, {0, 1}, 2, true},
+                 {"pos", OperandRole::Input, {0, 1}, 2, true},
+                 {"y", OperandRole::Output, {0, 1}, 2, true}};
+  llvm::Expected<OperatorCost> plain =
+      costOperator(op, mesh, dgx(), fixedEff());
+  ASSERT_TRUE(bool(plain)) << llvm::toString(plain.takeError());
+  EXPECT_TRUE(plain->communication.empty());
+  op.operands[1].gatherGradient = true;
+  llvm::Expected<OperatorCost> c = costOperator(op, mesh, dgx(), fixedEff());
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  ASSERT_EQ(c->communication.size(), 1u);
+  const Communication &m = c->communication[0];
+  EXPECT_EQ(m.phase, Phase::InputGrad);
+  EXPECT_EQ(m.kind, Collective::AllGather);
+  EXPECT_EQ(m.axes, (std::vector<unsigned>{0, 1}));
+  EXPECT_EQ(m.operand, 1);
+  // The gathered (whole) gradient: 2048 x 1024 bf16.
+  EXPECT_DOUBLE_EQ(m.bytes, 2048.0 * 1024 * 2);
+  EXPECT_GT(c->backwardComm, 0);
+  EXPECT_EQ(c->forwardComm, 0);
+  // No gradient, nothing to gather.
+  op.operands[1].needsGrad = false;
+  llvm::Expected<OperatorCost> n = costOperator(op, mesh, dgx(), fixedEff());
+  ASSERT_TRUE(bool(n)) << llvm::toString(n.takeError());
+  EXPECT_TRUE(n->communication.empty());
+}
+
 TEST(OperatorCostTest, TemporalPrimitive) {
   // q = 2 on a 2x2 sub-mesh of one node; M = N = K = 1024: each step works
   // on 512^3: 2 * 512^3 = 2.68435456e8 FLOP / 1.56e14 = 1.7207401e-6 s.

@@ -83,6 +83,31 @@ TEST(ProblemFormat, ParsesAndRoundTrips) {
   EXPECT_EQ(g.edges.size(), 9u);
 }
 
+TEST(ProblemFormat, GatherGradientRoundTrips) {
+  // `gathergrad` (Operand::gatherGradient) is read and written back.
+  const char *text = R"(problem g
+cluster dgx-a100-80g-1
+devices 2
+batch-loop b
+op add elementwise flops=1
+  loop b 8
+  loop h 16
+  input x b,h
+  input pos b,h gathergrad
+  output y b,h
+)";
+  Expected<Problem> p = parseProblem(text, "g.txt");
+  ASSERT_TRUE(bool(p)) << toString(p.takeError());
+  EXPECT_FALSE(p->ops[0].operands[0].gatherGradient);
+  EXPECT_TRUE(p->ops[0].operands[1].gatherGradient);
+  std::string once = print(*p);
+  EXPECT_NE(once.find("input pos b,h bytes=2 gathergrad"), std::string::npos)
+      << once;
+  Expected<Problem> q = parseProblem(once, "printed");
+  ASSERT_TRUE(bool(q)) << toString(q.takeError());
+  EXPECT_EQ(print(*q), once);
+}
+
 TEST(ProblemFormat, GPTProblemRoundTrips) {
   TransformerShape s;
   s.model = {2, 64, 4, 256, 128, 32, 8};
