@@ -273,9 +273,10 @@ namespace {
 /// What a mesh axis does in a plan, from the loops it splits over all
 /// operators (axis 0, the pipeline axis, is never split by a partition).
 struct PlanAxisRole {
-  bool batch = false, experts = false, model = false, temporal = false;
-  bool any() const { return batch || experts || model || temporal; }
-  /// The field's short name: dp, tp, ep, temporal, dp+tp, ..., or repl
+  bool batch = false, experts = false, sequence = false, model = false,
+       temporal = false;
+  bool any() const { return batch || experts || sequence || model || temporal; }
+  /// The field's short name: dp, ep, sp, tp, temporal, dp+tp, ..., or repl
   /// (an axis that splits nothing: its devices compute the same).
   std::string getShortName() const {
     if (temporal)
@@ -288,9 +289,20 @@ struct PlanAxisRole {
       add("dp");
     if (experts)
       add("ep");
+    if (sequence)
+      add("sp");
     if (model)
       add("tp");
     return n.empty() ? "repl" : n;
+  }
+  /// The axis's name by its role, where one role fits: dp, ep, sp, tp, or
+  /// t for a temporal primitive's grid axis that splits nothing else;
+  /// empty for an axis with mixed roles or none.
+  std::string getRoleName() const {
+    if (temporal)
+      return batch || experts || sequence || model ? "" : "t";
+    std::string n = getShortName();
+    return n == "repl" || StringRef(n).contains('+') ? "" : n;
   }
 };
 } // namespace
@@ -329,11 +341,53 @@ getAxisUses(const Problem &problem, const FlatGraph &g, const Plan &plan) {
       else if (!problem.batchLoop.empty() &&
                op.loops[d].name == problem.batchLoop)
         uses[a].batch = true;
+      else if (!problem.sequenceLoop.empty() &&
+               op.loops[d].name == problem.sequenceLoop)
+        uses[a].sequence = true;
       else
         uses[a].model = true;
     });
   }
   return uses;
+}
+
+/// Renames a searched plan's mesh axes (after axis 0, the pipeline axis)
+/// by their roles in `plan` where one role fits (getRoleName): dp, ep, sp,
+/// tp, t; two axes of one role become dp0, dp1 (t0, t1 for a temporal
+/// grid). An axis with mixed roles or none keeps its search name. The
+/// partitions refer to axes by index, so only the names change. Returns
+/// the search's names, by axis (what --fix and SpaceOptions::fixed use).
+static std::vector<std::string> nameAxesByRole(const Problem &problem,
+                                               const FlatGraph &g, Plan &plan) {
+  std::vector<MeshAxis> &axes = plan.config.mesh.axes;
+  std::vector<std::string> searchNames;
+  for (const MeshAxis &a : axes)
+    searchNames.push_back(a.name);
+  std::vector<PlanAxisRole> uses = getAxisUses(problem, g, plan);
+  std::vector<std::string> roles(axes.size());
+  for (unsigned a = 1; a < axes.size(); ++a)
+    if (axes[a].size > 1)
+      roles[a] = uses[a].getRoleName();
+  for (unsigned a = 1; a < axes.size(); ++a) {
+    if (roles[a].empty())
+      continue;
+    unsigned same = 0, before = 0;
+    for (unsigned b = 1; b < axes.size(); ++b)
+      if (roles[b] == roles[a]) {
+        ++same;
+        before += b < a;
+      }
+    std::string name = roles[a];
+    if (same > 1)
+      name += std::to_string(before);
+    // Never the name of another axis that keeps its search name.
+    if (llvm::any_of(searchNames,
+                     [&](const std::string &n) { return n == name; }) &&
+        name != searchNames[a])
+      continue;
+    axes[a].name = name;
+  }
+  return searchNames;
 }
 
 /// "pp=1 dp=2 repl=4 zero-2 m=1": the searched plan in the form of the
@@ -343,9 +397,18 @@ static std::string summarizePlan(const Problem &problem, const FlatGraph &g,
   std::vector<PlanAxisRole> uses = getAxisUses(problem, g, plan);
   const Config &c = plan.config;
   std::string s = "pp=" + std::to_string(c.getStages());
+  // A temporal primitive's grid once, as q x q (the grid's two axes).
+  std::string grid;
   for (auto [a, axis] : llvm::enumerate(c.mesh.axes))
-    if (a > 0 && axis.size > 1)
-      s += " " + uses[a].getShortName() + "=" + std::to_string(axis.size);
+    if (a > 0 && axis.size > 1) {
+      std::string role = uses[a].getShortName();
+      if (role != "temporal")
+        s += " " + role + "=" + std::to_string(axis.size);
+      else
+        grid += (grid.empty() ? "" : "x") + std::to_string(axis.size);
+    }
+  if (!grid.empty())
+    s += " temporal=" + grid;
   if (c.zeroStage > 0)
     s += " zero-" + std::to_string(c.zeroStage);
   s += " m=" + std::to_string(c.microBatches);
@@ -359,12 +422,22 @@ static std::string summarizePlan(const Problem &problem, const FlatGraph &g,
 /// axis that splits no operator (its devices all compute the same: the
 /// device count forced replication).
 static void printAxisRoles(raw_ostream &os, ArrayRef<PlanAxisRole> uses,
-                           const Mesh &mesh) {
+                           const Mesh &mesh,
+                           ArrayRef<std::string> searchNames) {
   // Only where an axis's name does not say its role already (a baseline's
-  // dp and tp axes do).
+  // dp and tp axes do, and so do a searched plan's axes named by role,
+  // which give the search's name that --fix uses).
   std::string line;
   for (auto [a, axis] : llvm::enumerate(mesh.axes)) {
-    if (a == 0 || axis.name == uses[a].getShortName())
+    if (a == 0)
+      continue;
+    bool renamed = a < searchNames.size() && searchNames[a] != axis.name;
+    if (renamed) {
+      line += (line.empty() ? " " : ", ") + axis.name + "=" +
+              std::to_string(axis.size) + " (" + searchNames[a] + " in --fix)";
+      continue;
+    }
+    if (axis.name == uses[a].getShortName())
       continue;
     line += (line.empty() ? " " : ", ") + axis.name + "=" +
             std::to_string(axis.size) + " " + uses[a].getShortName();
@@ -386,11 +459,12 @@ static void printAxisRoles(raw_ostream &os, ArrayRef<PlanAxisRole> uses,
 /// layer kind, then the step breakdown.
 static void printONNXTable(raw_ostream &os, const Problem &problem,
                            const FlatGraph &g, const Plan &plan,
-                           ArrayRef<OpReport> reports) {
+                           ArrayRef<OpReport> reports,
+                           ArrayRef<std::string> searchNames) {
   const Mesh &mesh = plan.config.mesh;
   printPlanConfig(os, plan.config);
   std::vector<PlanAxisRole> uses = getAxisUses(problem, g, plan);
-  printAxisRoles(os, uses, mesh);
+  printAxisRoles(os, uses, mesh, searchNames);
   // A searched plan in the baselines' form (theirs is the strategy line).
   if (plan.label.empty())
     os << "summary: " << summarizePlan(problem, g, plan) << "\n";
@@ -563,18 +637,22 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
          const FlatGraph &g, const stpar::analysis::BridgedProblem &bridged,
          const stpar::analysis::OperatorGraph &graph,
          const stpar::stp::OperatorNames &irNames, const SearchResult &result,
-         ArrayRef<OpReport> reports, ArrayRef<PlannedCommunication> planned) {
+         ArrayRef<OpReport> reports, ArrayRef<PlannedCommunication> planned,
+         ArrayRef<std::string> searchNames) {
   const Plan &plan = *result.best;
   const Mesh &mesh = plan.config.mesh;
   json::Array axes;
   std::vector<PlanAxisRole> uses = getAxisUses(problem, g, plan);
-  for (auto [k, a] : llvm::enumerate(mesh.axes))
-    axes.push_back(
-        json::Object{{"name", a.name},
-                     {"size", a.size},
-                     {"role", k == 0        ? std::string("pp")
-                              : a.size == 1 ? std::string("none")
-                                            : uses[k].getShortName()}});
+  for (auto [k, a] : llvm::enumerate(mesh.axes)) {
+    json::Object axis{{"name", a.name},
+                      {"size", a.size},
+                      {"role", k == 0        ? std::string("pp")
+                               : a.size == 1 ? std::string("none")
+                                             : uses[k].getShortName()}};
+    if (k < searchNames.size() && searchNames[k] != a.name)
+      axis["search_name"] = searchNames[k];
+    axes.push_back(std::move(axis));
+  }
   json::Array ops, collectives, transfers, syncs;
   double phase[3] = {0, 0, 0}, comm[2] = {0, 0};
   // Operators are named after the graph operator each flat operator stands
@@ -920,6 +998,29 @@ Expected<int64_t> stpar::pipelines::checkPlanOptions(const PlanOptions &o,
       return makeError("--fix '" + f +
                        "': expected NAME=SPEC, e.g. "
                        "'/h.0/mlp/fc/MatMul=b{x0} d2{x1}'");
+  // A spec names axes as the search does (x0, x1, ...); the role names a
+  // plan shows (dp, tp, ...) exist only once the plan is chosen.
+  for (const std::string &f : o.fixed) {
+    StringRef spec = StringRef(f).split('=').second;
+    size_t open = spec.find_first_of("{(");
+    while (open != StringRef::npos) {
+      size_t close = spec.find_first_of("}:", open);
+      StringRef inside = spec.slice(open + 1, close);
+      SmallVector<StringRef> names;
+      inside.split(names, ',');
+      for (StringRef n : names) {
+        n = n.trim();
+        if (!n.empty() && !n.starts_with("x") && n != "pp")
+          return makeError(
+              "--fix '" + f + "': axis '" + n +
+              "' is not a search axis; --fix names them x0, x1, ... (a "
+              "plan names an axis by its role, dp, tp, ..., only once it "
+              "is chosen; the table's axes: line gives each its search "
+              "name)");
+      }
+      open = close == StringRef::npos ? close : spec.find_first_of("{(", close);
+    }
+  }
   if (o.cluster.empty())
     return makeError("no cluster given (--cluster, or cluster= of -stp-plan)");
   Expected<Cluster> loaded = loadCluster(o.cluster);
@@ -1393,6 +1494,12 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
                                : " (" + Twine(megatronWhy) + ")"));
     return makeError(describeNoPlan(*result));
   }
+  // A searched plan's axes are named by their roles (dp, tp, ...) from
+  // here on: in the table, plan.json and the IR.
+  FlatGraph g = flatten(problem);
+  std::vector<std::string> searchNames;
+  if (result->best->label.empty())
+    searchNames = nameAxesByRole(problem, g, *result->best);
   const Plan &plan = *result->best;
   // The Megatron plan's operators that stay replicated across tp, and why
   // (warnings; also in the plan's "warnings").
@@ -1413,7 +1520,6 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     else
       consumeError(loops.takeError());
   }
-  FlatGraph g = flatten(problem);
   if (g.ops.size() != bridged->graphOpOfFlat.size())
     return makeError("internal: flattened operators and graph operators "
                      "differ");
@@ -1440,7 +1546,7 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     if (o.strategy != "search")
       *table << ", --strategy " << o.strategy;
     *table << "\n";
-    printONNXTable(*table, problem, g, plan, *reports);
+    printONNXTable(*table, problem, g, plan, *reports, searchNames);
     if (!o.explain.empty())
       if (Error e = explainOperator(*table, o.explain, problem, g, plan,
                                     cluster, eff, opts.solver.space))
@@ -1465,8 +1571,9 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
     return step.takeError();
   step->deviceCapacity = double(cluster.device.hbmCapacity);
   step->fitsMemory = step->peakMemory.getTotal() <= step->deviceCapacity;
-  json::Value searched = planJSON(model, cluster, problem, g, *bridged, *graph,
-                                  irNames, *result, *reports, *planned);
+  json::Value searched =
+      planJSON(model, cluster, problem, g, *bridged, *graph, irNames, *result,
+               *reports, *planned, searchNames);
   {
     json::Object &root = *searched.getAsObject();
     root["step"] = toJSON(*step);

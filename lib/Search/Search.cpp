@@ -210,7 +210,9 @@ static Error applyFixedPartitions(const Problem &problem,
       list += (list.empty() ? "" : ", ") + name + "=" + spec;
     return err("--fix: no configuration offers " + list +
                " (partitions as the plan table writes them, over the "
-               "searched axes x0, x1, ...; --mesh fixes their sizes)");
+               "search's axes x0, x1, ...: a plan names an axis by its role, "
+               "dp, tp, ..., and its axes: line gives the search's name; "
+               "--mesh fixes their sizes)");
   }
   return Error::success();
 }

@@ -16,13 +16,16 @@ class PlanError(Exception):
 
 @dataclass
 class Axis:
-    """One mesh axis: its name (``pp``, ``x0``, ``dp``...), its size in
-    devices and its role in the plan (``dp``, ``tp``, ``ep``, ``temporal``,
-    ``dp+tp``, ``repl`` for an axis that splits nothing, ``pp``, ``none``
-    for an axis of size 1)."""
+    """One mesh axis: its name (``pp``; ``dp``, ``tp``... for an axis with
+    one role; ``x0``, ``x1``... otherwise), its size in devices, its role in
+    the plan (``dp``, ``sp``, ``tp``, ``ep``, ``temporal``, ``dp+tp``,
+    ``repl`` for an axis that splits nothing, ``pp``, ``none`` for an axis
+    of size 1) and, for an axis named by its role, the search's name
+    (``search_name``, what ``stpar plan --fix`` takes; empty otherwise)."""
     name: str
     size: int
     role: str = ""
+    search_name: str = ""
 
 
 @dataclass
@@ -223,7 +226,7 @@ def parse_plan(data: dict, path: str = "<plan>") -> Plan:
     m = _need(data, "mesh", dict, path)
     axes = [Axis(_need(a, "name", str, path + ": mesh.axes"),
                  _need(a, "size", int, path + ": mesh.axes"),
-                 a.get("role", ""))
+                 a.get("role", ""), a.get("search_name", ""))
             for a in _need(m, "axes", list, path + ": mesh")]
     mesh = Mesh(axes, m.get("pipeline_stages", 1), m.get("micro_batches", 1),
                 m.get("zero_stage", 0), m.get("recompute_mode", "none"),

@@ -29,7 +29,8 @@ def make_plan():
         "model": "m.onnx", "cluster": "c", "devices": 4,
         "summary": "pp=1 dp=2 tp=2 m=1",
         "mesh": {"axes": [{"name": "pp", "size": 1, "role": "pp"},
-                          {"name": "x0", "size": 2, "role": "dp"},
+                          {"name": "x0", "size": 2, "role": "dp",
+                           "search_name": "x7"},
                           {"name": "x1", "size": 2, "role": "tp"}],
                  "pipeline_stages": 1, "micro_batches": 1, "zero_stage": 0},
         "operators": [
@@ -55,6 +56,8 @@ class LoadTest(unittest.TestCase):
         self.assertEqual(plan.summary, "pp=1 dp=2 tp=2 m=1")
         self.assertEqual(plan.mesh.devices, 4)
         self.assertEqual(plan.mesh.axis("x1").role, "tp")
+        self.assertEqual(plan.mesh.axis("x0").search_name, "x7")
+        self.assertEqual(plan.mesh.axis("x1").search_name, "")
         self.assertEqual(plan.operator("fc1").partition, "b{x0} k{x1}")
         self.assertEqual(plan.operator("fc2").tensors[0].layout, "[b/x0, n]")
         self.assertEqual(plan.communication[0].link, "intra-node")

@@ -128,8 +128,10 @@ static cl::list<std::string> planFix(
     "fix", cl::sub(planCmd), cl::value_desc("NAME=SPEC"),
     cl::desc("ONNX models: keep operator NAME (the table's name; a layer "
              "operator by its first layer's, for every layer) partitioned as "
-             "SPEC in the table's words ('b{x0} d2{x1}', 'replicated') and "
-             "search the rest; repeatable"));
+             "SPEC in the table's words over the search's axes x0, x1, ... "
+             "('b{x0} d2{x1}', 'replicated'; the table's axes: line gives "
+             "the search name of an axis named by its role) and search the "
+             "rest; repeatable"));
 static cl::opt<std::string> planExplain(
     "explain", cl::sub(planCmd), cl::value_desc("NAME"),
     cl::desc("ONNX models: after the table, every candidate partition of "

@@ -390,15 +390,19 @@ llvm::Expected<json::Value> stp::exportPlan(ModuleOp module) {
   if (auto summary =
           module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
     root = std::move(*convertAttrToJSON(summary).getAsObject());
-  // The roles the search gave the axes (`stpar plan`'s summary), by name.
-  llvm::StringMap<std::string> roles;
+  // The roles the search gave the axes (`stpar plan`'s summary) and the
+  // search's names of axes named by role, by name.
+  llvm::StringMap<std::string> roles, searchNames;
   if (const json::Object *m = root.getObject("mesh"))
     if (const json::Array *old = m->getArray("axes"))
       for (const json::Value &v : *old)
         if (const json::Object *a = v.getAsObject())
-          if (auto name = a->getString("name"))
+          if (auto name = a->getString("name")) {
             if (auto role = a->getString("role"))
               roles[*name] = role->str();
+            if (auto searchName = a->getString("search_name"))
+              searchNames[*name] = searchName->str();
+          }
   int64_t devices = 1;
   json::Array axes;
   for (AxisAttr a : mesh.getAxes()) {
@@ -406,6 +410,9 @@ llvm::Expected<json::Value> stp::exportPlan(ModuleOp module) {
     auto role = roles.find(a.getName().getValue());
     if (role != roles.end())
       axis["role"] = role->second;
+    auto searchName = searchNames.find(a.getName().getValue());
+    if (searchName != searchNames.end())
+      axis["search_name"] = searchName->second;
     axes.push_back(std::move(axis));
     devices *= a.getSize();
   }
