@@ -371,10 +371,15 @@ searchWith(const Problem &problem, const Cluster &cluster,
         shape.push_back(a.size);
       squares += hasSquare(shape);
     }
-  size_t total = order.size() + squares;
+  // Every configuration counts (as in result.configurations): dominated
+  // ones and ones that cannot fit are done before any is solved.
+  size_t total = configs.size() + squares;
+  size_t skipped = configs.size() - order.size();
   if (options.progress)
     options.progress(0, total);
   size_t reported = 0;
+  if (options.progress && skipped > 0 && skipped < total)
+    options.progress(reported = skipped, total);
   for (size_t n = 0; n < order.size(); ++n) {
     auto [lowerBound, i] = order[n];
     double bound = result.best && options.branchAndBound
@@ -411,8 +416,8 @@ searchWith(const Problem &problem, const Cluster &cluster,
       if (StringRef(message).starts_with("internal error"))
         return err(message);
     }
-    if (options.progress && n + 1 < total)
-      options.progress(reported = n + 1, total);
+    if (options.progress && skipped + n + 1 < total)
+      options.progress(reported = skipped + n + 1, total);
   }
   if (secondPass) {
     SearchOptions second = options;
@@ -422,7 +427,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
     second.progress = nullptr;
     if (options.progress) {
       // This pass's configurations (skipped ones included) are done.
-      size_t done = order.size();
+      size_t done = configs.size();
       second.progress = [&, done](size_t n, size_t) {
         size_t at = std::min(done + n, total);
         if (at > reported && at < total)
