@@ -735,14 +735,11 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
           ? std::max(0.0, sync - (c.backwardInput + c.backwardWeight))
           : sync;
   double w = weight(i);
-  double inFlight = double(std::min<int64_t>(config.microBatches,
-                                             config.getStages()));
-  // Interleaved 1F1B: the first stage holds 1 + (p - 1) / (p v) times as
-  // many activations (Korthikanti et al., MLSys 2023, Sec. 4.2.3).
-  if (config.interleave > 1) {
-    double p = double(config.getStages()), v = double(config.interleave);
-    inFlight *= 1 + (p - 1) / (p * v);
-  }
+  // The first stage's micro-batches in flight, the most of any stage
+  // (cost::getInFlight: min(p, m) for 1F1B; interleaved 1F1B's first stage
+  // holds 1 + (p - 1) / (p v) times as many, Korthikanti et al., MLSys
+  // 2023, Sec. 4.2.3; GPipe all m).
+  double inFlight = cost::getInFlight(config.getSchedule(), 0);
   cand.pipe = w * slots * t;
   cand.sync = w * exposed;
   cand.opt = w * opt;
@@ -1125,8 +1122,8 @@ Expected<PlanCost> Instance::Impl::composePlan(const CostedOps &ops) {
       pc.relayoutReductions += t * reductions / seconds;
   }
   pc.pipeline += I.constantTime;
-  int64_t p = I.config.getStages(), m = I.config.microBatches;
-  double idle = double(p - 1) / double(I.config.interleave);
+  int64_t m = I.config.microBatches;
+  double idle = cost::getBubbleSlots(I.config.getSchedule());
   pc.bubble = pc.pipeline * idle / (double(m) + idle);
   pc.stepTime = pc.pipeline + pc.exposedSync + pc.optimizer;
   pc.feasible = pc.getMemory() <= I.limit;

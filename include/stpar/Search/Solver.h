@@ -21,6 +21,7 @@
 #include "stpar/Cost/Cluster.h"
 #include "stpar/Cost/Mesh.h"
 #include "stpar/Cost/OperatorCost.h"
+#include "stpar/Cost/PipelineSchedule.h"
 #include "stpar/Cost/TrainingStep.h"
 #include "stpar/Search/Problem.h"
 #include "stpar/Search/Space.h"
@@ -58,11 +59,25 @@ struct Config {
   /// Each operator's gradient sync overlaps its own backward (exposed:
   /// max(0, sync - (B + G))); off: all of it is exposed.
   bool overlapGradSync = true;
+  /// The pipeline schedule: 1F1B (interleaved with v > 1) unless GPipe is
+  /// asked for (a baseline: same bubble, m micro-batches in flight).
+  bool gpipe = false;
   int64_t getStages() const { return mesh.axes.front().size; }
-  /// Micro-batch slots of one step: m + (p - 1) / v.
+  /// The schedule's kind and shape (cost/PipelineSchedule.h).
+  cost::ScheduleShape getSchedule() const {
+    cost::ScheduleShape s;
+    s.kind = gpipe            ? cost::ScheduleKind::GPipe
+             : interleave > 1 ? cost::ScheduleKind::Interleaved
+                              : cost::ScheduleKind::OneFOneB;
+    s.stages = getStages();
+    s.microBatches = microBatches;
+    s.virtualStages = std::max<int64_t>(1, interleave);
+    return s;
+  }
+  /// Micro-batch slots of one step: m + the schedule's bubble ((p - 1) / v;
+  /// cost::getBubbleSlots).
   double getSlots() const {
-    return double(microBatches) +
-           double(getStages() - 1) / double(std::max<int64_t>(1, interleave));
+    return double(microBatches) + cost::getBubbleSlots(getSchedule());
   }
 };
 

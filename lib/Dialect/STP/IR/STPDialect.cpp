@@ -136,7 +136,8 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   if (name == kPlanAttrName || name == kArenaAttrName ||
-      name == kStreamsAttrName || name == kTrainingAttrName) {
+      name == kStreamsAttrName || name == kTrainingAttrName ||
+      name == kPipelineScheduleAttrName) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitOpError() << "attribute '" << name
                                << "' must be a dictionary";

@@ -96,6 +96,11 @@ def STP_Dialect : Dialect {
     /// Module attribute (dictionary): the plan's summary, every field of
     /// plan.json but "operators" (docs/plan-format.md, "The plan in the IR").
     static constexpr ::llvm::StringLiteral kPlanAttrName = "stp.plan";
+    /// Module attribute (dictionary): the pipeline schedule as explicit
+    /// per-rank slot lists and what the cost model charges for it; set by
+    /// -stp-pipeline-schedule (docs/pipeline-parallel.md).
+    static constexpr ::llvm::StringLiteral kPipelineScheduleAttrName =
+        "stp.pipeline_schedule";
     /// Op attribute (array of dictionaries): the op's records of plan.json's
     /// "operators", the first without its "spec" (that is `stp.spec`).
     static constexpr ::llvm::StringLiteral kPlanOpsAttrName = "stp.plan_ops";

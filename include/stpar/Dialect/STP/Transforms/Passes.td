@@ -130,6 +130,56 @@ def NormalizePass : Pass<"stp-normalize"> {
   ];
 }
 
+def PipelineSchedulePass
+    : Pass<"stp-pipeline-schedule", "::mlir::ModuleOp"> {
+  let summary = "Write the plan's pipeline schedule as per-rank slot lists";
+  let description = [{
+    Writes the pipeline schedule of the module's plan (`stp.plan`'s mesh:
+    `pipeline_stages` p, `micro_batches` m, `interleave` v) as the module
+    attribute `stp.pipeline_schedule`: for every pipeline rank, the
+    forward (`F<micro-batch>`) and backward (`B<micro-batch>`) slots in
+    the order the rank runs them, with the model chunk after a dot when
+    v > 1 (`F3.1`: micro-batch 3 through the rank's chunk 1, virtual stage
+    p + rank). Kinds: `gpipe` (all forwards, then all backwards), `1f1b`
+    (PipeDream-Flush as Megatron-LM runs it: p - rank - 1 warm-up
+    forwards, then one forward and one backward in turn) and
+    `interleaved` (Megatron-LM's interleaved 1F1B, SC'21 Sec. 2.2.2:
+    micro-batches in groups of p through chunk 0, 1, ...). Beside the
+    lists it records what the cost model charges for the schedule, from
+    the same functions the search uses (cost/PipelineSchedule.h):
+    `bubble_slots` (idle micro-batch slots per rank: p - 1, or (p - 1) / v
+    interleaved) and `in_flight` (per rank, the micro-batches whose
+    activations it holds at once). The pass simulates the lists (a slot
+    starts when its rank is free and its inputs exist) and fails if they
+    deadlock.
+
+    Options override the plan: `kind` (default: `interleaved` when v > 1,
+    else `1f1b`), `stages`, `micro-batches`, `virtual-stages` (-1: the
+    plan's). Errors: no plan and no options; shapes a kind cannot run
+    (interleaved with m not a multiple of p, or v < 2).
+
+    ```mlir
+    module attributes {stp.pipeline_schedule = {bubble_slots = 1.0 : f64,
+        in_flight = [2.0 : f64, 1.0 : f64], kind = "1f1b",
+        micro_batches = 4 : i64,
+        ranks = [["F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"],
+                 ["F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3"]],
+        stages = 2 : i64, virtual_stages = 1 : i64}} {}
+    ```
+  }];
+  let options = [
+    Option<"kind", "kind", "std::string", /*default=*/"\"\"",
+           "gpipe, 1f1b or interleaved (default: interleaved when the plan "
+           "has virtual stages, else 1f1b)">,
+    Option<"stages", "stages", "int64_t", /*default=*/"-1",
+           "Pipeline stages p (-1: the plan's pipeline_stages)">,
+    Option<"microBatches", "micro-batches", "int64_t", /*default=*/"-1",
+           "Micro-batches m (-1: the plan's micro_batches)">,
+    Option<"virtualStages", "virtual-stages", "int64_t", /*default=*/"-1",
+           "Model chunks per rank v (-1: the plan's interleave)">,
+  ];
+}
+
 def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
   let summary = "Rewrite a planned module into the per-device SPMD program";
   let description = [{

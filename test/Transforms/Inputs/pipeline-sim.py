@@ -1,0 +1,128 @@
+"""Checks -stp-pipeline-schedule's slot lists against an independent
+simulation (this file shares no code with cost/PipelineSchedule.cpp).
+
+For every (kind, p, m, v) it runs stpar-opt, reads `stp.pipeline_schedule`
+and simulates the lists: a slot starts when its rank has finished the slot
+before it and its inputs exist (F of virtual stage s after F of s - 1, B of
+s after B of s + 1 and F of s; virtual stage = chunk * p + rank). It checks
+that every rank runs every slot once, that nothing deadlocks, that each
+rank idles exactly bubble_slots x (F + B) (for two F:B cost ratios), and
+that each rank's most micro-batches in flight equal in_flight. Prints one
+line per kind with the number of cases.
+
+`pipeline-sim.py matrix STPAR_OPT` runs that matrix; `pipeline-sim.py plan
+PLAN.json SCHEDULED.mlir` checks that a plan's predicted bubble (plan.json's
+step.bubble_s of step.pipeline_s) is the scheduled module's bubble_slots /
+(m + bubble_slots)."""
+import re
+import subprocess
+import sys
+
+
+def read_schedule(stpar_opt, kind, p, m, v):
+    options = "kind=%s stages=%d micro-batches=%d virtual-stages=%d" % (
+        kind, p, m, v)
+    out = subprocess.run([stpar_opt, "--stp-pipeline-schedule=" + options],
+                         input="module {}", capture_output=True, text=True)
+    if out.returncode != 0:
+        return None, out.stderr
+    text = out.stdout
+    ranks_text = re.search(r"ranks = \[(.*?)\]\]", text).group(1) + "]"
+    ranks = [re.findall(r'"([^"]+)"', r)
+             for r in re.findall(r"\[([^\[\]]*)\]", ranks_text)]
+    bubble = float(re.search(r"bubble_slots = ([0-9.e+-]+)", text).group(1))
+    flight = [float(x) for x in re.findall(
+        r"([0-9.e+-]+)", re.search(r"in_flight = \[([^\]]*)\]", text).group(1))]
+    return (ranks, bubble, flight), None
+
+
+def parse_slot(slot):
+    phase, rest = slot[0], slot[1:]
+    mb, _, chunk = rest.partition(".")
+    return phase, int(mb), int(chunk or 0)
+
+
+def simulate(ranks, p, m, v, tf, tb):
+    stages = p * v
+    finish = {}
+    nxt = [0] * p
+    free = [0.0] * p
+    left = sum(len(r) for r in ranks)
+    while left:
+        moved = False
+        for r in range(p):
+            while nxt[r] < len(ranks[r]):
+                phase, mb, chunk = parse_slot(ranks[r][nxt[r]])
+                s = chunk * p + r
+                deps = [("F", mb, s - 1)] if phase == "F" and s > 0 else []
+                if phase == "B":
+                    deps = [("F", mb, s)] + (
+                        [("B", mb, s + 1)] if s + 1 < stages else [])
+                if any(d not in finish for d in deps):
+                    break
+                start = max([free[r]] + [finish[d] for d in deps])
+                free[r] = finish[(phase, mb, s)] = start + (
+                    tf if phase == "F" else tb) / v
+                nxt[r] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            raise AssertionError("deadlock at %s" % [
+                ranks[r][nxt[r]] for r in range(p) if nxt[r] < len(ranks[r])])
+    makespan = max(free)
+    idle = [makespan - m * (tf + tb) for _ in range(p)]
+    flight = []
+    for r in range(p):
+        held = peak = 0
+        for slot in ranks[r]:
+            held += 1 if slot[0] == "F" else -1
+            peak = max(peak, held)
+        flight.append(peak / v)
+    return idle, flight
+
+
+def check_plan(plan_path, mlir_path):
+    import json
+    step = json.load(open(plan_path))["step"]
+    text = open(mlir_path).read()
+    b = float(re.search(r"bubble_slots = ([0-9.e+-]+)", text).group(1))
+    m = int(re.search(r"micro_batches = ([0-9]+) : i64, ranks", text).group(1))
+    kind = re.search(r'kind = "([a-z0-9]+)"', text).group(1)
+    got = step["bubble_s"] / step["pipeline_s"]
+    assert abs(got - b / (m + b)) < 1e-9, (plan_path, got, b, m)
+    print("%s m=%d bubble_slots=%g plan bubble share %.4f" % (kind, m, b, got))
+
+
+def main():
+    if sys.argv[1] == "plan":
+        return check_plan(sys.argv[2], sys.argv[3])
+    stpar_opt = sys.argv[2]
+    for kind, vs in (("gpipe", [1]), ("1f1b", [1]), ("interleaved", [2, 3, 4])):
+        cases = refused = 0
+        for p in (1, 2, 3, 4, 8):
+            for m in (1, 2, 3, 4, 8, 16):
+                for v in vs:
+                    got, error = read_schedule(stpar_opt, kind, p, m, v)
+                    if got is None:
+                        assert "not a multiple" in error or "p >= 2" in error, error
+                        refused += 1
+                        continue
+                    ranks, bubble, flight = got
+                    assert len(ranks) == p
+                    for r in ranks:
+                        want = sorted("%s%d%s" % (ph, mb, ".%d" % c if v > 1 else "")
+                                      for ph in "FB" for mb in range(m) for c in range(v))
+                        assert sorted(r) == want, (kind, p, m, v, r)
+                    for tf, tb in ((1.0, 2.0), (1.0, 1.0)):
+                        idle, held = simulate(ranks, p, m, v, tf, tb)
+                        for r in range(p):
+                            assert abs(idle[r] - bubble * (tf + tb)) < 1e-9, (
+                                kind, p, m, v, tf, tb, r, idle[r], bubble)
+                            assert abs(held[r] - flight[r]) < 1e-9, (
+                                kind, p, m, v, r, held[r], flight[r])
+                    cases += 1
+        print("%s: %d schedules match the simulation (%d shapes refused)" % (
+            kind, cases, refused))
+
+
+main()
