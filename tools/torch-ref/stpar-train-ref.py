@@ -290,6 +290,25 @@ class Evaluator:
             bias = x[2] if len(x) > 2 else None
             return F.layer_norm(v, v.shape[axis:], x[1], bias,
                                 a.get('epsilon', 1e-5))
+        if t == 'TopK':
+            # Values and indices; ties to the lower index (ONNX TopK).
+            k = int(ints(x[1])[0])
+            axis = a.get('axis', -1)
+            largest = bool(a.get('largest', 1))
+            v = x[0]
+            # A stable sort keeps equal values in index order.
+            order = torch.sort(v if not largest else -v, dim=axis,
+                               stable=True).indices.narrow(axis, 0, k)
+            return torch.gather(v, axis, order), order
+        if t == 'ScatterElements':
+            if a.get('reduction', 'none') != 'none':
+                raise ValueError('reduction %r is not supported'
+                                 % a.get('reduction'))
+            return torch.scatter(x[0], a.get('axis', 0), x[1].long(), x[2])
+        if t == 'Einsum':
+            return torch.einsum(a['equation'].decode()
+                                if isinstance(a['equation'], bytes)
+                                else a['equation'], *x)
         if t in ('ReduceMean', 'ReduceSum'):
             axes = a.get('axes') if 'axes' in a else (
                 ints(x[1]) if len(x) > 1 and x[1] is not None else None)
