@@ -600,8 +600,24 @@ int main(int argc, char **argv) {
                     best->memoryLimit / double(1 << 30));
       desc += buf;
     }
+    // With pipeline stages: the schedule the cost model charges
+    // (cost/PipelineSchedule.h) and its predicted bubble.
+    auto schedule = [](const Plan &plan) {
+      const Config &c = plan.config;
+      if (c.getStages() < 2)
+        return std::string();
+      ScheduleShape shape = c.getSchedule();
+      std::string kind = getScheduleName(shape.kind).str();
+      if (shape.virtualStages > 1)
+        kind += " v=" + std::to_string(shape.virtualStages);
+      return sformat(" [%s, bubble %.1f ms = %.1f%% of the step]", kind.c_str(),
+                     plan.cost.bubble * 1e3,
+                     100 * plan.cost.bubble / plan.cost.stepTime);
+    };
+    if (best->best)
+      desc += schedule(*best->best);
     if (megaPlan)
-      desc += "; megatron " + megaPlan->label;
+      desc += "; megatron " + megaPlan->label + schedule(*megaPlan);
     if (zero3->best)
       desc += "; deepspeed " + zero3->best->label;
     if (r.devices == 32 && r.cluster == "v100-sxm2-32g-4x8" &&

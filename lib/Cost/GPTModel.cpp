@@ -38,20 +38,33 @@ static Error parseKeyValues(StringRef spec, StringRef prefix,
     seen.push_back(field);
     int64_t n = 0;
     StringRef text = value.trim();
-    if (key == "recompute" && !text.empty() && !isDigit(text.front())) {
-      // Activation recomputation by name (Recompute's values).
-      std::optional<int64_t> r = StringSwitch<std::optional<int64_t>>(text)
-                                     .Case("none", 0)
-                                     .Case("full", 1)
-                                     .Case("selective", 2)
-                                     .Default(std::nullopt);
-      if (!r)
+    // Keys whose value may be a name: activation recomputation
+    // (Recompute's values) and the pipeline schedule (1F1B, interleaved
+    // with vp > 1, or GPipe).
+    using Names = ArrayRef<std::pair<StringRef, int64_t>>;
+    static const std::pair<StringRef, int64_t> recomputeNames[] = {
+        {"none", 0}, {"selective", 2}, {"full", 1}};
+    static const std::pair<StringRef, int64_t> scheduleNames[] = {{"1f1b", 0},
+                                                                  {"gpipe", 1}};
+    Names names = key == "recompute"  ? Names(recomputeNames)
+                  : key == "schedule" ? Names(scheduleNames)
+                                      : Names();
+    bool byName = !names.empty() && !text.empty() && !isDigit(text.front());
+    if (byName || key == "schedule") {
+      const auto *it = llvm::find_if(
+          names, [&](const auto &entry) { return entry.first == text; });
+      if (it == names.end()) {
+        std::string expected;
+        for (auto [i, entry] : llvm::enumerate(names))
+          expected += (i == 0                  ? ""
+                       : i + 1 == names.size() ? " or "
+                                               : ", ") +
+                      entry.first.str();
         return createStringError(inconvertibleErrorCode(),
-                                 prefix +
-                                     " key 'recompute': expected none, "
-                                     "selective or full, got '" +
-                                     value + "'");
-      n = *r;
+                                 prefix + " key '" + key + "': expected " +
+                                     expected + ", got '" + value + "'");
+      }
+      n = it->second;
     } else if (text.getAsInteger(10, n) || n < 0) {
       return createStringError(inconvertibleErrorCode(),
                                prefix + " key '" + key +
@@ -125,6 +138,10 @@ Expected<MegatronStrategy> parseMegatronSpec(StringRef spec) {
                                      "megatron key 'recompute': must be "
                                      "none, selective or full (or 0, 1)");
           s.recompute = Recompute(v);
+          return Error::success();
+        }
+        if (k == "schedule") {
+          s.gpipe = v == 1;
           return Error::success();
         }
         if (k == "sp" || k == "distopt" || k == "overlap") {

@@ -429,7 +429,8 @@ static void printAxisRoles(raw_ostream &os, ArrayRef<PlanAxisRole> uses,
   // which give the search's name that --fix uses).
   std::string line;
   for (auto [a, axis] : llvm::enumerate(mesh.axes)) {
-    if (a == 0)
+    // An axis of one device has no role (plan.json: "none").
+    if (a == 0 || axis.size == 1)
       continue;
     bool renamed = a < searchNames.size() && searchNames[a] != axis.name;
     if (renamed) {
@@ -881,7 +882,8 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
            {"recompute_mode",
             stpar::cost::getRecomputeName(plan.config.recompute)},
            {"interleave", plan.config.interleave},
-           {"overlap_grad_sync", plan.config.overlapGradSync}}},
+           {"overlap_grad_sync", plan.config.overlapGradSync},
+           {"schedule", getScheduleName(plan.config.getSchedule().kind)}}},
       {"search",
        json::Object{{"configurations", int64_t(result.configurations)},
                     {"exact", result.stats.isExact()},
@@ -925,7 +927,8 @@ const char *const stpar::pipelines::kStrategyHelp =
     "megatron, megatron-sp (with sequence parallelism), dp (data "
     "parallelism), or one Megatron-LM configuration "
     "megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,vp=V][,sp=0|1]"
-    "[,recompute=none|selective|full][,zero=Z][,distopt=0|1][,overlap=0|1] "
+    "[,recompute=none|selective|full][,zero=Z][,distopt=0|1][,overlap=0|1]"
+    "[,schedule=1f1b|gpipe] "
     "(docs/plan-format.md)";
 
 Expected<std::vector<int64_t>> stpar::pipelines::parseMeshShape(StringRef text) {
@@ -1424,6 +1427,7 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
                        "recomputation");
     opts.megatron.interleave = m.interleave;
     opts.megatron.overlapGradSync = m.overlapGradSync;
+    opts.megatron.gpipe = m.gpipe;
     opts.recompute = {m.recompute};
     sequenceParallel = m.sequenceParallel;
   }

@@ -274,6 +274,7 @@ Expected<CostedPlan> costMegatronGPT(const GPTConfig &m,
   opts.megatron.zeroStage = s.zeroStage;
   opts.megatron.interleave = s.interleave;
   opts.megatron.overlapGradSync = s.overlapGradSync;
+  opts.megatron.gpipe = s.gpipe;
   opts.recompute = {s.recompute};
   Expected<SearchResult> r =
       searchMegatron(problem, cluster, eff, s.sequenceParallel, opts);

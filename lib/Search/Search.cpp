@@ -573,6 +573,7 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
           c.recompute = rc;
           c.interleave = v;
           c.overlapGradSync = grid.overlapGradSync;
+          c.gpipe = grid.gpipe && pp > 1;
           // Enumerating candidates is not needed: the rule fixes the plan.
           Problem tiny = problem;
           Expected<std::unique_ptr<Instance>> inst =
@@ -629,7 +630,8 @@ Expected<SearchResult> searchMegatron(const Problem &problem,
                        (c.interleave > 1 ? " vp=" + std::to_string(c.interleave)
                                          : std::string()) +
                        getRecomputeLabel(rc) + (sequenceParallel ? " sp" : "") +
-                       (c.overlapGradSync ? "" : " overlap=0");
+                       (c.overlapGradSync ? "" : " overlap=0") +
+                       (c.gpipe ? " schedule=gpipe" : "");
           keepBest(result, std::move(plan));
         }
   }
@@ -768,6 +770,8 @@ void printPlanConfig(raw_ostream &os, const Config &config) {
     os << ", " << config.interleave << " virtual stages per device";
   if (!config.overlapGradSync)
     os << ", gradient sync not overlapped";
+  if (config.gpipe && config.getStages() > 1)
+    os << ", GPipe schedule";
   os << "\n";
 }
 

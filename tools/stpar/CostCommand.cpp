@@ -60,13 +60,15 @@ static cl::opt<std::string> costStrategy(
     "strategy", cl::sub(costCmd), cl::Required,
     cl::desc("megatron:tp=T,pp=P,dp=D[,mb=M][,gb=G][,vp=V]"
              "[,zero=Z][,recompute=none|selective|full][,sp=0|1]"
-             "[,distopt=0|1][,overlap=0|1] (missing keys are "
+             "[,distopt=0|1][,overlap=0|1][,schedule=1f1b|gpipe] (missing "
+             "keys are "
              "1, zero, sp and distopt 0, recompute full; "
              "distopt=1: ZeRO-1; overlap: gradient sync "
              "overlapped with backward; mb: ONNX models: the bound "
              "batch dim, gpt: 1 by default; gb: ONNX models "
              "only; vp: virtual stages per rank, also "
-             "'interleave'; sp: sequence parallelism)"));
+             "'interleave'; sp: sequence parallelism; schedule: the "
+             "pipeline schedule, 1F1B by default)"));
 static cl::list<std::string>
     costDims("dim", cl::sub(costCmd), cl::value_desc("NAME=VALUE"),
              cl::desc("ONNX models: bind a symbolic dim; the batch dim's "

@@ -48,6 +48,10 @@ struct MegatronStrategy {
   /// ZeRO-3's parameter all-gather) overlap the backward pass (Megatron-LM's
   /// --overlap-grad-reduce / --overlap-param-gather; `overlap=`).
   bool overlapGradSync = true;
+  /// The pipeline schedule: GPipe (`schedule=gpipe`: all forwards, then all
+  /// backwards; m micro-batches in flight) instead of 1F1B (the default;
+  /// interleaved with vp > 1). cost/PipelineSchedule.h.
+  bool gpipe = false;
 };
 
 /// Parses "gpt:layers=L,hidden=H,heads=A,seq=S,vocab=V,batch=B[,ffn=F]"
@@ -55,7 +59,8 @@ struct MegatronStrategy {
 llvm::Expected<GPTConfig> parseGPTSpec(llvm::StringRef spec);
 
 /// Parses "megatron:tp=T,pp=P,dp=D,mb=M[,interleave=V|vp=V][,zero=Z]
-/// [,recompute=none|selective|full][,sp=0|1][,distopt=0|1][,overlap=0|1]"
+/// [,recompute=none|selective|full][,sp=0|1][,distopt=0|1][,overlap=0|1]
+/// [,schedule=1f1b|gpipe]"
 /// (vp is Megatron-LM's name for the virtual pipeline stages per rank, i.e.
 /// interleave; recompute=0 and 1 are none and full; distopt=1, Megatron-LM's
 /// distributed optimizer, is ZeRO stage 1 and an error with another zero=;

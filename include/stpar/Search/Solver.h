@@ -363,6 +363,8 @@ struct SearchOptions {
     int zeroStage = 0;
     int64_t interleave = 0;
     bool overlapGradSync = true;
+    /// GPipe instead of 1F1B (Config::gpipe).
+    bool gpipe = false;
   } megatron;
 };
 

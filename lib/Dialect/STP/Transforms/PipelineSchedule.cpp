@@ -65,13 +65,19 @@ struct PipelineSchedulePass
     shape.stages = *p;
     shape.microBatches = *m;
     shape.virtualStages = v.value_or(1);
-    if (kind.empty()) {
+    // The kind: the option, else the plan's `schedule`, else by the
+    // virtual stages.
+    std::string kindName = kind;
+    if (kindName.empty() && planMesh)
+      if (auto planKind = planMesh.getAs<StringAttr>("schedule"))
+        kindName = planKind.getValue().str();
+    if (kindName.empty()) {
       shape.kind = shape.virtualStages > 1 ? cost::ScheduleKind::Interleaved
                                            : cost::ScheduleKind::OneFOneB;
-    } else if (auto k = cost::parseScheduleKind(kind)) {
+    } else if (auto k = cost::parseScheduleKind(kindName)) {
       shape.kind = *k;
     } else {
-      emitError(loc) << "-stp-pipeline-schedule: unknown kind '" << kind
+      emitError(loc) << "-stp-pipeline-schedule: unknown kind '" << kindName
                      << "' (gpipe, 1f1b or interleaved)";
       return signalPassFailure();
     }

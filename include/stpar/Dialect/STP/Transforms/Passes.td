@@ -153,8 +153,8 @@ def PipelineSchedulePass
     starts when its rank is free and its inputs exist) and fails if they
     deadlock.
 
-    Options override the plan: `kind` (default: `interleaved` when v > 1,
-    else `1f1b`), `stages`, `micro-batches`, `virtual-stages` (-1: the
+    Options override the plan: `kind` (default: the plan's `schedule`,
+    else `interleaved` when v > 1 and `1f1b` otherwise), `stages`, `micro-batches`, `virtual-stages` (-1: the
     plan's). Errors: no plan and no options; shapes a kind cannot run
     (interleaved with m not a multiple of p, or v < 2).
 
@@ -169,8 +169,8 @@ def PipelineSchedulePass
   }];
   let options = [
     Option<"kind", "kind", "std::string", /*default=*/"\"\"",
-           "gpipe, 1f1b or interleaved (default: interleaved when the plan "
-           "has virtual stages, else 1f1b)">,
+           "gpipe, 1f1b or interleaved (default: the plan's schedule; "
+           "interleaved when it has virtual stages, else 1f1b)">,
     Option<"stages", "stages", "int64_t", /*default=*/"-1",
            "Pipeline stages p (-1: the plan's pipeline_stages)">,
     Option<"microBatches", "micro-batches", "int64_t", /*default=*/"-1",
