@@ -16,9 +16,11 @@
 //       reference output files (checked against io.json's dtype and shape).
 //   ort-run.js gen-inputs --model M.onnx --io io.json --seed K --outputs DIR
 //       Writes random inputs by the rule of docs/verify.md.
-//   ort-run.js from-pb --io io.json --pb DIR --outputs DIR
+//   ort-run.js from-pb --io io.json --pb DIR --outputs DIR [--partial=1]
 //       Converts DIR/input_<i>.pb (ONNX TensorProto, backend-test layout) to
-//       input_<i>.bin, checking dtype and shape.
+//       input_<i>.bin, checking dtype and shape. --partial=1: io.json inputs
+//       without a .pb keep what --outputs holds (e.g. from gen-inputs); at
+//       least one must be converted.
 //   ort-run.js compare --io io.json --actual DIR --expected DIR
 //                      [--rtol 1e-4] [--atol 1e-5]
 //       Compares output_<i>.bin of DIR with the expected output_<i>.bin (or
@@ -510,9 +512,14 @@ function cmdFromPb(args) {
   const io = loadIO(need(args, 'io'));
   const pbDir = need(args, 'pb');
   const outDir = need(args, 'outputs');
+  const partial = args.partial !== undefined && args.partial !== '0';
   fs.mkdirSync(outDir, {recursive: true});
+  let converted = 0;
   io.inputs.forEach((t, i) => {
     const file = path.join(pbDir, `input_${i}.pb`);
+    if (partial && !fs.existsSync(file))
+      return;
+    ++converted;
     const pb = readPbTensor(file);
     if (!sameDtype(pb.dtype, t.dtype))
       fail(`${file}: dtype ${pb.dtype || pb.onnxType}, io.json input ${i} '${t.name}' is ${t.dtype}`);
@@ -520,7 +527,11 @@ function cmdFromPb(args) {
       fail(`${file}: shape ${shapeStr(pb.shape)}, io.json input ${i} '${t.name}' is ${shapeStr(t.shape)}`);
     writeBin(path.join(outDir, t.file), pb.data);
   });
-  process.stderr.write(`ort-run: converted ${io.inputs.length} input(s) from ${pbDir}\n`);
+  if (converted === 0)
+    fail(`${pbDir}: no input_<i>.pb for any of the ${
+        io.inputs.length} io.json input(s)`);
+  process.stderr.write(
+      `ort-run: converted ${converted} input(s) from ${pbDir}\n`);
 }
 
 //===----------------------------------------------------------------------===//

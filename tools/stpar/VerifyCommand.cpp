@@ -145,7 +145,8 @@ static double effectiveAtol() {
 static cl::opt<std::string> verifyInputs(
     "inputs", cl::sub(verifyCmd), cl::value_desc("DIR"),
     cl::desc("Read the inputs from DIR/input_<i>.pb (ONNX TensorProto, the "
-             "backend-test layout) instead of generating them"));
+             "backend-test layout) instead of generating them; with --train "
+             "the model's inputs there, the step's others generated"));
 static cl::opt<std::string> verifyExpected(
     "expected", cl::sub(verifyCmd), cl::value_desc("DIR"),
     cl::desc("Compare with DIR/output_<i>.pb (ONNX TensorProto, the "
@@ -515,9 +516,9 @@ int Verifier::run() {
                 "training step: give --train");
   if (verifyTrain && verifySteps < 1)
     return fail("--steps must be at least 1");
-  if (verifyTrain && (!verifyInputs.empty() || !verifyExpected.empty()))
-    return fail("--inputs and --expected (ONNX test data) apply to the "
-                "forward check, not to --train");
+  if (verifyTrain && !verifyExpected.empty())
+    return fail("--expected (ONNX test data outputs) applies to the forward "
+                "check, not to --train (its reference is PyTorch)");
   if (!verifyExpected.empty() && verifyInputs.empty())
     return fail("--expected needs the inputs those outputs come from: give "
                 "--inputs");
@@ -648,7 +649,9 @@ int Verifier::run() {
     if (std::error_code ec = sys::fs::remove_directories(path(stale)))
       return fail("cannot remove " + path(stale) + ": " + ec.message());
   Step gen{node, {runner}, "", path("inputs.err.log")};
-  if (verifyInputs.empty())
+  // --train with --inputs: the step's other inputs (labels, optimizer
+  // state) are generated, then the model's inputs come from DIR.
+  if (verifyInputs.empty() || verifyTrain)
     gen.args.insert(gen.args.end(),
                     {"gen-inputs", "--model", model, "--io", ioFile, "--seed",
                      std::to_string(verifySeed), "--outputs", inputs});
@@ -659,6 +662,17 @@ int Verifier::run() {
   if (rc != 0)
     return fail(rc < 0 ? error : "preparing the inputs failed:\n" +
                                      tail(gen.errLog));
+  if (verifyTrain && !verifyInputs.empty()) {
+    Step pb{node,
+            {runner, "from-pb", "--io", ioFile, "--pb", verifyInputs,
+             "--outputs", inputs, "--partial=1"},
+            "",
+            path("inputs-pb.err.log")};
+    rc = execute("inputs", pb, error);
+    if (rc != 0)
+      return fail(rc < 0 ? error
+                         : "reading the --inputs failed:\n" + tail(pb.errLog));
+  }
   if (!verifyTrain) {
     errs() << tail(gen.errLog, 64);
   } else {
@@ -680,6 +694,10 @@ int Verifier::run() {
       errs() << "verify: [inputs] the " << state
              << " AdamW state inputs (adam_step, adam_m:*, adam_v:*) start "
                 "at step 1 and zeros, then carry the program's state\n";
+    // The model's inputs that --inputs replaced (after the generated ones'
+    // lines, which they override).
+    if (!verifyInputs.empty())
+      errs() << tail(path("inputs-pb.err.log"), 8);
   }
 
   if (verifyTrain)
