@@ -16,6 +16,7 @@
 
 #include "stpar/Cost/PipelineSchedule.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -39,10 +40,7 @@ struct PipelineSchedulePass
     Location loc = module.getLoc();
     // The plan's pipeline (stp.plan's mesh entry), where an option does not
     // override it.
-    DictionaryAttr planMesh;
-    if (auto plan =
-            module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
-      planMesh = plan.getAs<DictionaryAttr>("mesh");
+    DictionaryAttr planMesh = getPlanMesh(module);
     auto choose = [&](int64_t option, StringRef key) -> std::optional<int64_t> {
       if (option >= 0)
         return option;

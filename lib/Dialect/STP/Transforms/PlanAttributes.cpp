@@ -65,6 +65,13 @@ func::FuncOp stp::getPlannedFunction(ModuleOp module) {
   return withBody == 1 ? only : func::FuncOp();
 }
 
+DictionaryAttr stp::getPlanMesh(ModuleOp module) {
+  if (auto plan =
+          module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
+    return plan.getAs<DictionaryAttr>("mesh");
+  return {};
+}
+
 //===----------------------------------------------------------------------===//
 // JSON <-> attributes
 //===----------------------------------------------------------------------===//

@@ -24,6 +24,7 @@
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/IR/STPOps.h"
+#include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -2509,10 +2510,7 @@ LogicalResult TrainingStepBuilder::run() {
 
   // The plan's choices (`stp.plan`'s mesh entry), where an option does not
   // override them.
-  DictionaryAttr planMesh;
-  if (auto plan =
-          module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))
-    planMesh = plan.getAs<DictionaryAttr>("mesh");
+  DictionaryAttr planMesh = getPlanMesh(module);
   auto planInteger = [&](StringRef key, int64_t otherwise) {
     if (planMesh)
       if (auto value = planMesh.getAs<IntegerAttr>(key))

@@ -48,6 +48,11 @@ mlir::FailureOr<ClusterAttr> getClusterAttr(mlir::MLIRContext &context,
 /// with a body; null when there is none or several.
 mlir::func::FuncOp getPlannedFunction(mlir::ModuleOp module);
 
+/// The mesh entry of the module's plan summary (`stp.plan`'s "mesh":
+/// pipeline_stages, micro_batches, interleave, zero_stage, recompute,
+/// schedule, ...; docs/plan-format.md); null without a plan.
+mlir::DictionaryAttr getPlanMesh(mlir::ModuleOp module);
+
 /// A plan file's "spec" of `spec` (loops with name, extent, reduction,
 /// axes[, padded]; temporal with row_axis, col_axis, m, n, k, steps, or
 /// null).
