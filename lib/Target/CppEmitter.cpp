@@ -1675,6 +1675,17 @@ FailureOr<EmittedProgram> Printer::run() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
+  // Pipeline stages: -stp-pipeline-stages splits the partitioned step into
+  // one program per pipeline rank, which the targets do not print yet;
+  // without it every pipeline rank would run the whole model.
+  if (auto mesh =
+          module->getAttrOfType<stp::MeshAttr>(stp::STPDialect::kMeshAttrName))
+    if (mesh.findAxis("pp") && mesh.getAxisSize("pp") > 1)
+      return module.emitError()
+             << "a plan with pipeline stages (pp = " << mesh.getAxisSize("pp")
+             << ") is not emitted for the " << getEmitTargetName(target)
+             << " target yet (-stp-pipeline-stages splits its training step "
+                "into the pipeline ranks' programs; docs/pipeline-parallel.md)";
   if (!module->hasAttr("stp.partitioned") &&
       failed(checkNoShardOps(module)))
     return failure();

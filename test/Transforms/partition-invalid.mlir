@@ -9,20 +9,6 @@ module {
 
 // -----
 
-// Pipeline stages are not partitioned.
-#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
-#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
-  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
-  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
-// expected-error @+1 {{pipeline stages (pp = 2) are not partitioned yet; pp must be 1}}
-module attributes {stp.mesh = #stp.mesh<#cl, ["pp" = 2, "x0" = 2]>} {
-  func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
-    return %x : tensor<4xf32>
-  }
-}
-
-// -----
-
 // A spec with fewer loops than the op.
 #dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
 #cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,

@@ -59,7 +59,7 @@
 // CHECK: linalg.matmul ins(%{{.+}}, %{{.+}} : tensor<1x32xf32>, tensor<32x16xf32>)
 // CHECK-NOT: shard.
 // CHECK: scf.yield
-// CHECK-NEXT: } {stp.plan_step = "micro-batches: forward and backward of each of 4 micro-batches, gradients accumulated"}
+// CHECK-NEXT: } {stp.micro_batch_loop, stp.plan_step = "micro-batches: forward and backward of each of 4 micro-batches, gradients accumulated"}
 // After the loop, once: the gradient sync of the accumulated sums, the
 // shared bias's two gradients summed, the update.
 // CHECK: shard.all_reduce %[[LOOP]]#1 {{.*}}"/fc/Scale/grad1 grad_sum: all-reduce of the partial sum over dp

@@ -359,9 +359,8 @@ static int runCompile() {
 
   // Phase 1: the plan.
   progress(compilePlan.empty() ? "plan: importing and searching (no pipeline "
-                                 "stages: they are not partitioned yet)"
-                               : "plan: importing and reading " +
-                                     compilePlan);
+                                 "stages: they are not emitted yet)"
+                               : "plan: importing and reading " + compilePlan);
   std::optional<stpar::tools::PlannedModel> planned =
       stpar::tools::planModel(o);
   if (!planned)

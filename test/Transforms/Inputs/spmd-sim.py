@@ -250,6 +250,8 @@ class Machine:
     def __init__(self, grid):
         self.grid = grid or []
         self.ranks = int(np.prod(self.grid)) if self.grid else 1
+        self.mailbox = {}
+        self.progress = 0
 
     def coords(self, rank):
         out = []
@@ -275,43 +277,119 @@ class Machine:
             members.append(self.rank_of(c))
         return members
 
-    # One op on every rank (envs: one dict per rank).
-    def run(self, ops, envs):
+    # One op on every rank of `active` (default: all) in lockstep; envs: one
+    # dict per rank. A generator: it yields while a shard.recv waits for
+    # its send (pipeline ranks run different cases of an scf.index_switch;
+    # run_switch interleaves them).
+    def run(self, ops, envs, active=None):
+        active = list(range(self.ranks)) if active is None else active
         for op in ops:
             if op.name in ("func.return", "scf.yield", "linalg.yield"):
-                return [[env[v] for v in op.operands] for env in envs]
+                return [[envs[r][v] for v in op.operands] for r in active]
+            self.progress += 1
+            if op.name == "scf.index_switch":
+                yield from self.run_switch(op, envs, active)
+                continue
+            if op.name in ("shard.send", "shard.recv"):
+                yield from self.point_to_point(op, envs, active)
+                continue
             if op.name.startswith("shard.") or op.name in (
                     "stp.grid_permute", "stp.moe_all_to_all"):
-                self.collective(op, envs)
+                self.collective(op, envs, active)
                 continue
             if op.name == "scf.for":
-                self.run_for(op, envs)
+                yield from self.run_for(op, envs, active)
                 continue
-            for env in envs:
+            for r in active:
+                env = envs[r]
                 values = self.local(op, env)
                 for name, v in zip(op.results, values):
                     env[name] = v
         return None
 
-    def run_for(self, op, envs):
-        lb, ub, step = (envs[0][v] for v in op.operands[:3])
-        args, body = op.regions[0]
-        iters = [[env[v] for v in op.operands[3:]] for env in envs]
-        for iv in range(lb, ub, step):
-            for env, it in zip(envs, iters):
-                env[args[0]] = iv
-                for a, v in zip(args[1:], it):
-                    env[a] = v
-            iters = self.run(body, envs)
-        for env, it in zip(envs, iters):
-            for name, v in zip(op.results, it):
-                env[name] = v
+    def run_all(self, ops, envs):
+        gen = self.run(ops, envs)
+        try:
+            while True:
+                next(gen)
+                raise RuntimeError("deadlock: a receive outside any "
+                                   "scf.index_switch waits forever")
+        except StopIteration as stop:
+            return stop.value
 
-    def collective(self, op, envs):
+    def run_for(self, op, envs, active):
+        lb, ub, step = (envs[active[0]][v] for v in op.operands[:3])
+        args, body = op.regions[0]
+        iters = [[envs[r][v] for v in op.operands[3:]] for r in active]
+        for iv in range(lb, ub, step):
+            for r, it in zip(active, iters):
+                envs[r][args[0]] = iv
+                for a, v in zip(args[1:], it):
+                    envs[r][a] = v
+            iters = yield from self.run(body, envs, active)
+        for r, it in zip(active, iters):
+            for name, v in zip(op.results, it):
+                envs[r][name] = v
+
+    def run_switch(self, op, envs, active):
+        # Regions: the default, then one per case value.
+        cases = i64_array(op, "cases")
+        groups = {}
+        for r in active:
+            k = envs[r][op.operands[0]]
+            region = op.regions[1 + cases.index(k)] if k in cases \
+                else op.regions[0]
+            groups.setdefault(id(region), (region, []))[1].append(r)
+        running = [(self.run(region[1], envs, ranks), ranks)
+                   for region, ranks in groups.values()]
+        results = {}
+        if False:
+            yield  # a generator like run(); the cases are driven here
+        while running:
+            before = self.progress
+            still = []
+            for gen, ranks in running:
+                try:
+                    next(gen)
+                    still.append((gen, ranks))
+                except StopIteration as stop:
+                    for r, vals in zip(ranks, stop.value):
+                        results[r] = vals
+            if len(still) == len(running) and self.progress == before:
+                raise RuntimeError("deadlock: every pipeline rank waits "
+                                   "for a receive")
+            running = still
+        for r in active:
+            for name, v in zip(op.results, results[r]):
+                envs[r][name] = v
+
+    def point_to_point(self, op, envs, active):
+        axis = i64_array(op, "grid_axes")[0]
+        tag = int(re.search(r"stp.transfer = (\d+)", op.text).group(1))
+        sending = op.name == "shard.send"
+        peer = i64_array(op, "destination" if sending else "source")[0]
+        def other(r):
+            c = self.coords(r)
+            c[axis] = peer
+            return self.rank_of(c)
+        if sending:
+            for r in active:
+                value = envs[r][op.operands[0]]
+                self.mailbox[(r, other(r), tag)] = np.array(value, copy=True)
+                envs[r][op.results[0]] = value
+            return
+        keys = [(other(r), r, tag) for r in active]
+        while not all(k in self.mailbox for k in keys):
+            yield
+        for r, k in zip(active, keys):
+            envs[r][op.results[0]] = self.mailbox.pop(k)
+
+    def collective(self, op, envs, active):
         name = op.name
         if name == "shard.process_multi_index":
             axes = i64_array(op, "axes") or list(range(len(self.grid)))
-            for rank, env in enumerate(envs):
+            for rank in active:
+                env = envs[rank]
                 c = self.coords(rank)
                 for res, a in zip(op.results, axes):
                     env[res] = c[a]
@@ -319,7 +397,8 @@ class Machine:
         axes = i64_array(op, "grid_axes")
         src = op.operands[0]
         out = []
-        for rank, env in enumerate(envs):
+        for rank in active:
+            env = envs[rank]
             members = self.group(rank, axes)
             g = members.index(rank)
             vals = [envs[m][src] for m in members]
@@ -363,7 +442,7 @@ class Machine:
                 out.append(envs[self.rank_of(c)][src])
             else:
                 raise NotImplementedError(name)
-        for env, v in zip(envs, out):
+        for env, v in zip([envs[r] for r in active], out):
             if isinstance(v, tuple):
                 for res, x in zip(op.results, v):
                     env[res] = x
@@ -411,6 +490,8 @@ class Machine:
             return [ins[0][tuple(int(i) for i in ins[1:])]]
         if name == "tensor.extract_slice":
             return [self.extract_slice(op, ins, rtypes[0])]
+        if name == "tensor.insert_slice":
+            return [self.insert_slice(op, ins)]
         if name == "stp.layer_norm" or name == "stp.rms_norm":
             return [self.norm(op, ins)]
         if name == "stp.attention":
@@ -451,6 +532,35 @@ class Machine:
             idx = np.take(order, np.arange(k), axis=axis)
             return [np.take_along_axis(ins[0], idx, axis=axis), idx]
         raise NotImplementedError(name)
+
+    def insert_slice(self, op, ins):
+        # Operands: source, dest, dynamic offsets/sizes/strides.
+        src, dest = ins[0], np.array(ins[1], copy=True)
+        index = self.slice_index(op, ins[2:], i64_array(
+            op, "operandSegmentSizes")[2:])
+        sizes = [s.stop - s.start for s in index]
+        dest[index] = np.reshape(src, [(s.stop - s.start + s.step - 1)
+                                       // s.step for s in index])
+        return dest
+
+    def slice_index(self, op, dyn, seg):
+        offs, sizes, strides = (i64_array(op, "static_offsets"),
+                                i64_array(op, "static_sizes"),
+                                i64_array(op, "static_strides"))
+        pos = 0
+        lists = []
+        for count, static in zip(seg, (offs, sizes, strides)):
+            vals = []
+            for s in static:
+                if s == SENTINEL:
+                    vals.append(int(dyn[pos]))
+                    pos += 1
+                else:
+                    vals.append(s)
+            lists.append(vals)
+        offs, sizes, strides = lists
+        return tuple(slice(o, o + s * st, st)
+                     for o, s, st in zip(offs, sizes, strides))
 
     def extract_slice(self, op, ins, rtype):
         seg = i64_array(op, "operandSegmentSizes")
@@ -739,7 +849,7 @@ def check(global_text, partitioned_text, int_high, bitwise=False):
             inputs.append(rng.standard_normal(shape))
     ref_machine = Machine(None)
     env = {a: v for a, v in zip(gfunc.regions[0][0], inputs)}
-    ref = ref_machine.run(gfunc.regions[0][1], [env])[0]
+    ref = ref_machine.run_all(gfunc.regions[0][1], [env])[0]
 
     machine = Machine(grid)
     envs = []
@@ -758,9 +868,21 @@ def check(global_text, partitioned_text, int_high, bitwise=False):
                 local = np.split(local, n, axis=d)[blk]
             env[a] = local
         envs.append(env)
-    outs = machine.run(pfunc.regions[0][1], envs)
+    outs = machine.run_all(pfunc.regions[0][1], envs)
+    # A pipelined program: result i is returned by the ranks of pipeline
+    # rank owners[i] only (stp.pipeline_rank).
+    pipe = re.search(r"stp.pipeline = \{grid_axis = (\d+)", pfunc.text)
+    owners = [None] * len(ref)
+    res_attrs = re.search(r"res_attrs = \[(.*?)\], sym_name", pfunc.text)
+    if pipe and res_attrs:
+        for i, a in enumerate(split_top(res_attrs.group(1))):
+            m = re.search(r"stp.pipeline_rank = (\d+)", a)
+            owners[i] = int(m.group(1)) if m else None
     for rank, out in enumerate(outs):
         for i, (got, want) in enumerate(zip(out, ref)):
+            if owners[i] is not None and \
+                    machine.coords(rank)[int(pipe.group(1))] != owners[i]:
+                continue
             if np.shape(got) != np.shape(want) or not np.allclose(
                     got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
                 err = (np.abs(np.asarray(got) - want).max()

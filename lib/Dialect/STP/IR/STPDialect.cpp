@@ -108,7 +108,15 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
              << attr.getValue();
     return success();
   }
-  if (name == kPartitionedAttrName || name == kDoubleBufferAttrName) {
+  if (name == kStageAttrName || name == kTransferAttrName) {
+    auto value = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!value || value.getValue().isNegative())
+      return op->emitOpError()
+             << "attribute '" << name << "' must be a non-negative integer";
+    return success();
+  }
+  if (name == kPartitionedAttrName || name == kDoubleBufferAttrName ||
+      name == kMicroBatchLoopAttrName) {
     if (!isa<UnitAttr>(attr.getValue()))
       return op->emitOpError() << "attribute '" << name
                                << "' must be a unit attribute";
@@ -137,7 +145,7 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kPlanAttrName || name == kArenaAttrName ||
       name == kStreamsAttrName || name == kTrainingAttrName ||
-      name == kPipelineScheduleAttrName) {
+      name == kPipelineScheduleAttrName || name == kPipelineAttrName) {
     if (!isa<DictionaryAttr>(attr.getValue()))
       return op->emitOpError() << "attribute '" << name
                                << "' must be a dictionary";
@@ -239,6 +247,13 @@ static LogicalResult verifyValueAttr(Operation *op, NamedAttribute attr,
       return op->emitOpError()
              << "'" << name
              << "' must be an array of arrays of grid-axis indices";
+    return success();
+  }
+  if (!isArgument && name == STPDialect::kPipelineRankAttrName) {
+    auto rank = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!rank || rank.getValue().isNegative())
+      return op->emitOpError()
+             << "'" << name << "' must be a non-negative integer";
     return success();
   }
   if (isArgument && name == STPDialect::kParamAttrName) {

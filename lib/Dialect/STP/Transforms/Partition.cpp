@@ -2503,6 +2503,8 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
       mbLoop = scf::ForOp::create(builder, loc, getIndexConstant(loc, 0),
                                   getIndexConstant(loc, microBatches),
                                   getIndexConstant(loc, 1));
+      mbLoop->setAttr(STPDialect::kMicroBatchLoopAttrName,
+                      builder.getUnitAttr());
       mbLoop->setAttr(STPDialect::kPlanStepAttrName,
                       builder.getStringAttr(
                           "micro-batches: forward and backward of each of " +
@@ -2552,15 +2554,13 @@ LogicalResult Partitioner::partitionFunc(func::FuncOp func) {
 }
 
 LogicalResult Partitioner::run() {
-  // Grid: every mesh axis except pp, which must be 1.
+  // Grid: every mesh axis but a pp of 1. No spec splits over pp, so every
+  // op runs replicated over it: each pipeline rank holds the whole program
+  // on its stage's sub-grid until -stp-pipeline-stages keeps only its
+  // stage's part (docs/pipeline-parallel.md).
   for (AxisAttr axis : mesh.getAxes()) {
-    if (axis.getName().getValue() == "pp") {
-      if (axis.getSize() != 1)
-        return module.emitError()
-               << "pipeline stages (pp = " << axis.getSize()
-               << ") are not partitioned yet; pp must be 1";
+    if (axis.getName().getValue() == "pp" && axis.getSize() == 1)
       continue;
-    }
     axisOfName[axis.getName().getValue()] = gridShape.size();
     axisNames.push_back(axis.getName().str());
     gridShape.push_back(axis.getSize());

@@ -53,8 +53,14 @@ def STP_Dialect : Dialect {
     the plan step it implements), `stp.double_buffer` (unit, on the ring
     shifts of a temporal loop that overlap the step's compute),
     `stp.fallback` (a string on an op the pass could not split and runs
-    replicated: the reason) and, on arguments and results, `stp.split` (an
-    array with one array of grid-axis indices per tensor dim).
+    replicated: the reason), `stp.micro_batch_loop` (unit, on the scf.for
+    over a training step's micro-batches) and, on arguments and results,
+    `stp.split` (an array with one array of grid-axis indices per tensor
+    dim). `-stp-pipeline-stages` adds `stp.stage` (the virtual pipeline
+    stage of an op, a non-negative integer), `stp.transfer` (the id a
+    shard.send shares with its shard.recv), `stp.pipeline` (a dictionary on
+    the function) and, on results, `stp.pipeline_rank` (the pipeline rank
+    that returns it).
   }];
   let cppNamespace = "::stpar::stp";
   let useDefaultAttributePrinterParser = 1;
@@ -101,6 +107,25 @@ def STP_Dialect : Dialect {
     /// -stp-pipeline-schedule (docs/pipeline-parallel.md).
     static constexpr ::llvm::StringLiteral kPipelineScheduleAttrName =
         "stp.pipeline_schedule";
+    /// Op attribute (unit): the scf.for over the micro-batches of a
+    /// training step (-stp-partition).
+    static constexpr ::llvm::StringLiteral kMicroBatchLoopAttrName =
+        "stp.micro_batch_loop";
+    /// Op attribute (i64): the virtual pipeline stage an op of a pipelined
+    /// program belongs to (chunk c of pipeline rank r is stage c p + r);
+    /// set by -stp-pipeline-stages.
+    static constexpr ::llvm::StringLiteral kStageAttrName = "stp.stage";
+    /// Op attribute (i64) on shard.send / shard.recv: the transfer a send
+    /// and its receive share (unique in the function; the message tag).
+    static constexpr ::llvm::StringLiteral kTransferAttrName = "stp.transfer";
+    /// Function attribute (dictionary) of a pipelined program: `grid_axis`
+    /// (the pp axis of the grid), `stages`, `virtual_stages`,
+    /// `micro_batches`, `transfers`; result attribute `stp.pipeline_rank`
+    /// (i64): the pipeline rank that computes the result (the others return
+    /// an unwritten buffer).
+    static constexpr ::llvm::StringLiteral kPipelineAttrName = "stp.pipeline";
+    static constexpr ::llvm::StringLiteral kPipelineRankAttrName =
+        "stp.pipeline_rank";
     /// Op attribute (array of dictionaries): the op's records of plan.json's
     /// "operators", the first without its "spec" (that is `stp.spec`).
     static constexpr ::llvm::StringLiteral kPlanOpsAttrName = "stp.plan_ops";

@@ -180,13 +180,68 @@ def PipelineSchedulePass
   ];
 }
 
+def PipelineStagesPass : Pass<"stp-pipeline-stages", "::mlir::ModuleOp"> {
+  let summary = "Each pipeline rank runs its stages' part of the training "
+                "step, in the order of the schedule";
+  let description = [{
+    Runs on the partitioned training step of a plan with pipeline stages
+    (pp > 1). `-stp-partition` keeps `pp` as a grid axis that no spec
+    splits, so every pipeline rank holds the whole step on its stage's
+    sub-grid; this pass keeps each rank's part
+    (docs/pipeline-parallel.md, "Stages in the program"):
+
+    - **Stages.** The plan's records place every planned op: the layers
+      in p v equal contiguous blocks (virtual stage s = layer / (L / (p v));
+      chunk c of rank r is stage c p + r), the ops before the layers on
+      stage 0, those after them on the last. Recomputations, gradients
+      (`<op>/grad0`) and collectives named after a planned op follow it;
+      other ops follow the latest stage they read, and pure ops that read
+      no staged value (constants, slices of the inputs) are recomputed on
+      every rank that needs them. Each copied op carries `stp.stage`.
+    - **Schedule.** The result is an `scf.index_switch` on the rank's pp
+      index with one case per pipeline rank. A case runs the rank's ops
+      before the micro-batch loop, then its slots in the order of its list
+      in `stp.pipeline_schedule` (-stp-pipeline-schedule): `F<i>.<c>` the
+      forward (and loss) ops of micro-batch i on its chunk c, `B<i>.<c>`
+      the gradient ops (phases input_grad, weight_grad, grad_sum,
+      recompute, and what reads them); gradients accumulate over the
+      micro-batches in order. Then the ops after the loop: gradient sync
+      and optimizer of the rank's parameters.
+    - **Transfers.** A value one rank makes and another reads goes by
+      `shard.send` right after it is made and `shard.recv` right before its
+      first reader, on the pp axis, the pair tagged with one `stp.transfer`
+      id. The pass runs the ranks' transfers in program order (a send does
+      not wait, a receive waits for its send) and fails if a rank would
+      wait forever.
+    - **Results.** `stp.pipeline_rank` on each function result names the
+      rank that returns it; the others return an unwritten buffer. The
+      function gets `stp.pipeline` {grid_axis, stages, virtual_stages,
+      micro_batches, transfers}.
+
+    Errors: no `stp.pipeline_schedule`; a schedule whose stages or
+    micro-batches differ from the grid's pp axis or the step's micro-batch
+    loop; layers that do not divide into p v stages; an accumulator read on
+    another rank than its update's. Without pipeline stages the pass does
+    nothing.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::shard::ShardDialect",
+                           "::mlir::tensor::TensorDialect"];
+  let statistics = [
+    Statistic<"numTransfers", "transfers",
+              "Point-to-point sends between pipeline ranks">,
+  ];
+}
+
 def PartitionPass : Pass<"stp-partition", "::mlir::ModuleOp"> {
   let summary = "Rewrite a planned module into the per-device SPMD program";
   let description = [{
     Turns global-shape IR carrying a plan (`stp.mesh` on the module,
     `stp.spec` on ops; docs/plan-format.md) into the program one device runs
     (docs/spmd-ir.md): local tensor types, an upstream `shard.grid @grid`
-    with one axis per mesh axis except `pp`, explicit `shard` collectives
+    with one axis per mesh axis but a `pp` of 1 (no spec splits `pp`:
+    -stp-pipeline-stages divides the program over it), explicit `shard` collectives
     and, for PrimePar's temporal primitive, its steps with ring shifts and
     point-to-point transfers (forward, input and weight gradient phases).
     docs/partition.md has the rules.

@@ -1,0 +1,761 @@
+//===- PipelineStages.cpp - each pipeline rank runs its stage ---*- C++ -*-===//
+//
+// Part of stpar.
+//
+//===----------------------------------------------------------------------===//
+//
+// Implements -stp-pipeline-stages: the partitioned training step, which
+// every pipeline rank holds whole (-stp-partition keeps `pp` as a grid axis
+// no spec splits), becomes one program per pipeline rank inside an
+// scf.index_switch on the rank's pp index. A rank runs the ops of its
+// stages only, micro-batch by micro-batch in the order of its slot list in
+// `stp.pipeline_schedule` (-stp-pipeline-schedule), and a value one stage
+// makes and another reads moves by shard.send / shard.recv on the pp axis.
+// docs/pipeline-parallel.md, "Stages in the program".
+//
+//===----------------------------------------------------------------------===//
+
+#include "stpar/Dialect/STP/Transforms/Passes.h"
+
+#include "stpar/Dialect/STP/IR/OperatorNames.h"
+#include "stpar/Dialect/STP/IR/STPAttrs.h"
+#include "stpar/Dialect/STP/IR/STPDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <map>
+#include <tuple>
+
+namespace stpar::stp {
+#define GEN_PASS_DEF_PIPELINESTAGESPASS
+#include "stpar/Dialect/STP/Transforms/Passes.h.inc"
+} // namespace stpar::stp
+
+using namespace mlir;
+using namespace stpar::stp;
+
+namespace {
+
+/// One entry of a rank's slot list: `F<mb>` or `B<mb>`, `.<chunk>` with
+/// virtual stages.
+struct Slot {
+  bool backward = false;
+  int64_t microBatch = 0;
+  int64_t chunk = 0;
+};
+
+std::optional<Slot> parseSlot(StringRef text) {
+  Slot slot;
+  if (text.consume_front("B"))
+    slot.backward = true;
+  else if (!text.consume_front("F"))
+    return std::nullopt;
+  auto [mb, chunk] = text.split('.');
+  if (mb.getAsInteger(10, slot.microBatch) || slot.microBatch < 0)
+    return std::nullopt;
+  if (!chunk.empty() && (chunk.getAsInteger(10, slot.chunk) || slot.chunk < 0))
+    return std::nullopt;
+  return slot;
+}
+
+/// Phases whose ops run in a backward slot (the rest of the micro-batch
+/// loop is forward: the model's ops and the loss).
+bool isBackwardPhase(Operation *op) {
+  auto phase = op->getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName);
+  return phase && llvm::is_contained({"input_grad", "weight_grad", "grad_sum",
+                                      "recompute", "optimizer"},
+                                     phase.getValue());
+}
+
+/// The values `op` reads: its operands and what its regions use from
+/// outside them.
+SmallVector<Value> readValues(Operation *op) {
+  SmallVector<Value> values(op->getOperands());
+  llvm::SetVector<Value> above;
+  getUsedValuesDefinedAbove(op->getRegions(), above);
+  llvm::append_range(values, above);
+  return values;
+}
+
+class Pipeliner {
+public:
+  Pipeliner(ModuleOp module, func::FuncOp func, DictionaryAttr schedule,
+            shard::GridOp grid, int16_t ppAxis)
+      : module(module), func(func), schedule(schedule), grid(grid),
+        ppAxis(ppAxis), b(func.getContext()) {}
+
+  LogicalResult run();
+  int64_t numTransfers = 0;
+
+private:
+  LogicalResult readSchedule();
+  LogicalResult collectOps();
+  LogicalResult assignStages();
+  LogicalResult emitRank(unsigned rank, Block *block);
+  LogicalResult checkTransfers();
+
+  /// The pipeline rank that makes `v` (-1: every rank that needs it, for
+  /// function arguments and ops recomputed where needed).
+  int64_t rankOf(Value v);
+  bool inLoop(Operation *op) const { return loopSet.contains(op); }
+  int64_t contextOf(Value v);
+  /// `v` on the rank being emitted, in micro-batch `mb` (-1: outside the
+  /// loop): cloned, received or looked up.
+  FailureOr<Value> lookup(Value v, int64_t mb);
+  FailureOr<Operation *> emitOp(Operation *op, int64_t mb);
+  void sendResults(Operation *op, ArrayRef<Value> results, ValueRange mapped,
+                   int64_t mb);
+  int64_t transferId(Value v, int64_t mb, int64_t to) {
+    auto key = std::make_tuple(v.getAsOpaquePointer(), mb, to);
+    auto [it, inserted] = transferIds.try_emplace(key, transferIds.size());
+    return it->second;
+  }
+  Value send(Value v, Value local, int64_t to, int64_t id);
+  Value recv(Value v, int64_t from, int64_t id);
+  IRMapping &mapFor(int64_t mb) { return mb < 0 ? top : perMicroBatch[mb]; }
+
+  ModuleOp module;
+  func::FuncOp func;
+  DictionaryAttr schedule;
+  shard::GridOp grid;
+  int16_t ppAxis;
+  OpBuilder b;
+
+  int64_t stages = 1, virtualStages = 1, microBatches = 1;
+  SmallVector<SmallVector<Slot>> slots;
+
+  scf::ForOp loop;
+  SmallVector<Operation *> preOps, loopOps, postOps;
+  DenseSet<Operation *> loopSet;
+  /// Virtual stage of each op that has one; ops without one are pure and
+  /// read no staged value: every rank that needs them computes them.
+  DenseMap<Operation *, int64_t> stageOf;
+  DenseSet<Operation *> backwardOps;
+  /// The pipeline ranks other than its maker's that read each value.
+  DenseMap<Value, SmallVector<int64_t, 2>> readers;
+  std::map<std::tuple<const void *, int64_t, int64_t>, int64_t> transferIds;
+
+  // The rank being emitted.
+  int64_t rank = 0;
+  IRMapping top;
+  SmallVector<IRMapping> perMicroBatch;
+  struct Event {
+    bool isSend;
+    int64_t id, peer;
+    Operation *op;
+    Value value;       // what moves (in the whole-program function)
+    Operation *reader; // the op whose copy needed it (null: a result)
+  };
+  Operation *emitting = nullptr;
+  SmallVector<SmallVector<Event>> events;
+};
+
+LogicalResult Pipeliner::readSchedule() {
+  auto integer = [&](StringRef key) -> int64_t {
+    auto v = schedule.getAs<IntegerAttr>(key);
+    return v ? v.getInt() : -1;
+  };
+  stages = integer("stages");
+  virtualStages = integer("virtual_stages");
+  microBatches = integer("micro_batches");
+  auto ranks = schedule.getAs<ArrayAttr>("ranks");
+  if (stages < 1 || virtualStages < 1 || microBatches < 1 || !ranks ||
+      int64_t(ranks.size()) != stages)
+    return module.emitError()
+           << "-stp-pipeline-stages: stp.pipeline_schedule needs stages, "
+              "virtual_stages, micro_batches and one slot list per rank";
+  int64_t gridStages = grid.getShape()[ppAxis];
+  if (gridStages != stages)
+    return module.emitError()
+           << "-stp-pipeline-stages: the schedule has " << stages
+           << " stages but the grid's pp axis " << gridStages;
+  for (Attribute list : ranks) {
+    auto array = dyn_cast<ArrayAttr>(list);
+    if (!array)
+      return module.emitError() << "-stp-pipeline-stages: a rank's slot list "
+                                   "is not an array";
+    SmallVector<Slot> &rankSlots = slots.emplace_back();
+    for (Attribute entry : array) {
+      auto text = dyn_cast<StringAttr>(entry);
+      std::optional<Slot> slot =
+          text ? parseSlot(text.getValue()) : std::nullopt;
+      if (!slot || slot->microBatch >= microBatches ||
+          slot->chunk >= virtualStages)
+        return module.emitError() << "-stp-pipeline-stages: bad slot " << entry;
+      rankSlots.push_back(*slot);
+    }
+    if (int64_t(rankSlots.size()) != 2 * microBatches * virtualStages)
+      return module.emitError()
+             << "-stp-pipeline-stages: a rank's list has " << rankSlots.size()
+             << " slots, not 2 m v = " << 2 * microBatches * virtualStages;
+  }
+  return success();
+}
+
+LogicalResult Pipeliner::collectOps() {
+  Block &body = func.getBody().front();
+  for (Operation &op : body.without_terminator())
+    if (op.hasAttr(STPDialect::kMicroBatchLoopAttrName)) {
+      if (loop)
+        return op.emitError("-stp-pipeline-stages: two micro-batch loops");
+      loop = cast<scf::ForOp>(op);
+    }
+  int64_t trips = 1;
+  if (loop) {
+    std::optional<int64_t> n =
+        loop.getStaticTripCount()
+            ? std::optional<int64_t>(loop.getStaticTripCount()->getSExtValue())
+            : std::nullopt;
+    if (!n)
+      return loop.emitError("-stp-pipeline-stages: the micro-batch loop has "
+                            "no constant trip count");
+    trips = *n;
+  }
+  if (trips != microBatches)
+    return func.emitError()
+           << "-stp-pipeline-stages: the schedule has " << microBatches
+           << " micro-batches, the training step " << trips
+           << " (-stp-training-step micro-batches=)";
+  // Without a loop (one micro-batch) every op is the micro-batch's.
+  bool after = false;
+  for (Operation &op : body.without_terminator()) {
+    if (&op == loop.getOperation()) {
+      after = true;
+      continue;
+    }
+    if (!loop)
+      loopOps.push_back(&op);
+    else
+      (after ? postOps : preOps).push_back(&op);
+  }
+  if (loop)
+    for (Operation &op : loop.getBody()->without_terminator())
+      loopOps.push_back(&op);
+  loopSet.insert(loopOps.begin(), loopOps.end());
+  return success();
+}
+
+int64_t Pipeliner::contextOf(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    return loop && arg.getOwner() == loop.getBody() ? 0 : -1;
+  return inLoop(v.getDefiningOp()) ? 0 : -1;
+}
+
+int64_t Pipeliner::rankOf(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    if (!loop || arg.getOwner() != loop.getBody() || arg.getArgNumber() == 0)
+      return -1;
+    // An accumulator: made where its update is.
+    unsigned j = arg.getArgNumber() - 1;
+    Value next = loop.getBody()->getTerminator()->getOperand(j);
+    return next == v ? rankOf(loop.getInitArgs()[j]) : rankOf(next);
+  }
+  Operation *def = v.getDefiningOp();
+  if (def == loop.getOperation())
+    return rankOf(loop.getBody()->getTerminator()->getOperand(
+        cast<OpResult>(v).getResultNumber()));
+  auto it = stageOf.find(def);
+  return it == stageOf.end() ? -1 : it->second % stages;
+}
+
+LogicalResult Pipeliner::assignStages() {
+  int64_t total = stages * virtualStages;
+  // The plan's records: the layer (or the section before or after the
+  // layers) of every planned op.
+  int64_t layers = 0;
+  SmallVector<Operation *> all(preOps);
+  llvm::append_range(all, loopOps);
+  llvm::append_range(all, postOps);
+  auto recordOf = [](Operation *op) -> DictionaryAttr {
+    auto records = op->getAttrOfType<ArrayAttr>(STPDialect::kPlanOpsAttrName);
+    return records && !records.empty() ? dyn_cast<DictionaryAttr>(records[0])
+                                       : DictionaryAttr();
+  };
+  for (Operation *op : all)
+    if (DictionaryAttr record = recordOf(op))
+      if (auto layer = record.getAs<IntegerAttr>("layer"))
+        layers = std::max(layers, layer.getInt() + 1);
+  if (layers < total || layers % total)
+    return func.emitError() << "-stp-pipeline-stages: the " << layers
+                            << " layers of the plan do not divide into "
+                            << total << " stages (pp " << stages
+                            << " x virtual stages " << virtualStages << ")";
+  int64_t perStage = layers / total;
+  llvm::StringMap<int64_t> byName;
+  for (Operation *op : all)
+    if (DictionaryAttr record = recordOf(op)) {
+      auto section = record.getAs<StringAttr>("section");
+      auto layer = record.getAs<IntegerAttr>("layer");
+      int64_t stage = 0;
+      if (section && section.getValue() == "post")
+        stage = total - 1;
+      else if (layer && layer.getInt() >= 0)
+        stage = layer.getInt() / perStage;
+      stageOf[op] = stage;
+      if (auto name = record.getAs<StringAttr>("ir_op"))
+        if (!name.getValue().empty())
+          byName.try_emplace(name.getValue(), stage);
+    }
+  // Ops named after a planned op (its recomputation, collectives the
+  // partitioner made for it) or a gradient of one (`<op>/grad0`).
+  // (Not the ops that read the micro-batch loop's accumulators or
+  // results: the accumulations and the collectives on the sums carry the
+  // loop's location; they follow the gradient they add.)
+  auto accumulates = [&](Operation *op) {
+    return loop && llvm::any_of(op->getOperands(), [&](Value v) {
+             if (auto arg = dyn_cast<BlockArgument>(v))
+               return arg.getOwner() == loop.getBody();
+             return v.getDefiningOp() == loop.getOperation();
+           });
+  };
+  // Nor the sums of an activation's gradients (`<op>/grad_sum`): they run
+  // where the gradients are, the readers' stage, so that one sum moves.
+  auto sumsGradients = [&](Operation *op) {
+    return inLoop(op) &&
+           StringRef(getNodeName(op->getLoc())).ends_with("/grad_sum");
+  };
+  for (Operation *op : all) {
+    if (stageOf.count(op) || accumulates(op) || sumsGradients(op))
+      continue;
+    std::string node = getNodeName(op->getLoc());
+    StringRef name = node;
+    auto it = byName.find(name);
+    if (it == byName.end())
+      it = byName.find(name.rsplit('/').first);
+    if (it != byName.end())
+      stageOf[op] = it->second;
+  }
+  // The rest follow what they read (the latest stage); pure ops that read
+  // no staged value are recomputed where needed; others go to their first
+  // reader's stage.
+  auto stageOfValue = [&](Value v) -> std::optional<int64_t> {
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      return std::nullopt;
+    Operation *def = v.getDefiningOp();
+    if (def == loop.getOperation())
+      def = loop.getBody()
+                ->getTerminator()
+                ->getOperand(cast<OpResult>(v).getResultNumber())
+                .getDefiningOp();
+    auto it = def ? stageOf.find(def) : stageOf.end();
+    if (it == stageOf.end())
+      return std::nullopt;
+    return it->second;
+  };
+  SmallVector<Operation *> pending;
+  for (Operation *op : all) {
+    if (stageOf.count(op))
+      continue;
+    std::optional<int64_t> stage;
+    for (Value v : readValues(op))
+      if (std::optional<int64_t> s = stageOfValue(v))
+        stage = std::max(stage.value_or(0), *s);
+    if (stage)
+      stageOf[op] = *stage;
+    else if (!isMemoryEffectFree(op))
+      pending.push_back(op);
+  }
+  for (Operation *op : llvm::reverse(pending)) {
+    std::optional<int64_t> stage;
+    for (Operation *user : op->getUsers()) {
+      while (user && !loopSet.contains(user) &&
+             user->getBlock() != &func.getBody().front())
+        user = user->getParentOp();
+      auto it = user ? stageOf.find(user) : stageOf.end();
+      if (it != stageOf.end())
+        stage = std::min(stage.value_or(total - 1), it->second);
+    }
+    stageOf[op] = stage.value_or(0);
+  }
+  // Backward slots: the gradient phases and whatever reads their values.
+  for (Operation *op : loopOps) {
+    bool backward = isBackwardPhase(op);
+    for (Value v : readValues(op))
+      if (Operation *def = v.getDefiningOp())
+        backward |= backwardOps.contains(def);
+    if (backward)
+      backwardOps.insert(op);
+  }
+  // Who reads what across ranks.
+  for (Operation *op : all) {
+    auto it = stageOf.find(op);
+    if (it == stageOf.end())
+      continue;
+    int64_t reader = it->second % stages;
+    for (Value v : readValues(op)) {
+      // An accumulator read on another rank than its update's: the
+      // program would need its value after each micro-batch there.
+      if (auto arg = dyn_cast<BlockArgument>(v))
+        if (loop && arg.getOwner() == loop.getBody() &&
+            arg.getArgNumber() > 0 && rankOf(v) >= 0 && rankOf(v) != reader)
+          return op->emitError()
+                 << "-stp-pipeline-stages: reads an accumulator of the "
+                    "micro-batch loop that pipeline rank "
+                 << rankOf(v) << " updates, on rank " << reader
+                 << " (not supported)";
+      int64_t maker = rankOf(v);
+      if (isa<BlockArgument>(v) || maker < 0 || maker == reader)
+        continue;
+      SmallVector<int64_t, 2> &list = readers[v];
+      if (!llvm::is_contained(list, reader))
+        list.push_back(reader);
+    }
+  }
+  return success();
+}
+
+Value Pipeliner::send(Value v, Value local, int64_t to, int64_t id) {
+  Location loc = v.getLoc();
+  auto type = cast<RankedTensorType>(local.getType());
+  Value payload = local;
+  // shard.send takes a tensor of rank >= 1.
+  if (type.getRank() == 0)
+    payload = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({1}, type.getElementType()), local,
+        ArrayRef<ReassociationIndices>{});
+  auto op = shard::SendOp::create(b, loc, payload.getType(), grid.getSymName(),
+                                  ArrayRef<int16_t>{ppAxis}, payload,
+                                  ArrayRef<int64_t>{to}, ValueRange{});
+  op->setAttr(STPDialect::kTransferAttrName, b.getI64IntegerAttr(id));
+  op->setAttr(
+      STPDialect::kPlanStepAttrName,
+      b.getStringAttr("pipeline: to the stage of rank " + std::to_string(to)));
+  events[rank].push_back({true, id, to, op, v, nullptr});
+  ++numTransfers;
+  return op.getResult();
+}
+
+Value Pipeliner::recv(Value v, int64_t from, int64_t id) {
+  Location loc = v.getLoc();
+  auto tensorType = cast<RankedTensorType>(v.getType());
+  RankedTensorType wire =
+      tensorType.getRank() == 0
+          ? RankedTensorType::get({1}, tensorType.getElementType())
+          : tensorType;
+  Value empty =
+      tensor::EmptyOp::create(b, loc, wire.getShape(), wire.getElementType());
+  auto op = shard::RecvOp::create(b, loc, wire, grid.getSymName(),
+                                  ArrayRef<int16_t>{ppAxis}, empty,
+                                  b.getDenseI64ArrayAttr({from}), ValueRange{});
+  op->setAttr(STPDialect::kTransferAttrName, b.getI64IntegerAttr(id));
+  op->setAttr(STPDialect::kPlanStepAttrName,
+              b.getStringAttr("pipeline: from the stage of rank " +
+                              std::to_string(from)));
+  events[rank].push_back({false, id, from, op, v, emitting});
+  Value result = op.getResult();
+  if (tensorType.getRank() == 0)
+    result = tensor::CollapseShapeOp::create(b, loc, tensorType, result,
+                                             ArrayRef<ReassociationIndices>{});
+  return result;
+}
+
+FailureOr<Value> Pipeliner::lookup(Value v, int64_t mb) {
+  int64_t context = contextOf(v) < 0 ? -1 : mb;
+  if (Value mapped = mapFor(context).lookupOrNull(v))
+    return mapped;
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    if (context < 0)
+      return v; // a function argument
+    Value result;
+    if (arg.getArgNumber() == 0) {
+      result = arith::ConstantIndexOp::create(b, arg.getLoc(), context);
+    } else {
+      unsigned j = arg.getArgNumber() - 1;
+      FailureOr<Value> prev =
+          context == 0 ? lookup(loop.getInitArgs()[j], -1)
+                       : lookup(loop.getBody()->getTerminator()->getOperand(j),
+                                context - 1);
+      if (failed(prev))
+        return failure();
+      result = *prev;
+    }
+    mapFor(context).map(v, result);
+    return result;
+  }
+  Operation *def = v.getDefiningOp();
+  int64_t maker = rankOf(v);
+  if (maker >= 0 && maker != rank) {
+    Value received = recv(v, maker, transferId(v, context, rank));
+    mapFor(context).map(v, received);
+    return received;
+  }
+  if (def == loop.getOperation()) {
+    unsigned j = cast<OpResult>(v).getResultNumber();
+    FailureOr<Value> last = lookup(
+        loop.getBody()->getTerminator()->getOperand(j), microBatches - 1);
+    if (failed(last))
+      return failure();
+    top.map(v, *last);
+    return *last;
+  }
+  if (maker >= 0)
+    return def->emitError()
+           << "-stp-pipeline-stages: internal error: read before its slot "
+              "on pipeline rank "
+           << rank;
+  // Recomputed where needed.
+  if (failed(emitOp(def, context)))
+    return failure();
+  return mapFor(context).lookup(v);
+}
+
+FailureOr<Operation *> Pipeliner::emitOp(Operation *op, int64_t mb) {
+  Operation *outer = emitting;
+  emitting = op;
+  auto restore = llvm::make_scope_exit([&] { emitting = outer; });
+  IRMapping mapping;
+  for (Value v : readValues(op)) {
+    FailureOr<Value> local = lookup(v, mb);
+    if (failed(local))
+      return failure();
+    mapping.map(v, *local);
+  }
+  Operation *copy = b.clone(*op, mapping);
+  auto it = stageOf.find(op);
+  if (it != stageOf.end())
+    copy->setAttr(STPDialect::kStageAttrName, b.getI64IntegerAttr(it->second));
+  IRMapping &map = mapFor(inLoop(op) ? mb : -1);
+  for (auto [from, to] : llvm::zip(op->getResults(), copy->getResults()))
+    map.map(from, to);
+  sendResults(op, SmallVector<Value>(op->getResults()), copy->getResults(),
+              inLoop(op) ? mb : -1);
+  return copy;
+}
+
+void Pipeliner::sendResults(Operation *op, ArrayRef<Value> results,
+                            ValueRange mapped, int64_t mb) {
+  for (auto [v, local] : llvm::zip(results, mapped)) {
+    auto it = readers.find(v);
+    if (it == readers.end())
+      continue;
+    for (int64_t to : it->second)
+      send(v, local, to, transferId(v, mb, to));
+  }
+}
+
+LogicalResult Pipeliner::emitRank(unsigned r, Block *block) {
+  rank = r;
+  top = IRMapping();
+  perMicroBatch.assign(microBatches, IRMapping());
+  b.setInsertionPointToEnd(block);
+  auto mine = [&](Operation *op) {
+    auto it = stageOf.find(op);
+    return it != stageOf.end() && it->second % stages == rank;
+  };
+  for (Operation *op : preOps)
+    if (mine(op) && failed(emitOp(op, -1)))
+      return failure();
+  for (const Slot &slot : slots[r]) {
+    int64_t stage = slot.chunk * stages + r;
+    for (Operation *op : loopOps) {
+      auto it = stageOf.find(op);
+      if (it == stageOf.end() || it->second != stage ||
+          backwardOps.contains(op) != slot.backward)
+        continue;
+      if (failed(emitOp(op, slot.microBatch)))
+        return failure();
+    }
+  }
+  // The accumulated results other ranks read after the loop.
+  if (loop)
+    for (Value result : loop.getResults())
+      if (rankOf(result) == rank && readers.count(result)) {
+        FailureOr<Value> local = lookup(result, -1);
+        if (failed(local))
+          return failure();
+        sendResults(loop, {result}, ValueRange{*local}, -1);
+      }
+  for (Operation *op : postOps)
+    if (mine(op) && failed(emitOp(op, -1)))
+      return failure();
+  // The function's results: a rank returns those it computes.
+  Operation *ret = func.getBody().front().getTerminator();
+  SmallVector<Value> results;
+  for (Value v : ret->getOperands()) {
+    int64_t maker = rankOf(v);
+    if (maker < 0 || maker == rank) {
+      // (Without a loop the results are the one micro-batch's values.)
+      FailureOr<Value> local = lookup(v, microBatches - 1);
+      if (failed(local))
+        return failure();
+      results.push_back(*local);
+      continue;
+    }
+    auto type = cast<RankedTensorType>(v.getType());
+    results.push_back(tensor::EmptyOp::create(b, v.getLoc(), type.getShape(),
+                                              type.getElementType()));
+  }
+  scf::YieldOp::create(b, ret->getLoc(), results);
+  return success();
+}
+
+LogicalResult Pipeliner::checkTransfers() {
+  // Run the ranks' transfers in program order: a send never waits (the
+  // emitters post it without blocking), a receive waits for its send.
+  SmallVector<size_t> at(stages, 0);
+  DenseSet<int64_t> sent, received;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int64_t r = 0; r < stages; ++r)
+      while (at[r] < events[r].size()) {
+        const Event &e = events[r][at[r]];
+        if (!e.isSend && !sent.contains(e.id))
+          break;
+        (e.isSend ? sent : received).insert(e.id);
+        ++at[r];
+        progress = true;
+      }
+  }
+  for (int64_t r = 0; r < stages; ++r)
+    if (at[r] < events[r].size()) {
+      const Event &e = events[r][at[r]];
+      InFlightDiagnostic diag = mlir::emitError(e.value.getLoc())
+                                << "-stp-pipeline-stages: pipeline rank " << r
+                                << " waits forever for transfer " << e.id
+                                << " from rank " << e.peer
+                                << " (the schedule and the stages deadlock)";
+      if (Operation *def = e.value.getDefiningOp())
+        diag.attachNote(def->getLoc())
+            << "the value of " << def->getName() << ", stage "
+            << stageOf.lookup(def)
+            << (backwardOps.contains(def) ? " (backward)" : " (forward)");
+      if (e.reader)
+        diag.attachNote(e.reader->getLoc())
+            << "read by " << e.reader->getName() << ", stage "
+            << stageOf.lookup(e.reader)
+            << (backwardOps.contains(e.reader) ? " (backward)" : " (forward)");
+      return diag;
+    }
+  for (int64_t r = 0; r < stages; ++r)
+    for (const Event &e : events[r])
+      if (e.isSend && !received.contains(e.id))
+        return mlir::emitError(e.value.getLoc())
+               << "-stp-pipeline-stages: internal error: transfer " << e.id
+               << " to rank " << e.peer << " is never received";
+  return success();
+}
+
+LogicalResult Pipeliner::run() {
+  if (failed(readSchedule()) || failed(collectOps()) || failed(assignStages()))
+    return failure();
+  for (Type type : func.getResultTypes())
+    if (!isa<RankedTensorType>(type))
+      return func.emitError() << "-stp-pipeline-stages: result type " << type
+                              << " is not a ranked tensor";
+  Block &body = func.getBody().front();
+  Operation *ret = body.getTerminator();
+  b.setInsertionPoint(ret);
+  Location loc = func.getLoc();
+  Value index = shard::ProcessMultiIndexOp::create(
+                    b, loc, grid.getSymName(),
+                    ArrayRef<shard::GridAxis>{shard::GridAxis(ppAxis)})
+                    .getResult()[0];
+  SmallVector<int64_t> cases;
+  for (int64_t r = 0; r < stages; ++r)
+    cases.push_back(r);
+  auto sw = scf::IndexSwitchOp::create(b, loc, func.getResultTypes(), index,
+                                       cases, stages);
+  events.assign(stages, {});
+  for (int64_t r = 0; r < stages; ++r)
+    if (failed(emitRank(r, &sw.getCaseRegions()[r].emplaceBlock())))
+      return failure();
+  // The default region never runs (the index is a pp rank).
+  b.setInsertionPointToEnd(&sw.getDefaultRegion().emplaceBlock());
+  SmallVector<Value> empties;
+  for (Type type : func.getResultTypes()) {
+    auto t = cast<RankedTensorType>(type);
+    empties.push_back(
+        tensor::EmptyOp::create(b, loc, t.getShape(), t.getElementType()));
+  }
+  scf::YieldOp::create(b, loc, empties);
+  if (failed(checkTransfers()))
+    return failure();
+  // Which rank returns each result.
+  for (auto [i, v] : llvm::enumerate(ret->getOperands()))
+    if (int64_t maker = rankOf(v); maker >= 0)
+      func.setResultAttr(i, STPDialect::kPipelineRankAttrName,
+                         b.getI64IntegerAttr(maker));
+  ret->setOperands(sw.getResults());
+  // The whole-program ops are now copied into the ranks' cases.
+  SmallVector<Operation *> old(preOps);
+  if (loop)
+    old.push_back(loop);
+  llvm::append_range(old, postOps);
+  for (Operation *op : llvm::reverse(old)) {
+    op->dropAllUses();
+    op->erase();
+  }
+  func->setAttr(
+      STPDialect::kPipelineAttrName,
+      b.getDictionaryAttr({
+          b.getNamedAttr("grid_axis", b.getI64IntegerAttr(ppAxis)),
+          b.getNamedAttr("stages", b.getI64IntegerAttr(stages)),
+          b.getNamedAttr("virtual_stages", b.getI64IntegerAttr(virtualStages)),
+          b.getNamedAttr("micro_batches", b.getI64IntegerAttr(microBatches)),
+          b.getNamedAttr("transfers", b.getI64IntegerAttr(numTransfers)),
+      }));
+  return success();
+}
+
+struct PipelineStagesPass
+    : public stpar::stp::impl::PipelineStagesPassBase<PipelineStagesPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto mesh = module->getAttrOfType<MeshAttr>(STPDialect::kMeshAttrName);
+    int64_t pp = mesh && mesh.findAxis("pp") ? mesh.getAxisSize("pp") : 1;
+    if (pp <= 1)
+      return; // nothing to split
+    if (!module->hasAttr(STPDialect::kPartitionedAttrName)) {
+      module.emitError() << "-stp-pipeline-stages runs on the partitioned "
+                            "program (after -stp-partition)";
+      return signalPassFailure();
+    }
+    auto schedule = module->getAttrOfType<DictionaryAttr>(
+        STPDialect::kPipelineScheduleAttrName);
+    if (!schedule) {
+      module.emitError() << "-stp-pipeline-stages: the module has no "
+                            "stp.pipeline_schedule (run "
+                            "-stp-pipeline-schedule first)";
+      return signalPassFailure();
+    }
+    // The grid's pp axis: -stp-partition keeps the mesh's axes in order,
+    // dropping only a pp of 1.
+    auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
+    if (grids.size() != 1) {
+      module.emitError() << "-stp-pipeline-stages: expected one shard.grid";
+      return signalPassFailure();
+    }
+    int16_t ppAxis = 0;
+    for (AxisAttr axis : mesh.getAxes()) {
+      if (axis.getName().getValue() == "pp")
+        break;
+      ++ppAxis;
+    }
+    for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      Pipeliner pipeliner(module, func, schedule, grids.front(), ppAxis);
+      if (failed(pipeliner.run()))
+        return signalPassFailure();
+      numTransfers += pipeliner.numTransfers;
+    }
+  }
+};
+} // namespace
