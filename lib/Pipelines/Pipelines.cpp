@@ -51,7 +51,13 @@ void stpar::pipelines::buildTrainingPipeline(
 
 void stpar::pipelines::buildPartitioningPipeline(
     OpPassManager &pm, const CompilePipelineOptions &options) {
+  // With pipeline stages (pp > 1): the schedule as IR, then each pipeline
+  // rank's program (both do nothing otherwise).
+  stpar::stp::PipelineSchedulePassOptions schedule;
+  schedule.ifPipelined = true;
+  pm.addPass(stpar::stp::createPipelineSchedulePass(schedule));
   pm.addPass(stpar::stp::createPartitionPass());
+  pm.addPass(stpar::stp::createPipelineStagesPass());
   if (options.checkPlan) {
     stpar::stp::CheckCommunicationPassOptions check;
     check.report = options.checkPlanReport;

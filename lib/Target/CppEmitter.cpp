@@ -240,6 +240,9 @@ private:
   LogicalResult emitGeneric(linalg::GenericOp op);
   LogicalResult emitCall(emitc::CallOpaqueOp call);
   LogicalResult emitFor(scf::ForOp op);
+  LogicalResult emitSwitch(scf::IndexSwitchOp op);
+  /// The variables an scf.index_switch's cases assign its results to.
+  DenseMap<Operation *, SmallVector<std::string>> switchResults;
   std::string newTensor(Value v, StringRef init = "");
   std::string arenaOffset(Value v);
   std::string blockOffsets(RankedTensorType local, const SplitAxes &split);
@@ -976,6 +979,48 @@ LogicalResult Printer::emitFor(scf::ForOp op) {
   return success();
 }
 
+LogicalResult Printer::emitSwitch(scf::IndexSwitchOp op) {
+  // The pipeline ranks' programs (-stp-pipeline-stages): a C++ switch on
+  // the rank's pp index; each case assigns the results it yields.
+  SmallVector<std::string> results;
+  for (Value r : op.getResults()) {
+    auto type = dyn_cast<RankedTensorType>(r.getType());
+    std::optional<ElementInfo> info =
+        type ? getElementInfo(type.getElementType()) : std::nullopt;
+    if (!info)
+      return op.emitError("cannot emit an scf.index_switch result of type ")
+             << r.getType();
+    std::string n = "sw" + std::to_string(nextId++);
+    line() << "stpar_rt::Tensor<" << info->storage << "> " << n << ";\n";
+    results.push_back(n);
+  }
+  switchResults[op] = results;
+  line() << "switch (" << name(op.getArg()) << ") {\n";
+  auto emitCase = [&](Region &region) -> LogicalResult {
+    ++indent;
+    if (failed(emitBlock(region.front())))
+      return failure();
+    line() << "break;\n";
+    --indent;
+    line() << "}\n";
+    return success();
+  };
+  for (auto [value, region] : llvm::zip(op.getCases(), op.getCaseRegions())) {
+    line() << "case " << value << ": {\n";
+    if (failed(emitCase(region)))
+      return failure();
+  }
+  line() << "default: {\n";
+  if (failed(emitCase(op.getDefaultRegion())))
+    return failure();
+  line() << "}\n";
+  // Sends still in flight complete before the step's results are used.
+  line() << "stpar_rt::finishSends(ctx);\n";
+  for (auto [r, n] : llvm::zip(op.getResults(), results))
+    names[r] = n;
+  return success();
+}
+
 LogicalResult Printer::emitOp(Operation *op) {
   // A runtime call is labelled with the collective it performs, or its
   // callee.
@@ -1313,7 +1358,13 @@ LogicalResult Printer::emitOp(Operation *op) {
         return success();
       })
       .Case([&](scf::ForOp f) { return emitFor(f); })
+      .Case([&](scf::IndexSwitchOp sw) { return emitSwitch(sw); })
       .Case([&](scf::YieldOp y) -> LogicalResult {
+        if (auto sw = dyn_cast<scf::IndexSwitchOp>(y->getParentOp())) {
+          for (auto [n, v] : llvm::zip(switchResults[sw], y.getOperands()))
+            line() << n << " = " << name(v) << ";\n";
+          return success();
+        }
         auto forOp = dyn_cast<scf::ForOp>(y->getParentOp());
         if (!forOp)
           return unsupported();
@@ -1329,9 +1380,25 @@ LogicalResult Printer::emitOp(Operation *op) {
         return success();
       })
       .Case([&](func::ReturnOp r) -> LogicalResult {
-        for (auto [i, v] : llvm::enumerate(r.getOperands()))
-          line() << "stpar_rt::storeOutput(ctx, " << i << ", " << name(v)
-                 << ");\n";
+        // A pipelined program's result comes from the first rank of the
+        // pipeline rank that computes it (stp.pipeline_rank), else rank 0.
+        auto func = r->getParentOfType<func::FuncOp>();
+        auto pipeline = func->getAttrOfType<DictionaryAttr>(
+            stp::STPDialect::kPipelineAttrName);
+        int64_t stride = 1;
+        if (pipeline)
+          if (auto axis = pipeline.getAs<IntegerAttr>("grid_axis"))
+            for (size_t a = axis.getInt() + 1; a < gridShape.size(); ++a)
+              stride *= gridShape[a];
+        for (auto [i, v] : llvm::enumerate(r.getOperands())) {
+          auto owner = func.getResultAttrOfType<IntegerAttr>(
+              i, stp::STPDialect::kPipelineRankAttrName);
+          llvm::raw_ostream &out = line();
+          out << "stpar_rt::storeOutput(ctx, " << i << ", " << name(v);
+          if (owner)
+            out << ", " << owner.getInt() * stride;
+          out << ");\n";
+        }
         return success();
       })
       .Default([&](Operation *) -> LogicalResult {
@@ -1674,18 +1741,34 @@ FailureOr<EmittedProgram> Printer::run() {
 // Legalization
 //===----------------------------------------------------------------------===//
 
+/// Whether -stp-pipeline-stages split the module's functions.
+static bool isPipelined(ModuleOp module) {
+  bool pipelined = false;
+  module.walk([&](func::FuncOp f) {
+    pipelined |= f->hasAttr(stp::STPDialect::kPipelineAttrName);
+  });
+  return pipelined;
+}
+
 LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
   // Pipeline stages: -stp-pipeline-stages splits the partitioned step into
   // one program per pipeline rank, which the targets do not print yet;
   // without it every pipeline rank would run the whole model.
   if (auto mesh =
           module->getAttrOfType<stp::MeshAttr>(stp::STPDialect::kMeshAttrName))
-    if (mesh.findAxis("pp") && mesh.getAxisSize("pp") > 1)
+    if (mesh.findAxis("pp") && mesh.getAxisSize("pp") > 1 &&
+        (target == EmitTarget::Cuda || !isPipelined(module)))
       return module.emitError()
              << "a plan with pipeline stages (pp = " << mesh.getAxisSize("pp")
              << ") is not emitted for the " << getEmitTargetName(target)
-             << " target yet (-stp-pipeline-stages splits its training step "
-                "into the pipeline ranks' programs; docs/pipeline-parallel.md)";
+             << " target yet ("
+             << (target == EmitTarget::Cuda
+                     ? "the cpu target prints the pipeline ranks' programs; "
+                       "the NCCL form needs grouped point-to-point transfers"
+                     : "run -stp-pipeline-stages after -stp-partition: it "
+                       "splits the training step into the pipeline ranks' "
+                       "programs")
+             << "; docs/pipeline-parallel.md)";
   if (!module->hasAttr("stp.partitioned") &&
       failed(checkNoShardOps(module)))
     return failure();

@@ -189,6 +189,9 @@ public:
   /// Ring shifts in flight (receive, send), by their `done` event id
   /// (ringShift, waitTransfer).
   std::map<int64_t, std::pair<MPI_Request, MPI_Request>> transfers;
+  /// Pipeline sends in flight (sendTo): each request with a copy of its
+  /// data, completed by finishSends.
+  std::vector<std::pair<MPI_Request, std::shared_ptr<std::vector<char>>>> sends;
 
 private:
   std::map<Shape, MPI_Comm> comms;
@@ -796,6 +799,40 @@ void gridPermute(Context &ctx, int64_t, int64_t done, const Shape &axes,
             MPI_COMM_WORLD, &requests[1]);
   ctx.transfers[done] = {requests[0], requests[1]};
 }
+/// shard.send between pipeline ranks (-stp-pipeline-stages): a copy of
+/// `in` goes to the device at index `peer` on grid axis `axis` (the other
+/// coordinates equal), tagged with the transfer id; the send does not wait
+/// for its receive and completes at finishSends. `out` (the op's result)
+/// is `in`.
+template <typename T>
+void sendTo(Context &ctx, int64_t, int64_t, int64_t axis, int64_t peer,
+            int64_t tag, const Tensor<T> &in, const Tensor<T> &out) {
+  auto copy = std::make_shared<std::vector<char>>(
+      reinterpret_cast<const char *>(in.data()),
+      reinterpret_cast<const char *>(in.data() + in.size));
+  MPI_Request request;
+  MPI_Isend(copy->data(), static_cast<int>(in.size), MpiType<T>::get(),
+            ctx.groupMember(Shape{axis}, peer), static_cast<int>(tag % 32768),
+            MPI_COMM_WORLD, &request);
+  ctx.sends.push_back({request, copy});
+  if (out.data() != in.data())
+    std::copy(in.data(), in.data() + in.size, out.data());
+}
+/// shard.recv between pipeline ranks: waits for the transfer `tag` from
+/// the device at index `peer` on grid axis `axis`.
+template <typename T>
+void recvFrom(Context &ctx, int64_t, int64_t, int64_t axis, int64_t peer,
+              int64_t tag, const Tensor<T> &, const Tensor<T> &out) {
+  MPI_Recv(out.data(), static_cast<int>(out.size), MpiType<T>::get(),
+           ctx.groupMember(Shape{axis}, peer), static_cast<int>(tag % 32768),
+           MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
+/// After a pipeline rank's program: completes its sends.
+inline void finishSends(Context &ctx) {
+  for (auto &[request, data] : ctx.sends)
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+  ctx.sends.clear();
+}
 /// Before the first use of a transfer's result: completes a ring shift or
 /// grid permutation (the other collectives have completed already).
 inline void waitTransfer(Context &ctx, int64_t done) {
@@ -882,9 +919,11 @@ Tensor<T> loadInput(Context &ctx, uint64_t at_, int index,
   readInput(ctx.options, index, sizeof(T), global, local, offsets, t.data());
   return t;
 }
+/// Writes output `index` from world rank `writer` (a pipelined program's
+/// result comes from the pipeline rank that computes it).
 template <typename T>
-void storeOutput(Context &ctx, int index, const Tensor<T> &t) {
-  if (ctx.rank == 0)
+void storeOutput(Context &ctx, int index, const Tensor<T> &t, int writer = 0) {
+  if (ctx.rank == writer)
     writeOutput(ctx.options, index, t.data(), t.size * sizeof(T));
 }
 /// C += op(X) * op(Y) with the semantics of cublasGemmStridedBatchedEx

@@ -304,8 +304,11 @@ static int runCompile() {
     p.plan.mesh = std::move(*mesh);
   }
   p.plan.progress = true;
-  // The partition pass does not split pipeline stages yet: plan without.
-  p.plan.pipeline = false;
+  // The search plans without pipeline stages (only the cpu target emits
+  // them so far); a Megatron-LM configuration may force them (pp=).
+  bool forcedConfiguration =
+      StringRef(compileStrategy).starts_with("megatron:");
+  p.plan.pipeline = forcedConfiguration;
   p.planFile = compilePlan;
   p.stopAfter = compileStopAfter == "plan" ? "plan" : "partition";
   if (compilePrecision != "fp32" && compilePrecision != "mixed" &&
@@ -358,9 +361,11 @@ static int runCompile() {
   p.plan.notes = &errs();
 
   // Phase 1: the plan.
-  progress(compilePlan.empty() ? "plan: importing and searching (no pipeline "
-                                 "stages: they are not emitted yet)"
-                               : "plan: importing and reading " + compilePlan);
+  progress(!compilePlan.empty() ? "plan: importing and reading " + compilePlan
+           : forcedConfiguration
+               ? std::string("plan: importing and costing ") + compileStrategy
+               : std::string("plan: importing and searching (no pipeline "
+                             "stages: only the cpu target emits them)"));
   std::optional<stpar::tools::PlannedModel> planned =
       stpar::tools::planModel(o);
   if (!planned)

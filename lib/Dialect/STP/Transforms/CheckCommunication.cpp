@@ -112,6 +112,13 @@ stpar::stp::getProgramCommunication(Operation *op,
         axes = o.getGridAxes();
         c.elements = inElements;
       })
+      .Case([&](shard::SendOp o) {
+        // A pipeline transfer (-stp-pipeline-stages); its receive is not
+        // counted (elements each device sends).
+        c.kind = Collective::PointToPoint;
+        axes = o.getGridAxes();
+        c.elements = inElements;
+      })
       .Case([&](GridPermuteOp o) {
         // The busiest device's share: all of S when any block moves (the
         // cost model times the permutation by its slowest device).
@@ -244,11 +251,12 @@ struct CheckCommunicationPass
       if (auto m = t.getAs<IntegerAttr>("micro_batches"))
         programMicroBatches = std::max<int64_t>(1, m.getInt());
 
-    // Grid axes are the mesh axes but pp, in order (docs/spmd-ir.md).
+    // Grid axes are the mesh axes but a pp of 1, in order
+    // (docs/spmd-ir.md).
     std::vector<std::string> gridNames;
     SmallVector<int64_t> gridShape;
     for (AxisAttr a : mesh.getAxes())
-      if (a.getName().getValue() != "pp") {
+      if (a.getName().getValue() != "pp" || a.getSize() > 1) {
         gridNames.push_back(a.getName().getValue().str());
         gridShape.push_back(a.getSize());
       }

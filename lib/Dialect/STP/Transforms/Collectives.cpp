@@ -26,8 +26,8 @@ bool stpar::stp::isCommunicatingCollective(Operation *op) {
   if (auto kind = op->getAttrOfType<StringAttr>(STPDialect::kCollectiveAttrName))
     return kind.getValue() != shard::AllSliceOp::getOperationName();
   return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-             shard::AllToAllOp, shard::ShiftOp, stpar::stp::GridPermuteOp,
-             stpar::stp::MoEAllToAllOp>(op);
+             shard::AllToAllOp, shard::ShiftOp, shard::SendOp, shard::RecvOp,
+             stpar::stp::GridPermuteOp, stpar::stp::MoEAllToAllOp>(op);
 }
 
 std::optional<ArrayRef<int16_t>>

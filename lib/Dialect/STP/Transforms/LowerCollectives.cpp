@@ -65,6 +65,12 @@ private:
   OpBuilder builder;
 };
 
+/// The message tag of a pipeline transfer: its stp.transfer id (0 without).
+int64_t transferTag(Operation *op) {
+  auto id = op->getAttrOfType<IntegerAttr>(STPDialect::kTransferAttrName);
+  return id ? id.getInt() : 0;
+}
+
 LogicalResult Lowering::lowerCollective(Operation *op) {
   auto inType = cast<RankedTensorType>(op->getOperand(0).getType());
   Attribute ctx = opaque("ctx");
@@ -132,6 +138,22 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
                      opaque(o.getReverse() ? "true" : "false"),
                      i64(o.getGroupSize()), i64(o.getStep())});
       })
+      .Case([&](shard::SendOp o) {
+        // A pipeline transfer (-stp-pipeline-stages): (axis, peer's index
+        // on it, tag).
+        callee = "stpar_rt::sendTo";
+        args.append({i64(o.getGridAxes()[0]), i64(o.getDestination()[0]),
+                     i64(transferTag(o))});
+      })
+      .Case([&](shard::RecvOp o) {
+        callee = "stpar_rt::recvFrom";
+        std::optional<ArrayRef<int64_t>> source = o.getSource();
+        supported &=
+            source && source->size() == 1 && o.getGridAxes().size() == 1;
+        args.append({i64(o.getGridAxes()[0]),
+                     i64(source && !source->empty() ? (*source)[0] : 0),
+                     i64(transferTag(o))});
+      })
       .Case([&](shard::AllSliceOp o) {
         callee = "stpar_rt::allSlice";
         args.append({axes(o.getGridAxes()), inShape,
@@ -139,7 +161,9 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
       });
   if (!supported)
     return op->emitError("cannot lower '")
-           << op->getName() << "': unsupported reduction kind";
+           << op->getName()
+           << "': unsupported reduction kind or point-to-point form (one "
+              "grid axis, a static peer)";
   for (unsigned i = 0; i < op->getNumOperands(); ++i)
     args.push_back(operand(i));
 

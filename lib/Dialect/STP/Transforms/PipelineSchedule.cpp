@@ -50,6 +50,8 @@ struct PipelineSchedulePass
       return std::nullopt;
     };
     std::optional<int64_t> p = choose(stages, "pipeline_stages");
+    if (ifPipelined && p.value_or(1) <= 1)
+      return;
     std::optional<int64_t> m = choose(microBatches, "micro_batches");
     std::optional<int64_t> v = choose(virtualStages, "interleave");
     if (!p || !m) {

@@ -185,6 +185,19 @@ LogicalResult Pipeliner::readSchedule() {
     return module.emitError()
            << "-stp-pipeline-stages: the schedule has " << stages
            << " stages but the grid's pp axis " << gridStages;
+  // A forward-only program (no training step) has no micro-batch loop: its
+  // batch goes through the stages as one micro-batch, chunk by chunk.
+  if (!module->hasAttr(STPDialect::kTrainingAttrName)) {
+    microBatches = 1;
+    slots.assign(stages, {});
+    for (SmallVector<Slot> &list : slots) {
+      for (int64_t c = 0; c < virtualStages; ++c)
+        list.push_back({false, 0, c});
+      for (int64_t c = virtualStages; c-- > 0;)
+        list.push_back({true, 0, c});
+    }
+    return success();
+  }
   for (Attribute list : ranks) {
     auto array = dyn_cast<ArrayAttr>(list);
     if (!array)
@@ -433,9 +446,28 @@ Value Pipeliner::send(Value v, Value local, int64_t to, int64_t id) {
                                   ArrayRef<int16_t>{ppAxis}, payload,
                                   ArrayRef<int64_t>{to}, ValueRange{});
   op->setAttr(STPDialect::kTransferAttrName, b.getI64IntegerAttr(id));
-  op->setAttr(
-      STPDialect::kPlanStepAttrName,
-      b.getStringAttr("pipeline: to the stage of rank " + std::to_string(to)));
+  // "<label> <phase>: <reason>" as the partitioner writes it: the value's
+  // node and the phase that made it (-stp-check-communication).
+  Operation *def = v.getDefiningOp();
+  auto phase = def ? def->getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName)
+                   : nullptr;
+  std::string node = getNodeName(loc);
+  // (After the micro-batch loop, a gradient goes to the rank that updates
+  // its parameter: a gradient sync.)
+  bool afterLoop =
+      def && loop &&
+      (def == loop.getOperation() ||
+       (def->getBlock() == loop->getBlock() && loop->isBeforeInBlock(def)));
+  std::string phaseName = afterLoop ? "grad_sum"
+                          : phase && phase.getValue() != "loss"
+                              ? phase.getValue().str()
+                          : def && backwardOps.contains(def) ? "input_grad"
+                                                             : "forward";
+  op->setAttr(STPDialect::kPlanStepAttrName,
+              b.getStringAttr((node.empty() ? "pipeline" : node) + " " +
+                              phaseName +
+                              ": pipeline transfer to the stage of rank " +
+                              std::to_string(to)));
   events[rank].push_back({true, id, to, op, v, nullptr});
   ++numTransfers;
   return op.getResult();

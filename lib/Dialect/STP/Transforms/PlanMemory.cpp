@@ -96,7 +96,9 @@ private:
 
 int64_t getStep(const DenseMap<Operation *, int64_t> &steps, Operation *op,
                 Operation *funcOp) {
-  while (op && op->getParentOp() != funcOp)
+  // The step of the op or of its closest ancestor that has one (a
+  // top-level op, or an op of a pipeline rank's case).
+  while (op && op != funcOp && !steps.count(op))
     op = op->getParentOp();
   auto it = steps.find(op);
   return it == steps.end() ? 0 : it->second;
@@ -134,6 +136,23 @@ LogicalResult MemoryPlanner::defineBlock(Block &block) {
         // and leave `argBuffers` dangling.
         SmallVector<unsigned, 2> resultBuffers = argBuffers;
         bufferOf[loop.getResult(index)] = std::move(resultBuffers);
+      }
+      continue;
+    }
+    if (auto sw = dyn_cast<scf::IndexSwitchOp>(op)) {
+      // The pipeline ranks' programs (-stp-pipeline-stages): a result is
+      // what the running case yields, so it lives in any of their buffers.
+      for (Region &region : sw->getRegions())
+        if (failed(defineBlock(region.front())))
+          return failure();
+      for (unsigned i = 0; i < sw.getNumResults(); ++i) {
+        SmallVector<unsigned, 2> all;
+        for (Region &region : sw->getRegions())
+          for (unsigned b :
+               bufferOf.lookup(region.front().getTerminator()->getOperand(i)))
+            if (!llvm::is_contained(all, b))
+              all.push_back(b);
+        bufferOf[sw.getResult(i)] = std::move(all);
       }
       continue;
     }
@@ -191,8 +210,16 @@ void MemoryPlanner::place() {
 
 LogicalResult MemoryPlanner::run() {
   Block &body = func.getBody().front();
-  for (Operation &op : body)
+  // One step per top-level op; the cases of a top-level scf.index_switch
+  // (one pipeline rank's program each) are laid one after the other, so a
+  // case reuses the bytes of the cases before it.
+  for (Operation &op : body) {
     steps[&op] = numSteps++;
+    if (auto sw = dyn_cast<scf::IndexSwitchOp>(op))
+      for (Region &region : sw->getRegions())
+        for (Operation &inner : region.front())
+          steps[&inner] = numSteps++;
+  }
   SmallVector<int64_t> argOffsets;
   SmallVector<int> argBuffer(func.getNumArguments(), -1);
   for (BlockArgument arg : func.getArguments()) {
@@ -246,8 +273,8 @@ LogicalResult MemoryPlanner::run() {
     for (Value result : op->getResults()) {
       for (unsigned b : bufferOf.lookup(result))
         until = std::max(until, buffers[b].end);
-      if (result.use_empty() && op->getBlock() == &body)
-        until = numSteps - 1;
+      if (result.use_empty())
+        until = std::max(until, getStep(steps, &op->getBlock()->back(), func));
     }
     // (results nothing reads are waited for at the end: they live as long)
     for (Value result : op->getResults())

@@ -78,6 +78,10 @@ private:
       // Loops are printed as loops: their bodies are scheduled the same way.
       if (auto loop = dyn_cast<scf::ForOp>(op))
         scheduleBlock(*loop.getBody());
+      // The pipeline ranks' programs (-stp-pipeline-stages).
+      if (auto sw = dyn_cast<scf::IndexSwitchOp>(op))
+        for (Region &region : sw->getRegions())
+          scheduleBlock(region.front());
       if (isCommunicatingCollective(&op)) {
         int64_t ready = events++, done = events++;
         op.setAttr(STPDialect::kEventsAttrName,

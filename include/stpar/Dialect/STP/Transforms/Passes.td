@@ -177,6 +177,9 @@ def PipelineSchedulePass
            "Micro-batches m (-1: the plan's micro_batches)">,
     Option<"virtualStages", "virtual-stages", "int64_t", /*default=*/"-1",
            "Model chunks per rank v (-1: the plan's interleave)">,
+    Option<"ifPipelined", "if-pipelined", "bool", /*default=*/"false",
+           "Do nothing unless the plan or the options have pipeline stages "
+           "(p > 1): the compile pipeline's setting">,
   ];
 }
 
