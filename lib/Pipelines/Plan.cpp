@@ -1420,7 +1420,7 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
                        "of pp=" +
                        Twine(m.pp));
     opts.megatron.zeroStage = m.zeroStage;
-    if (m.recompute == cost::Recompute::Selective && !o.pipeline)
+    if (m.recompute == cost::Recompute::Selective && o.isForProgram())
       return makeError("megatron: recompute=selective: the emitted program "
                        "recomputes fully or not at all (use recompute=full "
                        "or none); `stpar plan` costs selective "
@@ -1442,11 +1442,11 @@ Error stpar::pipelines::planModule(mlir::ModuleOp module,
   }
   if (!o.mesh.empty())
     opts.meshShapes = {o.mesh};
-  if (!o.pipeline) {
+  if (!o.pipeline)
     opts.pipeline = false;
-    // The training step recomputes fully or not at all.
+  // The training step recomputes fully or not at all.
+  if (o.isForProgram())
     llvm::erase(opts.recompute, stpar::cost::Recompute::Selective);
-  }
   // The Megatron baseline follows its splits through the graph's views
   // (the bridged problem keeps no edge through a reshape or transpose).
   const stpar::analysis::OperatorGraph &graphRef = *graph;

@@ -1763,8 +1763,9 @@ LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
              << ") is not emitted for the " << getEmitTargetName(target)
              << " target yet ("
              << (target == EmitTarget::Cuda
-                     ? "the cpu target prints the pipeline ranks' programs; "
-                       "the NCCL form needs grouped point-to-point transfers"
+                     ? "only the cpu target prints the pipeline ranks' "
+                       "programs (stpar compile --emit=plan,mlir,cpu); the "
+                       "NCCL form needs grouped point-to-point transfers"
                      : "run -stp-pipeline-stages after -stp-partition: it "
                        "splits the training step into the pipeline ranks' "
                        "programs")

@@ -309,6 +309,7 @@ static int runCompile() {
   bool forcedConfiguration =
       StringRef(compileStrategy).starts_with("megatron:");
   p.plan.pipeline = forcedConfiguration;
+  p.plan.forProgram = true;
   p.planFile = compilePlan;
   p.stopAfter = compileStopAfter == "plan" ? "plan" : "partition";
   if (compilePrecision != "fp32" && compilePrecision != "mixed" &&

@@ -27,8 +27,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
-#include <utility>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stpar::pipelines {
@@ -76,9 +77,15 @@ struct PlanOptions {
   std::string explain;
   /// At most this many mesh axes.
   unsigned maxMeshAxes = 3;
-  /// Search pipeline stages too. `stpar compile` turns this off: the
-  /// partition pass does not split pipeline stages yet.
+  /// Search pipeline stages too, and accept a Megatron-LM configuration
+  /// with pp > 1. `stpar compile` turns this off for its search (only the
+  /// cpu target emits pipeline stages) and on for a forced configuration.
   bool pipeline = true;
+  /// The plan is for the emitted program (`stpar compile`, and `-stp-plan`
+  /// without `pipeline`), which recomputes activations fully or not at
+  /// all: no selective recomputation.
+  std::optional<bool> forProgram;
+  bool isForProgram() const { return forProgram.value_or(!pipeline); }
   /// Also cost the baselines (spatial-only search, Megatron with and
   /// without sequence parallelism, ZeRO-1/2/3) and print them after the
   /// table (`table` must be set).

@@ -538,18 +538,19 @@ class Machine:
         src, dest = ins[0], np.array(ins[1], copy=True)
         index = self.slice_index(op, ins[2:], i64_array(
             op, "operandSegmentSizes")[2:])
-        sizes = [s.stop - s.start for s in index]
         dest[index] = np.reshape(src, [(s.stop - s.start + s.step - 1)
                                        // s.step for s in index])
         return dest
 
     def slice_index(self, op, dyn, seg):
+        """The numpy index of a tensor slice op's offsets, sizes and
+        strides (static, or the dynamic operands `dyn` where SENTINEL)."""
         offs, sizes, strides = (i64_array(op, "static_offsets"),
                                 i64_array(op, "static_sizes"),
                                 i64_array(op, "static_strides"))
         pos = 0
         lists = []
-        for count, static in zip(seg, (offs, sizes, strides)):
+        for static in (offs, sizes, strides):
             vals = []
             for s in static:
                 if s == SENTINEL:
@@ -563,25 +564,8 @@ class Machine:
                      for o, s, st in zip(offs, sizes, strides))
 
     def extract_slice(self, op, ins, rtype):
-        seg = i64_array(op, "operandSegmentSizes")
-        dyn = ins[1:]
-        offs, sizes, strides = (i64_array(op, "static_offsets"),
-                                i64_array(op, "static_sizes"),
-                                i64_array(op, "static_strides"))
-        pos = 0
-        lists = []
-        for count, static in zip(seg[1:], (offs, sizes, strides)):
-            vals = []
-            for s in static:
-                if s == SENTINEL:
-                    vals.append(int(dyn[pos]))
-                    pos += 1
-                else:
-                    vals.append(s)
-            lists.append(vals)
-        offs, sizes, strides = lists
-        index = tuple(slice(o, o + s * st, st)
-                      for o, s, st in zip(offs, sizes, strides))
+        index = self.slice_index(op, ins[1:], i64_array(
+            op, "operandSegmentSizes")[1:])
         return ins[0][index].reshape(tensor_shape(rtype))
 
     def norm(self, op, ins):
