@@ -1378,32 +1378,38 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
           "gradient re-layout of " + what);
   }
   // Pipeline stages: the carry tensor to the next stage and its gradient
-  // back over the pipeline axis, once per micro-batch and model chunk, as
-  // the objective charges them (its constant time), under the last layer of
-  // the first stage.
+  // back over the pipeline axis, once per micro-batch, as the objective
+  // charges them (its constant time). One record per boundary between
+  // virtual stages, under the carry op of the last layer before it, for
+  // the device that sends it (the device of virtual stage b - 1 sends
+  // boundary b: v of them with v model chunks, as the objective counts).
   if (std::optional<std::pair<unsigned, double>> send = I.getStageSend()) {
-    int64_t last = std::max<int64_t>(
-        0, std::max<int64_t>(1, I.problem.layers) / I.config.getStages() - 1);
-    std::optional<unsigned> owner;
-    for (unsigned i = 0; i < g.ops.size(); ++i)
-      if (g.original[i] == send->first && (!owner || g.layerOf[i] == last))
-        owner = i;
+    int64_t total =
+        I.config.getStages() * std::max<int64_t>(1, I.config.interleave);
+    int64_t perStage = std::max<int64_t>(1, I.problem.layers / total);
     int64_t width = 2;
     for (const Operand &o : I.problem.ops[send->first].operands)
       if (o.role == OperandRole::Output)
         width = o.elementBytes;
-    for (Phase phase : {Phase::Forward, Phase::InputGrad}) {
-      Communication c;
-      c.phase = phase;
-      c.kind = Collective::PointToPoint;
-      c.axes = {0};
-      c.bytes = send->second;
-      c.elementBytes = width;
-      c.count = double(I.config.interleave);
-      c.what = phase == Phase::Forward
-                   ? "activation to the next pipeline stage"
-                   : "activation gradient to the previous pipeline stage";
-      out.push_back({std::move(c), *owner, "pipeline"});
+    for (int64_t boundary = 1; boundary < total; ++boundary) {
+      int64_t last = boundary * perStage - 1;
+      std::optional<unsigned> owner;
+      for (unsigned i = 0; i < g.ops.size(); ++i)
+        if (g.original[i] == send->first && (!owner || g.layerOf[i] == last))
+          owner = i;
+      for (Phase phase : {Phase::Forward, Phase::InputGrad}) {
+        Communication c;
+        c.phase = phase;
+        c.kind = Collective::PointToPoint;
+        c.axes = {0};
+        c.bytes = send->second;
+        c.elementBytes = width;
+        c.count = 1;
+        c.what = phase == Phase::Forward
+                     ? "activation to the next pipeline stage"
+                     : "activation gradient to the previous pipeline stage";
+        out.push_back({std::move(c), *owner, "pipeline"});
+      }
     }
   }
   return out;
