@@ -799,6 +799,18 @@ void gridPermute(Context &ctx, int64_t, int64_t done, const Shape &axes,
             MPI_COMM_WORLD, &requests[1]);
   ctx.transfers[done] = {requests[0], requests[1]};
 }
+/// The MPI tag of pipeline transfer `id` (MPI guarantees tags up to
+/// 32767; Open MPI allows up to MPI_TAG_UB, about 2^31).
+inline int transferTag(int64_t id) {
+  static const int64_t bound = [] {
+    void *value = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag);
+    return flag && value ? int64_t(*static_cast<int *>(value)) + 1
+                         : int64_t(32768);
+  }();
+  return static_cast<int>(id % bound);
+}
 /// shard.send between pipeline ranks (-stp-pipeline-stages): a copy of
 /// `in` goes to the device at index `peer` on grid axis `axis` (the other
 /// coordinates equal), tagged with the transfer id; the send does not wait
@@ -812,7 +824,7 @@ void sendTo(Context &ctx, int64_t, int64_t, int64_t axis, int64_t peer,
       reinterpret_cast<const char *>(in.data() + in.size));
   MPI_Request request;
   MPI_Isend(copy->data(), static_cast<int>(in.size), MpiType<T>::get(),
-            ctx.groupMember(Shape{axis}, peer), static_cast<int>(tag % 32768),
+            ctx.groupMember(Shape{axis}, peer), transferTag(tag),
             MPI_COMM_WORLD, &request);
   ctx.sends.push_back({request, copy});
   if (out.data() != in.data())
@@ -824,8 +836,8 @@ template <typename T>
 void recvFrom(Context &ctx, int64_t, int64_t, int64_t axis, int64_t peer,
               int64_t tag, const Tensor<T> &, const Tensor<T> &out) {
   MPI_Recv(out.data(), static_cast<int>(out.size), MpiType<T>::get(),
-           ctx.groupMember(Shape{axis}, peer), static_cast<int>(tag % 32768),
-           MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+           ctx.groupMember(Shape{axis}, peer), transferTag(tag), MPI_COMM_WORLD,
+           MPI_STATUS_IGNORE);
 }
 /// After a pipeline rank's program: completes its sends.
 inline void finishSends(Context &ctx) {
