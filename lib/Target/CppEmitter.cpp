@@ -23,6 +23,7 @@
 #include "stpar/Dialect/STP/IR/STPOps.h"
 #include "stpar/Dialect/STP/Transforms/Collectives.h"
 #include "stpar/Dialect/STP/Transforms/Passes.h"
+#include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
@@ -1756,12 +1757,12 @@ LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
   // without it every pipeline rank would run the whole model.
   if (auto mesh =
           module->getAttrOfType<stp::MeshAttr>(stp::STPDialect::kMeshAttrName))
-    if (mesh.findAxis("pp") && mesh.getAxisSize("pp") > 1 &&
+    if (stp::getPipelineStages(mesh) > 1 &&
         (target == EmitTarget::Cuda || !isPipelined(module)))
       return module.emitError()
-             << "a plan with pipeline stages (pp = " << mesh.getAxisSize("pp")
-             << ") is not emitted for the " << getEmitTargetName(target)
-             << " target yet ("
+             << "a plan with pipeline stages (pp = "
+             << stp::getPipelineStages(mesh) << ") is not emitted for the "
+             << getEmitTargetName(target) << " target yet ("
              << (target == EmitTarget::Cuda
                      ? "only the cpu target prints the pipeline ranks' "
                        "programs (stpar compile --emit=plan,mlir,cpu); the "

@@ -251,15 +251,12 @@ struct CheckCommunicationPass
       if (auto m = t.getAs<IntegerAttr>("micro_batches"))
         programMicroBatches = std::max<int64_t>(1, m.getInt());
 
-    // Grid axes are the mesh axes but a pp of 1, in order
-    // (docs/spmd-ir.md).
     std::vector<std::string> gridNames;
     SmallVector<int64_t> gridShape;
-    for (AxisAttr a : mesh.getAxes())
-      if (a.getName().getValue() != "pp" || a.getSize() > 1) {
-        gridNames.push_back(a.getName().getValue().str());
-        gridShape.push_back(a.getSize());
-      }
+    for (AxisAttr a : getGridAxes(mesh)) {
+      gridNames.push_back(a.getName().getValue().str());
+      gridShape.push_back(a.getSize());
+    }
 
     // The program.
     using Key = std::pair<std::string, std::string>;

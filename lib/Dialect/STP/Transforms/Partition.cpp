@@ -21,6 +21,7 @@
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
 #include "stpar/Dialect/STP/IR/STPOps.h"
+#include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -2558,9 +2559,7 @@ LogicalResult Partitioner::run() {
   // op runs replicated over it: each pipeline rank holds the whole program
   // on its stage's sub-grid until -stp-pipeline-stages keeps only its
   // stage's part (docs/pipeline-parallel.md).
-  for (AxisAttr axis : mesh.getAxes()) {
-    if (axis.getName().getValue() == "pp" && axis.getSize() == 1)
-      continue;
+  for (AxisAttr axis : getGridAxes(mesh)) {
     axisOfName[axis.getName().getValue()] = gridShape.size();
     axisNames.push_back(axis.getName().str());
     gridShape.push_back(axis.getSize());

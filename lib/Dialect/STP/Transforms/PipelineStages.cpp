@@ -20,6 +20,7 @@
 #include "stpar/Dialect/STP/IR/OperatorNames.h"
 #include "stpar/Dialect/STP/IR/STPAttrs.h"
 #include "stpar/Dialect/STP/IR/STPDialect.h"
+#include "stpar/Dialect/STP/Transforms/PlanAttributes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -110,8 +111,11 @@ private:
   LogicalResult emitRank(unsigned rank, Block *block);
   LogicalResult checkTransfers();
 
-  /// The pipeline rank that makes `v` (-1: every rank that needs it, for
-  /// function arguments and ops recomputed where needed).
+  /// The virtual stage that makes `v` (a loop result or accumulator: its
+  /// update's); none for function arguments and ops recomputed where
+  /// needed.
+  std::optional<int64_t> stageOfValue(Value v);
+  /// The pipeline rank that makes `v` (-1: every rank that needs it).
   int64_t rankOf(Value v);
   bool inLoop(Operation *op) const { return loopSet.contains(op); }
   int64_t contextOf(Value v);
@@ -270,21 +274,27 @@ int64_t Pipeliner::contextOf(Value v) {
   return inLoop(v.getDefiningOp()) ? 0 : -1;
 }
 
-int64_t Pipeliner::rankOf(Value v) {
+std::optional<int64_t> Pipeliner::stageOfValue(Value v) {
   if (auto arg = dyn_cast<BlockArgument>(v)) {
     if (!loop || arg.getOwner() != loop.getBody() || arg.getArgNumber() == 0)
-      return -1;
+      return std::nullopt;
     // An accumulator: made where its update is.
     unsigned j = arg.getArgNumber() - 1;
     Value next = loop.getBody()->getTerminator()->getOperand(j);
-    return next == v ? rankOf(loop.getInitArgs()[j]) : rankOf(next);
+    return stageOfValue(next == v ? loop.getInitArgs()[j] : next);
   }
   Operation *def = v.getDefiningOp();
   if (def == loop.getOperation())
-    return rankOf(loop.getBody()->getTerminator()->getOperand(
+    return stageOfValue(loop.getBody()->getTerminator()->getOperand(
         cast<OpResult>(v).getResultNumber()));
   auto it = stageOf.find(def);
-  return it == stageOf.end() ? -1 : it->second % stages;
+  return it == stageOf.end() ? std::nullopt
+                             : std::optional<int64_t>(it->second);
+}
+
+int64_t Pipeliner::rankOf(Value v) {
+  std::optional<int64_t> stage = stageOfValue(v);
+  return stage ? *stage % stages : -1;
 }
 
 LogicalResult Pipeliner::assignStages() {
@@ -357,28 +367,16 @@ LogicalResult Pipeliner::assignStages() {
   // The rest follow what they read (the latest stage); pure ops that read
   // no staged value are recomputed where needed; others go to their first
   // reader's stage.
-  auto stageOfValue = [&](Value v) -> std::optional<int64_t> {
-    if (auto arg = dyn_cast<BlockArgument>(v))
-      return std::nullopt;
-    Operation *def = v.getDefiningOp();
-    if (def == loop.getOperation())
-      def = loop.getBody()
-                ->getTerminator()
-                ->getOperand(cast<OpResult>(v).getResultNumber())
-                .getDefiningOp();
-    auto it = def ? stageOf.find(def) : stageOf.end();
-    if (it == stageOf.end())
-      return std::nullopt;
-    return it->second;
-  };
+  // (Not through the accumulators: an accumulation follows its gradient.)
   SmallVector<Operation *> pending;
   for (Operation *op : all) {
     if (stageOf.count(op))
       continue;
     std::optional<int64_t> stage;
     for (Value v : readValues(op))
-      if (std::optional<int64_t> s = stageOfValue(v))
-        stage = std::max(stage.value_or(0), *s);
+      if (!isa<BlockArgument>(v))
+        if (std::optional<int64_t> s = stageOfValue(v))
+          stage = std::max(stage.value_or(0), *s);
     if (stage)
       stageOf[op] = *stage;
     else if (!isMemoryEffectFree(op))
@@ -751,8 +749,7 @@ struct PipelineStagesPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto mesh = module->getAttrOfType<MeshAttr>(STPDialect::kMeshAttrName);
-    int64_t pp = mesh && mesh.findAxis("pp") ? mesh.getAxisSize("pp") : 1;
-    if (pp <= 1)
+    if (!mesh || getPipelineStages(mesh) <= 1)
       return; // nothing to split
     if (!module->hasAttr(STPDialect::kPartitionedAttrName)) {
       module.emitError() << "-stp-pipeline-stages runs on the partitioned "
@@ -767,19 +764,14 @@ struct PipelineStagesPass
                             "-stp-pipeline-schedule first)";
       return signalPassFailure();
     }
-    // The grid's pp axis: -stp-partition keeps the mesh's axes in order,
-    // dropping only a pp of 1.
     auto grids = llvm::to_vector(module.getOps<shard::GridOp>());
     if (grids.size() != 1) {
       module.emitError() << "-stp-pipeline-stages: expected one shard.grid";
       return signalPassFailure();
     }
     int16_t ppAxis = 0;
-    for (AxisAttr axis : mesh.getAxes()) {
-      if (axis.getName().getValue() == "pp")
-        break;
+    while (getGridAxes(mesh)[ppAxis].getName().getValue() != "pp")
       ++ppAxis;
-    }
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;

@@ -65,6 +65,18 @@ func::FuncOp stp::getPlannedFunction(ModuleOp module) {
   return withBody == 1 ? only : func::FuncOp();
 }
 
+SmallVector<AxisAttr> stp::getGridAxes(MeshAttr mesh) {
+  SmallVector<AxisAttr> axes;
+  for (AxisAttr axis : mesh.getAxes())
+    if (axis.getName().getValue() != "pp" || axis.getSize() > 1)
+      axes.push_back(axis);
+  return axes;
+}
+
+int64_t stp::getPipelineStages(MeshAttr mesh) {
+  return mesh.findAxis("pp") ? mesh.getAxisSize("pp") : 1;
+}
+
 DictionaryAttr stp::getPlanMesh(ModuleOp module) {
   if (auto plan =
           module->getAttrOfType<DictionaryAttr>(STPDialect::kPlanAttrName))

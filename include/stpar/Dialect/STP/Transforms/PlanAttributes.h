@@ -48,6 +48,14 @@ mlir::FailureOr<ClusterAttr> getClusterAttr(mlir::MLIRContext &context,
 /// with a body; null when there is none or several.
 mlir::func::FuncOp getPlannedFunction(mlir::ModuleOp module);
 
+/// The mesh axes -stp-partition puts on its shard.grid, in order: every
+/// axis but a `pp` of 1 (docs/spmd-ir.md). A grid axis index is a position
+/// in this list.
+llvm::SmallVector<AxisAttr> getGridAxes(MeshAttr mesh);
+
+/// The pipeline stages of `mesh`: the size of its `pp` axis, 1 without one.
+int64_t getPipelineStages(MeshAttr mesh);
+
 /// The mesh entry of the module's plan summary (`stp.plan`'s "mesh":
 /// pipeline_stages, micro_batches, interleave, zero_stage, recompute,
 /// schedule, ...; docs/plan-format.md); null without a plan.
