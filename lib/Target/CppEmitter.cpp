@@ -1015,8 +1015,6 @@ LogicalResult Printer::emitSwitch(scf::IndexSwitchOp op) {
   if (failed(emitCase(op.getDefaultRegion())))
     return failure();
   line() << "}\n";
-  // Sends still in flight complete before the step's results are used.
-  line() << "stpar_rt::finishSends(ctx);\n";
   for (auto [r, n] : llvm::zip(op.getResults(), results))
     names[r] = n;
   return success();
@@ -1753,24 +1751,16 @@ static bool isPipelined(ModuleOp module) {
 
 LogicalResult legalizeForEmission(ModuleOp module, EmitTarget target) {
   // Pipeline stages: -stp-pipeline-stages splits the partitioned step into
-  // one program per pipeline rank, which the targets do not print yet;
-  // without it every pipeline rank would run the whole model.
+  // one program per pipeline rank; without it every pipeline rank would
+  // run the whole model.
   if (auto mesh =
           module->getAttrOfType<stp::MeshAttr>(stp::STPDialect::kMeshAttrName))
-    if (stp::getPipelineStages(mesh) > 1 &&
-        (target == EmitTarget::Cuda || !isPipelined(module)))
+    if (stp::getPipelineStages(mesh) > 1 && !isPipelined(module))
       return module.emitError()
              << "a plan with pipeline stages (pp = "
-             << stp::getPipelineStages(mesh) << ") is not emitted for the "
-             << getEmitTargetName(target) << " target yet ("
-             << (target == EmitTarget::Cuda
-                     ? "only the cpu target prints the pipeline ranks' "
-                       "programs (stpar compile --emit=plan,mlir,cpu); the "
-                       "NCCL form needs grouped point-to-point transfers"
-                     : "run -stp-pipeline-stages after -stp-partition: it "
-                       "splits the training step into the pipeline ranks' "
-                       "programs")
-             << "; docs/pipeline-parallel.md)";
+             << stp::getPipelineStages(mesh) << ") is emitted after "
+             << "-stp-pipeline-stages, which splits the training step into "
+                "the pipeline ranks' programs (docs/pipeline-parallel.md)";
   if (!module->hasAttr("stp.partitioned") &&
       failed(checkNoShardOps(module)))
     return failure();

@@ -189,9 +189,9 @@ public:
   /// Ring shifts in flight (receive, send), by their `done` event id
   /// (ringShift, waitTransfer).
   std::map<int64_t, std::pair<MPI_Request, MPI_Request>> transfers;
-  /// Pipeline sends in flight (sendTo): each request with a copy of its
-  /// data, completed by finishSends.
-  std::vector<std::pair<MPI_Request, std::shared_ptr<std::vector<char>>>> sends;
+  /// The pipeline transfer group being posted (groupStart .. groupEnd).
+  bool inGroup = false;
+  std::vector<MPI_Request> groupRequests;
 
 private:
   std::map<Shape, MPI_Comm> comms;
@@ -811,39 +811,48 @@ inline int transferTag(int64_t id) {
   }();
   return static_cast<int>(id % bound);
 }
-/// shard.send between pipeline ranks (-stp-pipeline-stages): a copy of
-/// `in` goes to the device at index `peer` on grid axis `axis` (the other
-/// coordinates equal), tagged with the transfer id; the send does not wait
-/// for its receive and completes at finishSends. `out` (the op's result)
-/// is `in`.
+/// A transfer group (stp.transfer_group): its sends and receives are
+/// posted together and groupEnd waits for all of them. Sends are
+/// synchronous (MPI_Issend completes only once the receive is posted), so
+/// the program has the rendezvous semantics of an NCCL group on the cuda
+/// target: if these groups deadlock, so would the cuda program.
+inline void groupStart(Context &ctx) { ctx.inGroup = true; }
+inline void groupEnd(Context &ctx) {
+  MPI_Waitall(static_cast<int>(ctx.groupRequests.size()),
+              ctx.groupRequests.data(), MPI_STATUSES_IGNORE);
+  ctx.groupRequests.clear();
+  ctx.inGroup = false;
+}
+/// shard.send between pipeline ranks (-stp-pipeline-stages): `in` goes to
+/// the device at index `peer` on grid axis `axis` (the other coordinates
+/// equal), tagged with the transfer id. `in` stays unchanged until the
+/// group ends (its buffer lives until the op's result is waited for, at
+/// the end of the rank's program). `out` (the op's result) is `in`.
 template <typename T>
 void sendTo(Context &ctx, int64_t, int64_t, int64_t axis, int64_t peer,
             int64_t tag, const Tensor<T> &in, const Tensor<T> &out) {
-  auto copy = std::make_shared<std::vector<char>>(
-      reinterpret_cast<const char *>(in.data()),
-      reinterpret_cast<const char *>(in.data() + in.size));
   MPI_Request request;
-  MPI_Isend(copy->data(), static_cast<int>(in.size), MpiType<T>::get(),
-            ctx.groupMember(Shape{axis}, peer), transferTag(tag),
-            MPI_COMM_WORLD, &request);
-  ctx.sends.push_back({request, copy});
+  MPI_Issend(in.data(), static_cast<int>(in.size), MpiType<T>::get(),
+             ctx.groupMember(Shape{axis}, peer), transferTag(tag),
+             MPI_COMM_WORLD, &request);
+  ctx.groupRequests.push_back(request);
   if (out.data() != in.data())
     std::copy(in.data(), in.data() + in.size, out.data());
+  if (!ctx.inGroup)
+    groupEnd(ctx);
 }
-/// shard.recv between pipeline ranks: waits for the transfer `tag` from
-/// the device at index `peer` on grid axis `axis`.
+/// shard.recv between pipeline ranks: the transfer `tag` from the device
+/// at index `peer` on grid axis `axis`, complete when the group ends.
 template <typename T>
 void recvFrom(Context &ctx, int64_t, int64_t, int64_t axis, int64_t peer,
               int64_t tag, const Tensor<T> &, const Tensor<T> &out) {
-  MPI_Recv(out.data(), static_cast<int>(out.size), MpiType<T>::get(),
-           ctx.groupMember(Shape{axis}, peer), transferTag(tag), MPI_COMM_WORLD,
-           MPI_STATUS_IGNORE);
-}
-/// After a pipeline rank's program: completes its sends.
-inline void finishSends(Context &ctx) {
-  for (auto &[request, data] : ctx.sends)
-    MPI_Wait(&request, MPI_STATUS_IGNORE);
-  ctx.sends.clear();
+  MPI_Request request;
+  MPI_Irecv(out.data(), static_cast<int>(out.size), MpiType<T>::get(),
+            ctx.groupMember(Shape{axis}, peer), transferTag(tag),
+            MPI_COMM_WORLD, &request);
+  ctx.groupRequests.push_back(request);
+  if (!ctx.inGroup)
+    groupEnd(ctx);
 }
 /// Before the first use of a transfer's result: completes a ring shift or
 /// grid permutation (the other collectives have completed already).

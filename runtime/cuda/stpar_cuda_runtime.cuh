@@ -263,6 +263,10 @@ public:
   }
   cudaStream_t compute = nullptr, comm = nullptr;
   std::vector<cudaEvent_t> events;
+  /// The pipeline transfer group being issued (groupStart .. groupEnd) and
+  /// the `done` events of its transfers.
+  bool inGroup = false;
+  std::vector<int64_t> groupDone;
   ncclComm_t world = nullptr;
   cublasHandle_t blas = nullptr;
   Arena arena;
@@ -390,14 +394,17 @@ Tensor<T> loadInput(Context &ctx, uint64_t at_, int index,
   return fromHostAt(ctx, at_, host.data(),
                     static_cast<int64_t>(host.size()));
 }
+/// Result `index` of the step, written by rank `writer` (a pipelined
+/// program: the first device of the pipeline rank that computes it).
 template <typename T>
-void storeOutput(Context &ctx, int index, const Tensor<T> &t) {
+void storeOutput(Context &ctx, int index, const Tensor<T> &t, int writer = 0) {
+  if (ctx.rank != writer)
+    return;
   std::vector<T> host(t.size);
   STP_CUDA(cudaStreamSynchronize(ctx.compute));
   STP_CUDA(cudaMemcpy(host.data(), t.data(), sizeof(T) * t.size,
                       cudaMemcpyDeviceToHost));
-  if (ctx.rank == 0)
-    writeOutput(ctx.options, index, host.data(), host.size() * sizeof(T));
+  writeOutput(ctx.options, index, host.data(), host.size() * sizeof(T));
 }
 
 //===----------------------------------------------------------------------===//
@@ -561,7 +568,12 @@ inline void transferBegin(Context &ctx, int64_t ready) {
   STP_CUDA(cudaStreamWaitEvent(ctx.comm, ctx.events[ready], 0));
 }
 inline void transferEnd(Context &ctx, int64_t done) {
-  STP_CUDA(cudaEventRecord(ctx.events[done], ctx.comm));
+  // In a transfer group the NCCL calls run at ncclGroupEnd: their events
+  // are recorded after it.
+  if (ctx.inGroup)
+    ctx.groupDone.push_back(done);
+  else
+    STP_CUDA(cudaEventRecord(ctx.events[done], ctx.comm));
 }
 /// Before the first use of a transfer's result.
 inline void waitTransfer(Context &ctx, int64_t done) {
@@ -574,6 +586,51 @@ void allReduce(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
   transferBegin(ctx, ready);
   STP_NCCL(ncclAllReduce(in.data(), out.data(), in.size, NcclType<T>::value,
                          ncclOp(r), ctx.nccl(axes), ctx.comm));
+  transferEnd(ctx, done);
+}
+
+/// A pipeline transfer group (stp.transfer_group): its sends and receives
+/// go to NCCL between ncclGroupStart and ncclGroupEnd, so they progress
+/// together (a rank's activation send and its gradient receive, as
+/// Megatron-LM's send_forward_recv_backward), on the communication stream
+/// after every ready event of the group; their done events are recorded
+/// after the group. -stp-pipeline-stages checked that the ranks' groups
+/// cannot deadlock and that two ranks' transfers come in the same order
+/// (NCCL matches them by order).
+inline void groupStart(Context &ctx) {
+  STP_NCCL(ncclGroupStart());
+  ctx.inGroup = true;
+}
+inline void groupEnd(Context &ctx) {
+  STP_NCCL(ncclGroupEnd());
+  ctx.inGroup = false;
+  for (int64_t done : ctx.groupDone)
+    STP_CUDA(cudaEventRecord(ctx.events[done], ctx.comm));
+  ctx.groupDone.clear();
+}
+/// shard.send between pipeline ranks (-stp-pipeline-stages): `in` goes to
+/// the device at index `peer` on grid axis `axis` (its rank in the axis'
+/// communicator). NCCL has no tags: `tag` (the transfer id) only names it.
+/// `out` (the op's result) is `in`.
+template <typename T>
+void sendTo(Context &ctx, int64_t ready, int64_t done, int64_t axis,
+            int64_t peer, int64_t, const Tensor<T> &in, const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  if (out.data() != in.data())
+    STP_CUDA(cudaMemcpyAsync(out.data(), in.data(), sizeof(T) * in.size,
+                             cudaMemcpyDeviceToDevice, ctx.comm));
+  STP_NCCL(ncclSend(in.data(), in.size, NcclType<T>::value,
+                    static_cast<int>(peer), ctx.nccl(Shape{axis}), ctx.comm));
+  transferEnd(ctx, done);
+}
+/// shard.recv between pipeline ranks: the next transfer from the device at
+/// index `peer` on grid axis `axis`, into `out`.
+template <typename T>
+void recvFrom(Context &ctx, int64_t ready, int64_t done, int64_t axis,
+              int64_t peer, int64_t, const Tensor<T> &, const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  STP_NCCL(ncclRecv(out.data(), out.size, NcclType<T>::value,
+                    static_cast<int>(peer), ctx.nccl(Shape{axis}), ctx.comm));
   transferEnd(ctx, done);
 }
 

@@ -108,7 +108,8 @@ LogicalResult STPDialect::verifyOperationAttribute(Operation *op,
              << attr.getValue();
     return success();
   }
-  if (name == kStageAttrName || name == kTransferAttrName) {
+  if (name == kStageAttrName || name == kTransferAttrName ||
+      name == kTransferGroupAttrName) {
     auto value = dyn_cast<IntegerAttr>(attr.getValue());
     if (!value || value.getValue().isNegative())
       return op->emitOpError()

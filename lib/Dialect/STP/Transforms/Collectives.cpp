@@ -34,8 +34,8 @@ std::optional<ArrayRef<int16_t>>
 stpar::stp::getCommunicatorAxes(Operation *op) {
   return llvm::TypeSwitch<Operation *, std::optional<ArrayRef<int16_t>>>(op)
       .Case<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-            shard::AllToAllOp, stpar::stp::MoEAllToAllOp>(
-          [](auto o) { return o.getGridAxes(); })
+            shard::AllToAllOp, stpar::stp::MoEAllToAllOp, shard::SendOp,
+            shard::RecvOp>([](auto o) { return o.getGridAxes(); })
       .Default([](Operation *op) -> std::optional<ArrayRef<int16_t>> {
         if (auto axes = op->getAttrOfType<DenseI16ArrayAttr>(STPDialect::kGridAxesAttrName))
           return axes.asArrayRef();

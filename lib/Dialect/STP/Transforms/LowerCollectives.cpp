@@ -22,6 +22,8 @@
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace stpar::stp {
@@ -208,9 +210,45 @@ struct LowerCollectivesPass
     });
     for (Operation *op : waiting)
       lowering.lowerWaits(op);
+    // (The transfer groups of the ops lowered now: a second run adds no
+    // brackets.)
+    DenseSet<int64_t> groups;
+    for (Operation *op : collectives)
+      if (auto group = op->getAttrOfType<IntegerAttr>(
+              STPDialect::kTransferGroupAttrName))
+        groups.insert(group.getInt());
     for (Operation *op : collectives)
       if (failed(lowering.lowerCollective(op)))
         return signalPassFailure();
+    bracketGroups(groups);
+  }
+
+  /// A transfer group's contiguous calls (stp.transfer_group) between
+  /// groupStart and groupEnd.
+  void bracketGroups(const DenseSet<int64_t> &groups) {
+    llvm::MapVector<int64_t, std::pair<Operation *, Operation *>> spans;
+    getOperation().walk([&](emitc::CallOpaqueOp call) {
+      if (auto group = call->getAttrOfType<IntegerAttr>(
+              STPDialect::kTransferGroupAttrName);
+          group && groups.contains(group.getInt())) {
+        auto [it, inserted] =
+            spans.try_emplace(group.getInt(), call.getOperation(), nullptr);
+        it->second.second = call;
+      }
+    });
+    OpBuilder b(&getContext());
+    for (auto &[group, span] : spans) {
+      auto [first, last] = span;
+      Attribute ctx = emitc::OpaqueAttr::get(&getContext(), "ctx");
+      b.setInsertionPoint(first);
+      emitc::CallOpaqueOp::create(b, first->getLoc(), TypeRange(),
+                                  "stpar_rt::groupStart", b.getArrayAttr(ctx),
+                                  ArrayAttr(), ValueRange());
+      b.setInsertionPointAfter(last);
+      emitc::CallOpaqueOp::create(b, last->getLoc(), TypeRange(),
+                                  "stpar_rt::groupEnd", b.getArrayAttr(ctx),
+                                  ArrayAttr(), ValueRange());
+    }
   }
 };
 

@@ -109,7 +109,9 @@ private:
   LogicalResult collectOps();
   LogicalResult assignStages();
   LogicalResult emitRank(unsigned rank, Block *block);
-  LogicalResult checkTransfers();
+  void orderSends(ArrayRef<Block *> cases);
+  void groupTransfers(Block *block, Operation *afterSlots);
+  LogicalResult checkTransfers(ArrayRef<Block *> cases);
 
   /// The virtual stage that makes `v` (a loop result or accumulator: its
   /// update's); none for function arguments and ops recomputed where
@@ -167,7 +169,10 @@ private:
     Operation *reader; // the op whose copy needed it (null: a result)
   };
   Operation *emitting = nullptr;
-  SmallVector<SmallVector<Event>> events;
+  DenseMap<Operation *, Event> events;
+  /// Per rank: the first op after its slots that is not a send.
+  SmallVector<Operation *> afterSlots;
+  int64_t numGroups = 0;
 };
 
 LogicalResult Pipeliner::readSchedule() {
@@ -466,7 +471,7 @@ Value Pipeliner::send(Value v, Value local, int64_t to, int64_t id) {
                               phaseName +
                               ": pipeline transfer to the stage of rank " +
                               std::to_string(to)));
-  events[rank].push_back({true, id, to, op, v, nullptr});
+  events[op] = {true, id, to, op, v, nullptr};
   ++numTransfers;
   return op.getResult();
 }
@@ -487,7 +492,7 @@ Value Pipeliner::recv(Value v, int64_t from, int64_t id) {
   op->setAttr(STPDialect::kPlanStepAttrName,
               b.getStringAttr("pipeline: from the stage of rank " +
                               std::to_string(from)));
-  events[rank].push_back({false, id, from, op, v, emitting});
+  events[op] = {false, id, from, op, v, emitting};
   Value result = op.getResult();
   if (tensorType.getRank() == 0)
     result = tensor::CollapseShapeOp::create(b, loc, tensorType, result,
@@ -602,6 +607,7 @@ LogicalResult Pipeliner::emitRank(unsigned r, Block *block) {
         return failure();
     }
   }
+  Operation *lastSlotOp = block->empty() ? nullptr : &block->back();
   // The accumulated results other ranks read after the loop.
   if (loop)
     for (Value result : loop.getResults())
@@ -632,53 +638,221 @@ LogicalResult Pipeliner::emitRank(unsigned r, Block *block) {
                                               type.getElementType()));
   }
   scf::YieldOp::create(b, ret->getLoc(), results);
+  // Where the ops after the slots begin (sends aside: they may move).
+  Operation *next = lastSlotOp ? lastSlotOp->getNextNode() : &block->front();
+  while (isa<shard::SendOp>(next))
+    next = next->getNextNode();
+  afterSlots[r] = next;
   return success();
 }
 
-LogicalResult Pipeliner::checkTransfers() {
-  // Run the ranks' transfers in program order: a send never waits (the
-  // emitters post it without blocking), a receive waits for its send.
-  SmallVector<size_t> at(stages, 0);
-  DenseSet<int64_t> sent, received;
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int64_t r = 0; r < stages; ++r)
-      while (at[r] < events[r].size()) {
-        const Event &e = events[r][at[r]];
-        if (!e.isSend && !sent.contains(e.id))
-          break;
-        (e.isSend ? sent : received).insert(e.id);
-        ++at[r];
-        progress = true;
-      }
-  }
-  for (int64_t r = 0; r < stages; ++r)
-    if (at[r] < events[r].size()) {
-      const Event &e = events[r][at[r]];
-      InFlightDiagnostic diag = mlir::emitError(e.value.getLoc())
-                                << "-stp-pipeline-stages: pipeline rank " << r
-                                << " waits forever for transfer " << e.id
-                                << " from rank " << e.peer
-                                << " (the schedule and the stages deadlock)";
-      if (Operation *def = e.value.getDefiningOp())
-        diag.attachNote(def->getLoc())
-            << "the value of " << def->getName() << ", stage "
-            << stageOf.lookup(def)
-            << (backwardOps.contains(def) ? " (backward)" : " (forward)");
-      if (e.reader)
-        diag.attachNote(e.reader->getLoc())
-            << "read by " << e.reader->getName() << ", stage "
-            << stageOf.lookup(e.reader)
-            << (backwardOps.contains(e.reader) ? " (backward)" : " (forward)");
-      return diag;
+void Pipeliner::orderSends(ArrayRef<Block *> cases) {
+  // NCCL matches two ranks' transfers by order: a send that its receiver
+  // takes later than another waits after that one.
+  std::map<std::pair<int64_t, int64_t>, SmallVector<int64_t>> receiveOrder;
+  DenseMap<int64_t, Operation *> sendOf;
+  for (auto [r, block] : llvm::enumerate(cases))
+    for (Operation &op : *block)
+      if (auto it = events.find(&op); it != events.end())
+        if (!it->second.isSend)
+          receiveOrder[{it->second.peer, int64_t(r)}].push_back(it->second.id);
+  for (auto &[op, e] : events)
+    if (e.isSend)
+      sendOf[e.id] = op;
+  for (auto &[pair, ids] : receiveOrder) {
+    Operation *prev = nullptr;
+    for (int64_t id : ids) {
+      Operation *op = sendOf.lookup(id);
+      if (!op)
+        continue;
+      if (prev && op->isBeforeInBlock(prev))
+        op->moveAfter(prev);
+      prev = op;
     }
+  }
+}
+
+void Pipeliner::groupTransfers(Block *block, Operation *afterSlots) {
+  // A send waits for the rank's next receive and goes in one group with
+  // it; sends with no receive after them in the slots (or after the slots)
+  // go as one group at the end of the slots (or of the case).
+  SmallVector<Operation *> sends;
+  auto issue = [&](ArrayRef<Operation *> ops, Operation *before) {
+    if (ops.empty())
+      return;
+    Attribute group = b.getI64IntegerAttr(numGroups++);
+    for (Operation *op : ops) {
+      if (op != before)
+        op->moveBefore(before);
+      op->setAttr(STPDialect::kTransferGroupAttrName, group);
+    }
+  };
+  for (Operation &op : llvm::make_early_inc_range(*block)) {
+    if (&op == afterSlots || op.hasTrait<OpTrait::IsTerminator>()) {
+      issue(sends, &op);
+      sends.clear();
+    }
+    if (isa<shard::SendOp>(op)) {
+      sends.push_back(&op);
+    } else if (isa<shard::RecvOp>(op)) {
+      sends.push_back(&op);
+      issue(sends, &op);
+      sends.clear();
+    }
+  }
+}
+
+/// Each rank's transfer groups in program order.
+using TransferGroups = SmallVector<SmallVector<SmallVector<Operation *>>>;
+
+LogicalResult Pipeliner::checkTransfers(ArrayRef<Block *> cases) {
+  TransferGroups groups(stages);
+  for (auto [r, block] : llvm::enumerate(cases)) {
+    int64_t last = -1;
+    for (Operation &op : *block) {
+      if (!events.count(&op))
+        continue;
+      int64_t group =
+          op.getAttrOfType<IntegerAttr>(STPDialect::kTransferGroupAttrName)
+              .getInt();
+      if (group != last)
+        groups[r].emplace_back();
+      groups[r].back().push_back(&op);
+      last = group;
+    }
+  }
+  // NCCL matches a pair of ranks' sends and receives by order: rank r's
+  // sends to q come in the order q receives them (orderSends).
+  std::map<std::pair<int64_t, int64_t>, SmallVector<const Event *>> sent,
+      received;
   for (int64_t r = 0; r < stages; ++r)
-    for (const Event &e : events[r])
-      if (e.isSend && !received.contains(e.id))
-        return mlir::emitError(e.value.getLoc())
-               << "-stp-pipeline-stages: internal error: transfer " << e.id
-               << " to rank " << e.peer << " is never received";
+    for (auto &group : groups[r])
+      for (Operation *op : group) {
+        const Event &e = events[op];
+        (e.isSend ? sent[{r, e.peer}] : received[{e.peer, r}]).push_back(&e);
+      }
+  for (auto &[pair, list] : sent) {
+    SmallVector<const Event *> &other = received[pair];
+    for (auto [s, rcv] : llvm::zip(list, other))
+      if (s->id != rcv->id)
+        return mlir::emitError(rcv->value.getLoc())
+               << "-stp-pipeline-stages: internal error: pipeline rank "
+               << pair.second << " receives transfer " << rcv->id
+               << " from rank " << pair.first << " where that rank sends "
+               << s->id << " (NCCL matches them by order)";
+    if (list.size() != other.size())
+      return mlir::emitError(list.front()->value.getLoc())
+             << "-stp-pipeline-stages: internal error: rank " << pair.first
+             << " sends " << list.size() << " transfers to rank " << pair.second
+             << ", which receives " << other.size();
+  }
+  // Rendezvous: a transfer completes while both ranks' current groups hold
+  // it; a rank moves on when all of its current group has completed. Where
+  // every rank waits and a send waits for a receive that its rank posts in
+  // a later group, that receive (with the ones from the same rank before
+  // it, to keep their order) moves into the rank's current group: a
+  // receive may be posted early, a send not (its value is not made yet).
+  SmallVector<size_t> at(stages, 0);
+  DenseSet<int64_t> done;
+  auto current = [&](int64_t r) -> ArrayRef<Operation *> {
+    return at[r] < groups[r].size() ? ArrayRef(groups[r][at[r]])
+                                    : ArrayRef<Operation *>();
+  };
+  auto holds = [&](int64_t r, const Event &e) {
+    return llvm::any_of(current(r), [&](Operation *op) {
+      const Event &other = events[op];
+      return other.id == e.id && other.isSend != e.isSend;
+    });
+  };
+  // Receives moved into an earlier group, with that group's ops.
+  SmallVector<std::pair<Operation *, SmallVector<Operation *>>> hoisted;
+  while (true) {
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int64_t r = 0; r < stages; ++r)
+        for (Operation *op : current(r))
+          if (holds(events[op].peer, events[op]))
+            done.insert(events[op].id);
+      for (int64_t r = 0; r < stages; ++r)
+        while (at[r] < groups[r].size() &&
+               llvm::all_of(current(r), [&](Operation *op) {
+                 return done.contains(events[op].id);
+               })) {
+          ++at[r];
+          progress = true;
+        }
+    }
+    bool repaired = false;
+    for (int64_t r = 0; r < stages; ++r)
+      for (Operation *op : SmallVector<Operation *>(current(r))) {
+        const Event &e = events[op];
+        int64_t q = e.peer;
+        if (!e.isSend || done.contains(e.id) || at[q] >= groups[q].size())
+          continue;
+        // q's receives from r up to this one, from its later groups.
+        SmallVector<Operation *> moved;
+        bool found = false;
+        for (size_t g = at[q] + 1; g < groups[q].size() && !found; ++g)
+          llvm::erase_if(groups[q][g], [&](Operation *other) {
+            const Event &o = events[other];
+            if (found || o.isSend || o.peer != r)
+              return false;
+            moved.push_back(other);
+            found = o.id == e.id;
+            return true;
+          });
+        llvm::erase_if(groups[q], [](auto &group) { return group.empty(); });
+        for (Operation *other : moved) {
+          groups[q][at[q]].push_back(other);
+          hoisted.push_back({other, groups[q][at[q]]});
+        }
+        repaired |= !moved.empty();
+      }
+    if (!repaired)
+      break;
+  }
+  for (int64_t r = 0; r < stages; ++r) {
+    if (at[r] == groups[r].size())
+      continue;
+    const Event &e = events[*llvm::find_if(current(r), [&](Operation *op) {
+      return !done.contains(events[op].id);
+    })];
+    InFlightDiagnostic diag =
+        mlir::emitError(e.value.getLoc())
+        << "-stp-pipeline-stages: pipeline rank " << r << " waits forever to "
+        << (e.isSend ? "send transfer " : "receive transfer ") << e.id
+        << (e.isSend ? " to rank " : " from rank ") << e.peer
+        << " (the schedule and the stages deadlock)";
+    if (Operation *def = e.value.getDefiningOp())
+      diag.attachNote(def->getLoc())
+          << "the value of " << def->getName() << ", stage "
+          << stageOf.lookup(def)
+          << (backwardOps.contains(def) ? " (backward)" : " (forward)");
+    if (e.reader)
+      diag.attachNote(e.reader->getLoc())
+          << "read by " << e.reader->getName() << ", stage "
+          << stageOf.lookup(e.reader)
+          << (backwardOps.contains(e.reader) ? " (backward)" : " (forward)");
+    return diag;
+  }
+  // The moved receives: at the end of their new group, their buffer
+  // (tensor.empty) before the group.
+  for (auto &[recv, group] : hoisted) {
+    Operation *first = group.front(), *last = nullptr;
+    for (Operation *op : group)
+      if (op != recv && (!last || last->isBeforeInBlock(op)))
+        last = op;
+    for (Operation *op : group)
+      if (op != recv && op->isBeforeInBlock(first))
+        first = op;
+    if (Operation *buffer = recv->getOperand(0).getDefiningOp())
+      if (buffer->hasOneUse() && first->isBeforeInBlock(buffer))
+        buffer->moveBefore(first);
+    recv->moveAfter(last);
+    recv->setAttr(STPDialect::kTransferGroupAttrName,
+                  last->getAttr(STPDialect::kTransferGroupAttrName));
+  }
   return success();
 }
 
@@ -702,10 +876,16 @@ LogicalResult Pipeliner::run() {
     cases.push_back(r);
   auto sw = scf::IndexSwitchOp::create(b, loc, func.getResultTypes(), index,
                                        cases, stages);
-  events.assign(stages, {});
-  for (int64_t r = 0; r < stages; ++r)
-    if (failed(emitRank(r, &sw.getCaseRegions()[r].emplaceBlock())))
+  afterSlots.assign(stages, nullptr);
+  SmallVector<Block *> caseBlocks;
+  for (int64_t r = 0; r < stages; ++r) {
+    caseBlocks.push_back(&sw.getCaseRegions()[r].emplaceBlock());
+    if (failed(emitRank(r, caseBlocks.back())))
       return failure();
+  }
+  orderSends(caseBlocks);
+  for (int64_t r = 0; r < stages; ++r)
+    groupTransfers(caseBlocks[r], afterSlots[r]);
   // The default region never runs (the index is a pp rank).
   b.setInsertionPointToEnd(&sw.getDefaultRegion().emplaceBlock());
   SmallVector<Value> empties;
@@ -715,8 +895,14 @@ LogicalResult Pipeliner::run() {
         tensor::EmptyOp::create(b, loc, t.getShape(), t.getElementType()));
   }
   scf::YieldOp::create(b, loc, empties);
-  if (failed(checkTransfers()))
+  if (failed(checkTransfers(caseBlocks)))
     return failure();
+  // (Receives moved into earlier groups may have emptied some.)
+  DenseSet<Attribute> groupIds;
+  sw.walk([&](Operation *op) {
+    if (Attribute id = op->getAttr(STPDialect::kTransferGroupAttrName))
+      groupIds.insert(id);
+  });
   // Which rank returns each result.
   for (auto [i, v] : llvm::enumerate(ret->getOperands()))
     if (int64_t maker = rankOf(v); maker >= 0)
@@ -740,6 +926,8 @@ LogicalResult Pipeliner::run() {
           b.getNamedAttr("virtual_stages", b.getI64IntegerAttr(virtualStages)),
           b.getNamedAttr("micro_batches", b.getI64IntegerAttr(microBatches)),
           b.getNamedAttr("transfers", b.getI64IntegerAttr(numTransfers)),
+          b.getNamedAttr("transfer_groups",
+                         b.getI64IntegerAttr(groupIds.size())),
       }));
   return success();
 }

@@ -58,9 +58,10 @@ def STP_Dialect : Dialect {
     `stp.split` (an array with one array of grid-axis indices per tensor
     dim). `-stp-pipeline-stages` adds `stp.stage` (the virtual pipeline
     stage of an op, a non-negative integer), `stp.transfer` (the id a
-    shard.send shares with its shard.recv), `stp.pipeline` (a dictionary on
-    the function) and, on results, `stp.pipeline_rank` (the pipeline rank
-    that returns it).
+    shard.send shares with its shard.recv), `stp.transfer_group` (the
+    group of sends and receives a rank issues together), `stp.pipeline` (a
+    dictionary on the function) and, on results, `stp.pipeline_rank` (the
+    pipeline rank that returns it).
   }];
   let cppNamespace = "::stpar::stp";
   let useDefaultAttributePrinterParser = 1;
@@ -118,11 +119,17 @@ def STP_Dialect : Dialect {
     /// Op attribute (i64) on shard.send / shard.recv: the transfer a send
     /// and its receive share (unique in the function; the message tag).
     static constexpr ::llvm::StringLiteral kTransferAttrName = "stp.transfer";
+    /// Op attribute (i64) on shard.send / shard.recv: the group of
+    /// transfers a pipeline rank issues together (contiguous ops; one
+    /// ncclGroupStart/End on the cuda target, requests completed together
+    /// on the cpu target); unique in the function.
+    static constexpr ::llvm::StringLiteral kTransferGroupAttrName =
+        "stp.transfer_group";
     /// Function attribute (dictionary) of a pipelined program: `grid_axis`
     /// (the pp axis of the grid), `stages`, `virtual_stages`,
-    /// `micro_batches`, `transfers`; result attribute `stp.pipeline_rank`
-    /// (i64): the pipeline rank that computes the result (the others return
-    /// an unwritten buffer).
+    /// `micro_batches`, `transfers`, `transfer_groups`; result attribute
+    /// `stp.pipeline_rank` (i64): the pipeline rank that computes the result
+    /// (the others return an unwritten buffer).
     static constexpr ::llvm::StringLiteral kPipelineAttrName = "stp.pipeline";
     static constexpr ::llvm::StringLiteral kPipelineRankAttrName =
         "stp.pipeline_rank";

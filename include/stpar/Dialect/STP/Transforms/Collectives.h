@@ -30,8 +30,9 @@ bool isCollective(mlir::Operation *op);
 /// on a communication stream and its result is waited for.
 bool isCommunicatingCollective(mlir::Operation *op);
 
-/// The grid axes whose communicator a collective uses; std::nullopt for
-/// all-slice (local) and ring shifts (the world communicator).
+/// The grid axes whose communicator a collective uses (a pipeline send or
+/// receive: the pp axis); std::nullopt for all-slice (local) and ring
+/// shifts (the world communicator).
 std::optional<llvm::ArrayRef<int16_t>> getCommunicatorAxes(mlir::Operation *op);
 
 /// What one collective of a partitioned program communicates

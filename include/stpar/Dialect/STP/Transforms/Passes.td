@@ -211,11 +211,22 @@ def PipelineStagesPass : Pass<"stp-pipeline-stages", "::mlir::ModuleOp"> {
       micro-batches in order. Then the ops after the loop: gradient sync
       and optimizer of the rank's parameters.
     - **Transfers.** A value one rank makes and another reads goes by
-      `shard.send` right after it is made and `shard.recv` right before its
-      first reader, on the pp axis, the pair tagged with one `stp.transfer`
-      id. The pass runs the ranks' transfers in program order (a send does
-      not wait, a receive waits for its send) and fails if a rank would
-      wait forever.
+      `shard.send` and `shard.recv` on the pp axis, the pair tagged with
+      one `stp.transfer` id; the receive sits right before the value's
+      first reader.
+    - **Transfer groups.** A send waits in the rank's program for its next
+      receive (not past the end of the slots or of the case) and goes out
+      in one group with it: the F slot's activation leaves with the next
+      B slot's gradient receive, as Megatron-LM's
+      send_forward_recv_backward. Each group's contiguous ops share one
+      `stp.transfer_group` id; the targets issue a group at once (one
+      ncclGroupStart/End on cuda) and wait for all of it.
+    - **Deadlock and order check.** The pass runs the ranks' groups with
+      rendezvous semantics (a transfer completes only while both ranks'
+      current groups hold it; a group ends when all its transfers have)
+      and fails if a rank would wait forever; and it checks that between
+      two ranks the sends and receives come in the same order (NCCL
+      matches them by order, not by tag).
     - **Results.** `stp.pipeline_rank` on each function result names the
       rank that returns it; the others return an unwritten buffer. The
       function gets `stp.pipeline` {grid_axis, stages, virtual_stages,
@@ -224,8 +235,8 @@ def PipelineStagesPass : Pass<"stp-pipeline-stages", "::mlir::ModuleOp"> {
     Errors: no `stp.pipeline_schedule`; a schedule whose stages or
     micro-batches differ from the grid's pp axis or the step's micro-batch
     loop; layers that do not divide into p v stages; an accumulator read on
-    another rank than its update's. Without pipeline stages the pass does
-    nothing.
+    another rank than its update's; transfers that would deadlock or
+    arrive out of order. Without pipeline stages the pass does nothing.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::scf::SCFDialect",
@@ -499,6 +510,9 @@ def LowerCollectivesPass
     | `shift` | `stpar_rt::ringShift(ctx, ready, done, shift_axis, offset, rotate, in, out)` |
     | `stp.grid_permute` | `stpar_rt::gridPermute(ctx, ready, done, axes, sources, in, out)` |
     | `all_slice` | `stpar_rt::allSlice(ctx, axes, in_shape, slice_axis, in, out)` (local) |
+    | `send` (pipeline) | `stpar_rt::sendTo(ctx, ready, done, axis, peer, tag, in, out)` |
+    | `recv` (pipeline) | `stpar_rt::recvFrom(ctx, ready, done, axis, peer, tag, in, out)` |
+    | `stp.transfer_group` | `stpar_rt::groupStart(ctx)` before its first call, `stpar_rt::groupEnd(ctx)` after its last |
     | `stp.waits = [done]` | `stpar_rt::waitTransfer(ctx, done)` before the op |
 
     `ready` and `done` are the collective's `stp.events`. The call keeps the
