@@ -304,11 +304,14 @@ static int runCompile() {
     p.plan.mesh = std::move(*mesh);
   }
   p.plan.progress = true;
-  // The search plans without pipeline stages (only the cpu target emits
-  // them so far); a Megatron-LM configuration may force them (pp=).
+  // The search plans pipeline stages for a training step (with --loss;
+  // -stp-pipeline-stages runs its micro-batches through them); a
+  // forward-only program would run the batch as one micro-batch, not the
+  // plan's m, so its search plans without stages. A Megatron-LM
+  // configuration may force them (pp=) either way.
   bool forcedConfiguration =
       StringRef(compileStrategy).starts_with("megatron:");
-  p.plan.pipeline = forcedConfiguration;
+  p.plan.pipeline = forcedConfiguration || !compileLoss.empty();
   p.plan.forProgram = true;
   p.planFile = compilePlan;
   p.stopAfter = compileStopAfter == "plan" ? "plan" : "partition";
@@ -365,8 +368,11 @@ static int runCompile() {
   progress(!compilePlan.empty() ? "plan: importing and reading " + compilePlan
            : forcedConfiguration
                ? std::string("plan: importing and costing ") + compileStrategy
+           : !compileLoss.empty()
+               ? std::string("plan: importing and searching")
                : std::string("plan: importing and searching (no pipeline "
-                             "stages: only the cpu target emits them)"));
+                             "stages: a forward pass runs as one "
+                             "micro-batch)"));
   std::optional<stpar::tools::PlannedModel> planned =
       stpar::tools::planModel(o);
   if (!planned)
