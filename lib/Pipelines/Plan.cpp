@@ -594,7 +594,7 @@ static void printONNXTable(raw_ostream &os, const Problem &problem,
              std::to_string(problem.layers);
     printMoELine(os, name, g.ops[i], m);
   }
-  printPlanTotals(os, plan.cost);
+  printPlanTotals(os, plan.cost, plan.config);
 }
 
 /// The affine slice rules of the temporal primitive as text (PrimePar).
@@ -856,6 +856,18 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
   for (const std::string &n : bridged.notes)
     notes.push_back(n);
   const PlanCost &c = plan.cost;
+  // Each pipeline stage's memory: its own micro-batches in flight (the
+  // totals are the first stage's).
+  json::Array stageMemory;
+  stpar::cost::ScheduleShape schedule = plan.config.getSchedule();
+  for (int64_t s = 0; s < schedule.stages && schedule.stages > 1; ++s) {
+    double activations = c.getStageActivationBytes(schedule, s);
+    stageMemory.push_back(json::Object{
+        {"stage", s},
+        {"in_flight", stpar::cost::getInFlight(schedule, s)},
+        {"activations", activations},
+        {"total", c.getMemory() - c.activationBytes + activations}});
+  }
   return json::Object{
       {"format", "stpar-plan"},
       {"version", 1},
@@ -897,7 +909,8 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
                               {"activations", c.activationBytes},
                               {"transient", c.transientBytes},
                               {"total", c.getMemory()},
-                              {"limit", result.memoryLimit}}},
+                              {"limit", result.memoryLimit},
+                              {"stages", std::move(stageMemory)}}},
       {"times",
        json::Object{{"step", c.stepTime},
                     {"pipeline", c.pipeline},

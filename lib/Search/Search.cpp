@@ -820,7 +820,7 @@ void printPlan(raw_ostream &os, const Problem &problem, const Plan &plan,
              std::to_string(problem.layers);
     printMoELine(os, name, g.ops[i], m);
   }
-  printPlanTotals(os, plan.cost);
+  printPlanTotals(os, plan.cost, plan.config);
 }
 
 void printMoELine(raw_ostream &os, StringRef name, const Operator &op,
@@ -858,7 +858,7 @@ void printMoELine(raw_ostream &os, StringRef name, const Operator &op,
   os << "\n";
 }
 
-void printPlanTotals(raw_ostream &os, const PlanCost &c) {
+void printPlanTotals(raw_ostream &os, const PlanCost &c, const Config &config) {
   const double gib = double(int64_t(1) << 30);
   os << format("step time            %12.3f ms\n", c.stepTime * 1e3);
   os << format("  pipeline           %12.3f ms (bubble %.3f ms, re-layout "
@@ -880,6 +880,20 @@ void printPlanTotals(raw_ostream &os, const PlanCost &c) {
                "%.3f, transient %.3f)\n",
                c.getMemory() / gib, c.stateBytes / gib,
                c.activationBytes / gib, c.transientBytes / gib);
+  // Each pipeline stage keeps its own micro-batches in flight (the total
+  // above is the first stage's, the most).
+  if (config.getStages() > 1) {
+    cost::ScheduleShape schedule = config.getSchedule();
+    os << "memory per stage    ";
+    for (int64_t s = 0; s < schedule.stages; ++s)
+      os << format("%s %lld: %.3f GiB (%.4g in flight)", s ? "," : "",
+                   static_cast<long long>(s),
+                   (c.getMemory() - c.activationBytes +
+                    c.getStageActivationBytes(schedule, s)) /
+                       gib,
+                   cost::getInFlight(schedule, s));
+    os << "\n";
+  }
 }
 
 } // namespace stpar::search

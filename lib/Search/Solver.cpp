@@ -85,6 +85,9 @@ struct Cand {
   /// Objective contributions (weighted).
   double time = 0, pipe = 0, sync = 0, opt = 0;
   double stateBytes = 0, actBytes = 0, peak = 0;
+  /// The part of actBytes that one micro-batch in flight stashes (actBytes
+  /// holds the first stage's in-flight count of it).
+  double actPerMicroBatch = 0;
   /// Unweighted, for printing.
   double seconds = 0, bytes = 0;
   /// Unweighted shares of `seconds` (PlanCost's breakdown).
@@ -746,17 +749,21 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   cand.time = cand.pipe + cand.sync + cand.opt;
   double states = modelStates.getTotal();
   cand.stateBytes = w * states;
+  // (actPerMicroBatch: the same stashes for one micro-batch in flight.)
   cand.actBytes = w * inFlight * c.stashBytes;
+  cand.actPerMicroBatch = w * c.stashBytes;
   double layers = double(std::max<int64_t>(1, problem.layers));
   if (recompute && config.recompute == Recompute::Full) {
     double checkpoint = isCheckpoint[i] ? raw.firstInputBytes : 0;
     cand.actBytes = w * inFlight * checkpoint + c.stashBytes / layers;
+    cand.actPerMicroBatch = w * checkpoint;
   } else if (layer && config.recompute == Recompute::Selective) {
     // Selective: the core's score-sized tensors are regenerated (one
     // layer's at a time), also those its consumers read (the context's
     // probabilities); the rest stashed.
     double dropped = std::min(raw.selectiveBytes, c.stashBytes);
     cand.actBytes = w * inFlight * (c.stashBytes - dropped) + dropped / layers;
+    cand.actPerMicroBatch = w * (c.stashBytes - dropped);
   }
   cand.peak = c.transientBytes;
   cand.seconds = t;
@@ -1089,6 +1096,7 @@ Expected<PlanCost> Instance::Impl::composePlan(const CostedOps &ops) {
     pc.optimizer += c.opt;
     pc.stateBytes += c.stateBytes;
     pc.activationBytes += c.actBytes;
+    pc.activationBytesPerMicroBatch += c.actPerMicroBatch;
     pc.transientBytes = std::max(pc.transientBytes, c.peak);
     pc.opSeconds[i] = c.seconds;
     pc.opBytes[i] = c.bytes;
@@ -2420,3 +2428,10 @@ size_t Instance::getNumCandidates(unsigned op) const {
 }
 
 } // namespace stpar::search
+
+double stpar::search::PlanCost::getStageActivationBytes(
+    const cost::ScheduleShape &schedule, int64_t stage) const {
+  return activationBytes +
+         (cost::getInFlight(schedule, stage) - cost::getInFlight(schedule, 0)) *
+             activationBytesPerMicroBatch;
+}

@@ -53,6 +53,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <unistd.h>
@@ -769,7 +770,8 @@ static bool printMemory(StringRef log, StringRef planFile) {
   if (!text)
     return false;
   uint64_t arenaMax = 0, residentMax = 0;
-  unsigned ranks = 0;
+  // Per rank (the program runs once per step: the most of its runs).
+  std::map<unsigned, uint64_t> arenaOfRank;
   SmallVector<StringRef> lines;
   (*text)->getBuffer().split(lines, '\n');
   for (StringRef line : lines) {
@@ -781,13 +783,16 @@ static bool printMemory(StringRef log, StringRef planFile) {
     if (a == StringRef::npos || r == StringRef::npos)
       continue;
     uint64_t arena = 0, resident = 0;
-    if (rest.drop_front(a + 14).consumeInteger(10, arena) ||
+    unsigned rank = 0;
+    if (rest.drop_front(20).consumeInteger(10, rank) ||
+        rest.drop_front(a + 14).consumeInteger(10, arena) ||
         rest.drop_front(r + 14).consumeInteger(10, resident))
       continue;
     arenaMax = std::max(arenaMax, arena);
     residentMax = std::max(residentMax, resident);
-    ++ranks;
+    arenaOfRank[rank] = std::max(arenaOfRank[rank], arena);
   }
+  size_t ranks = arenaOfRank.size();
   if (!ranks)
     return false;
   outs() << formatv("verify: memory per rank (measured, max over {0} "
@@ -815,6 +820,29 @@ static bool printMemory(StringRef log, StringRef planFile) {
                     get("total"), get("states"), get("activations"),
                     get("transient"),
                     get("total") > 0 ? double(arenaMax) / get("total") : 0.0);
+  // With pipeline stages: each stage's plan (its own micro-batches in
+  // flight) next to the most its ranks used (the pp axis is the grid's
+  // first: rank r is on stage r / (ranks / stages)).
+  const json::Array *stages = memory->getArray("stages");
+  if (!stages || stages->empty() || ranks % stages->size())
+    return true;
+  size_t perStage = ranks / stages->size();
+  outs() << "verify: memory per pipeline stage (plan, its micro-batches in "
+            "flight; measured arena, the most of its ranks):";
+  for (auto [s, entry] : llvm::enumerate(*stages)) {
+    const json::Object *stage = entry.getAsObject();
+    if (!stage)
+      return true;
+    uint64_t measured = 0;
+    for (auto [rank, arena] : arenaOfRank)
+      if (rank / perStage == s)
+        measured = std::max(measured, arena);
+    outs() << formatv("{0} stage {1}: plan {2:F0} bytes ({3} in flight), "
+                      "measured {4} bytes",
+                      s ? ";" : "", s, stage->getNumber("total").value_or(0),
+                      stage->getNumber("in_flight").value_or(0), measured);
+  }
+  outs() << "\n";
   return true;
 }
 

@@ -111,6 +111,15 @@ struct PlanCost {
   double getMemory() const {
     return stateBytes + activationBytes + transientBytes;
   }
+  /// The stashes of one micro-batch in flight (bytes): `activationBytes` is
+  /// the first pipeline stage's in-flight count (cost::getInFlight(schedule,
+  /// 0)) times this, plus what recomputation keeps of one layer.
+  double activationBytesPerMicroBatch = 0;
+  /// The activations pipeline stage `stage` keeps (bytes): its own
+  /// micro-batches in flight (1F1B: min(p - s, m); GPipe: m) times the
+  /// stashes of one, plus the rest of `activationBytes`.
+  double getStageActivationBytes(const cost::ScheduleShape &schedule,
+                                 int64_t stage) const;
   bool feasible = false;
   /// Per flattened operator: seconds per micro-batch (F + B + G + its
   /// collectives + re-layouts of its inputs) and bytes (model states +
@@ -465,9 +474,11 @@ void printMoELine(llvm::raw_ostream &os, llvm::StringRef name,
                   const cost::OperatorCost::MoEChoice &moe);
 
 /// The totals under a plan table: step time (ms) with its pipeline, bubble,
-/// re-layout, exposed gradient sync and optimizer parts, and memory per
-/// device (GiB) by category.
-void printPlanTotals(llvm::raw_ostream &os, const PlanCost &cost);
+/// re-layout, exposed gradient sync and optimizer parts, memory per
+/// device (GiB) by category and, with pipeline stages, each stage's memory
+/// with its own micro-batches in flight (cost::getInFlight).
+void printPlanTotals(llvm::raw_ostream &os, const PlanCost &cost,
+                     const Config &config);
 
 } // namespace stpar::search
 

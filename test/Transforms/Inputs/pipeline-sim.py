@@ -105,6 +105,15 @@ def check_plan(plan_path, mlir_path):
     got = step["bubble_s"] / step["pipeline_s"]
     assert abs(got - b / (m + b)) < 1e-9, (plan_path, got, b, m)
     print("%s m=%d bubble_slots=%g plan bubble share %.4f" % (kind, m, b, got))
+    # Each stage's memory: its micro-batches in flight are the schedule's.
+    stages = json.load(open(plan_path))["memory"]["stages"]
+    flight = [float(x) for x in re.findall(r"([0-9.e+-]+)", re.search(
+        r"in_flight = \[([^\]]*)\]", text).group(1))]
+    assert [s["in_flight"] for s in stages] == flight, (stages, flight)
+    print("%s stage in_flight %s; activations / stage 0's: %s" % (
+        kind, " ".join("%g" % f for f in flight),
+        " ".join("%.4f" % (s["activations"] / stages[0]["activations"])
+                 for s in stages)))
 
 
 def main():
