@@ -19,6 +19,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
@@ -85,13 +86,20 @@ struct BucketGradientsPass
       module.emitError() << "bucket-bytes must be positive";
       return signalPassFailure();
     }
-    for (auto func : module.getOps<func::FuncOp>())
-      if (!func.isExternal())
-        bucketFunction(func);
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      Block &body = func.getBody().front();
+      bucketBlock(body);
+      // A pipelined program (-stp-pipeline-stages): each pipeline rank's
+      // case syncs the gradients of its stages.
+      for (auto sw : body.getOps<scf::IndexSwitchOp>())
+        for (Region &region : sw.getCaseRegions())
+          bucketBlock(region.front());
+    }
   }
 
-  void bucketFunction(func::FuncOp func) {
-    Block &body = func.getBody().front();
+  void bucketBlock(Block &body) {
     // Candidates grouped by communicator and element type, in the order
     // their gradients are computed.
     using Key = std::tuple<OperationName, Attribute, Attribute, Type>;

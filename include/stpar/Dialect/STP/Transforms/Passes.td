@@ -438,7 +438,9 @@ def BucketGradientsPass : Pass<"stp-bucket-gradients", "::mlir::ModuleOp"> {
     `i` keeps; the bucket concatenates these along dim 1 and one
     `shard.reduce_scatter` of dim 0 leaves every rank its `[1, total]` row,
     from which each gradient's block is sliced, reshaped and transposed
-    back. No change to a forward program.
+    back. In a pipelined program (`-stp-pipeline-stages`) each pipeline
+    rank's case buckets the gradient syncs of its own stages. No change to
+    a forward program.
   }];
   let options = [
     Option<"bucketBytes", "bucket-bytes", "int64_t",
