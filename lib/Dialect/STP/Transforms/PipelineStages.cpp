@@ -94,6 +94,9 @@ SmallVector<Value> readValues(Operation *op) {
   return values;
 }
 
+/// Each rank's transfer groups in program order.
+using TransferGroups = SmallVector<SmallVector<SmallVector<Operation *>>>;
+
 class Pipeliner {
 public:
   Pipeliner(ModuleOp module, func::FuncOp func, DictionaryAttr schedule,
@@ -111,7 +114,12 @@ private:
   LogicalResult emitRank(unsigned rank, Block *block);
   void orderSends(ArrayRef<Block *> cases);
   void groupTransfers(Block *block, Operation *afterSlots);
-  LogicalResult checkTransfers(ArrayRef<Block *> cases);
+  /// Checks the ranks' transfer groups (order, rendezvous) and posts a
+  /// receive early where a send would wait forever.
+  LogicalResult scheduleTransfers(ArrayRef<Block *> cases);
+  LogicalResult checkTransferOrder(const TransferGroups &groups);
+  LogicalResult runGroups(TransferGroups &groups,
+                          SmallVectorImpl<Operation *> &hoisted);
 
   /// The virtual stage that makes `v` (a loop result or accumulator: its
   /// update's); none for function arguments and ops recomputed where
@@ -702,25 +710,7 @@ void Pipeliner::groupTransfers(Block *block, Operation *afterSlots) {
   }
 }
 
-/// Each rank's transfer groups in program order.
-using TransferGroups = SmallVector<SmallVector<SmallVector<Operation *>>>;
-
-LogicalResult Pipeliner::checkTransfers(ArrayRef<Block *> cases) {
-  TransferGroups groups(stages);
-  for (auto [r, block] : llvm::enumerate(cases)) {
-    int64_t last = -1;
-    for (Operation &op : *block) {
-      if (!events.count(&op))
-        continue;
-      int64_t group =
-          op.getAttrOfType<IntegerAttr>(STPDialect::kTransferGroupAttrName)
-              .getInt();
-      if (group != last)
-        groups[r].emplace_back();
-      groups[r].back().push_back(&op);
-      last = group;
-    }
-  }
+LogicalResult Pipeliner::checkTransferOrder(const TransferGroups &groups) {
   // NCCL matches a pair of ranks' sends and receives by order: rank r's
   // sends to q come in the order q receives them (orderSends).
   std::map<std::pair<int64_t, int64_t>, SmallVector<const Event *>> sent,
@@ -746,6 +736,11 @@ LogicalResult Pipeliner::checkTransfers(ArrayRef<Block *> cases) {
              << " sends " << list.size() << " transfers to rank " << pair.second
              << ", which receives " << other.size();
   }
+  return success();
+}
+
+LogicalResult Pipeliner::runGroups(TransferGroups &groups,
+                                   SmallVectorImpl<Operation *> &hoisted) {
   // Rendezvous: a transfer completes while both ranks' current groups hold
   // it; a rank moves on when all of its current group has completed. Where
   // every rank waits and a send waits for a receive that its rank posts in
@@ -758,21 +753,19 @@ LogicalResult Pipeliner::checkTransfers(ArrayRef<Block *> cases) {
     return at[r] < groups[r].size() ? ArrayRef(groups[r][at[r]])
                                     : ArrayRef<Operation *>();
   };
-  auto holds = [&](int64_t r, const Event &e) {
-    return llvm::any_of(current(r), [&](Operation *op) {
+  auto heldByPeer = [&](const Event &e) {
+    return llvm::any_of(current(e.peer), [&](Operation *op) {
       const Event &other = events[op];
       return other.id == e.id && other.isSend != e.isSend;
     });
   };
-  // Receives moved into an earlier group, with that group's ops.
-  SmallVector<std::pair<Operation *, SmallVector<Operation *>>> hoisted;
-  while (true) {
-    bool progress = true;
-    while (progress) {
+  // Runs the groups until no rank can move on.
+  auto advance = [&] {
+    for (bool progress = true; progress;) {
       progress = false;
       for (int64_t r = 0; r < stages; ++r)
         for (Operation *op : current(r))
-          if (holds(events[op].peer, events[op]))
+          if (heldByPeer(events[op]))
             done.insert(events[op].id);
       for (int64_t r = 0; r < stages; ++r)
         while (at[r] < groups[r].size() &&
@@ -783,34 +776,35 @@ LogicalResult Pipeliner::checkTransfers(ArrayRef<Block *> cases) {
           progress = true;
         }
     }
-    bool repaired = false;
+  };
+  // Moves rank q's receives from r, up to transfer `id`, into its current
+  // group; false if there are none.
+  auto postEarly = [&](int64_t q, int64_t r, int64_t id) {
+    SmallVector<Operation *> moved;
+    bool found = false;
+    for (size_t g = at[q] + 1; g < groups[q].size() && !found; ++g)
+      llvm::erase_if(groups[q][g], [&](Operation *op) {
+        const Event &e = events[op];
+        if (found || e.isSend || e.peer != r)
+          return false;
+        moved.push_back(op);
+        found = e.id == id;
+        return true;
+      });
+    llvm::erase_if(groups[q], [](auto &group) { return group.empty(); });
+    llvm::append_range(groups[q][at[q]], moved);
+    llvm::append_range(hoisted, moved);
+    return !moved.empty();
+  };
+  for (bool repaired = true; repaired;) {
+    advance();
+    repaired = false;
     for (int64_t r = 0; r < stages; ++r)
       for (Operation *op : SmallVector<Operation *>(current(r))) {
         const Event &e = events[op];
-        int64_t q = e.peer;
-        if (!e.isSend || done.contains(e.id) || at[q] >= groups[q].size())
-          continue;
-        // q's receives from r up to this one, from its later groups.
-        SmallVector<Operation *> moved;
-        bool found = false;
-        for (size_t g = at[q] + 1; g < groups[q].size() && !found; ++g)
-          llvm::erase_if(groups[q][g], [&](Operation *other) {
-            const Event &o = events[other];
-            if (found || o.isSend || o.peer != r)
-              return false;
-            moved.push_back(other);
-            found = o.id == e.id;
-            return true;
-          });
-        llvm::erase_if(groups[q], [](auto &group) { return group.empty(); });
-        for (Operation *other : moved) {
-          groups[q][at[q]].push_back(other);
-          hoisted.push_back({other, groups[q][at[q]]});
-        }
-        repaired |= !moved.empty();
+        if (e.isSend && !done.contains(e.id) && at[e.peer] < groups[e.peer].size())
+          repaired |= postEarly(e.peer, r, e.id);
       }
-    if (!repaired)
-      break;
   }
   for (int64_t r = 0; r < stages; ++r) {
     if (at[r] == groups[r].size())
@@ -836,16 +830,47 @@ LogicalResult Pipeliner::checkTransfers(ArrayRef<Block *> cases) {
           << (backwardOps.contains(e.reader) ? " (backward)" : " (forward)");
     return diag;
   }
-  // The moved receives: at the end of their new group, their buffer
-  // (tensor.empty) before the group.
-  for (auto &[recv, group] : hoisted) {
-    Operation *first = group.front(), *last = nullptr;
-    for (Operation *op : group)
-      if (op != recv && (!last || last->isBeforeInBlock(op)))
-        last = op;
-    for (Operation *op : group)
-      if (op != recv && op->isBeforeInBlock(first))
+  return success();
+}
+
+LogicalResult Pipeliner::scheduleTransfers(ArrayRef<Block *> cases) {
+  // Each rank's groups in program order.
+  TransferGroups groups(stages);
+  for (auto [r, block] : llvm::enumerate(cases)) {
+    Attribute last;
+    for (Operation &op : *block) {
+      if (!events.count(&op))
+        continue;
+      Attribute group = op.getAttr(STPDialect::kTransferGroupAttrName);
+      if (group != last)
+        groups[r].emplace_back();
+      groups[r].back().push_back(&op);
+      last = group;
+    }
+  }
+  SmallVector<Operation *> hoisted;
+  if (failed(checkTransferOrder(groups)) || failed(runGroups(groups, hoisted)))
+    return failure();
+  // A receive posted early goes at the end of its new group (in the order
+  // of the moves: after the group's receives from the same rank), its
+  // buffer (tensor.empty) before the group.
+  DenseMap<Operation *, SmallVector<Operation *> *> groupOf;
+  for (auto &rankGroups : groups)
+    for (auto &group : rankGroups)
+      for (Operation *op : group)
+        groupOf[op] = &group;
+  DenseSet<Operation *> unplaced(hoisted.begin(), hoisted.end());
+  for (Operation *recv : hoisted) {
+    unplaced.erase(recv);
+    Operation *first = nullptr, *last = nullptr;
+    for (Operation *op : *groupOf[recv]) {
+      if (op == recv || unplaced.contains(op))
+        continue;
+      if (!first || op->isBeforeInBlock(first))
         first = op;
+      if (!last || last->isBeforeInBlock(op))
+        last = op;
+    }
     if (Operation *buffer = recv->getOperand(0).getDefiningOp())
       if (buffer->hasOneUse() && first->isBeforeInBlock(buffer))
         buffer->moveBefore(first);
@@ -895,7 +920,7 @@ LogicalResult Pipeliner::run() {
         tensor::EmptyOp::create(b, loc, t.getShape(), t.getElementType()));
   }
   scf::YieldOp::create(b, loc, empties);
-  if (failed(checkTransfers(caseBlocks)))
+  if (failed(scheduleTransfers(caseBlocks)))
     return failure();
   // (Receives moved into earlier groups may have emptied some.)
   DenseSet<Attribute> groupIds;
