@@ -261,20 +261,35 @@ LogicalResult MemoryPlanner::run() {
         buffers[b].end = std::max(buffers[b].end, end);
   });
   // A collective reads its input until the program waits for its result:
-  // at the result's first use, else at the end of its block. Latest first,
-  // so that a chain of collectives extends transitively.
+  // at the result's first use; a result nothing reads where stp.waits waits
+  // for it (-stp-schedule-collectives: after a pipeline transfer group),
+  // else at the end of its block. Latest first, so that a chain of
+  // collectives extends transitively.
   SmallVector<Operation *> collectives;
+  DenseMap<int64_t, int64_t> waitStep;
   func.walk([&](Operation *op) {
     if (isCollective(op))
       collectives.push_back(op);
+    if (auto waits =
+            op->getAttrOfType<DenseI64ArrayAttr>(STPDialect::kWaitsAttrName))
+      for (int64_t done : waits.asArrayRef())
+        waitStep[done] = getStep(steps, op, func);
   });
   for (Operation *op : llvm::reverse(collectives)) {
     int64_t until = getStep(steps, op, func);
+    auto events =
+        op->getAttrOfType<DenseI64ArrayAttr>(STPDialect::kEventsAttrName);
     for (Value result : op->getResults()) {
       for (unsigned b : bufferOf.lookup(result))
         until = std::max(until, buffers[b].end);
-      if (result.use_empty())
-        until = std::max(until, getStep(steps, &op->getBlock()->back(), func));
+      if (!result.use_empty())
+        continue;
+      auto waited = events && events.size() == 2 ? waitStep.find(events[1])
+                                                 : waitStep.end();
+      until =
+          std::max(until, waited != waitStep.end()
+                              ? waited->second
+                              : getStep(steps, &op->getBlock()->back(), func));
     }
     // (results nothing reads are waited for at the end: they live as long)
     for (Value result : op->getResults())

@@ -73,8 +73,30 @@ private:
       op->moveBefore(insertBefore);
     }
 
+    // The sends of the transfer group just issued (-stp-pipeline-stages).
+    SmallVector<std::pair<Value, int64_t>> groupSends;
+    Attribute group;
     for (Operation &op : block) {
       waitFor(&op);
+      // A pipeline transfer group's sends are waited for right after the
+      // group (as Megatron-LM waits for its batched send/recv requests), so
+      // their buffers are free again there.
+      Attribute opGroup = op.getAttr(STPDialect::kTransferGroupAttrName);
+      if (!groupSends.empty() && opGroup != group) {
+        SmallVector<int64_t> waits;
+        if (auto existing =
+                op.getAttrOfType<DenseI64ArrayAttr>(STPDialect::kWaitsAttrName))
+          waits.assign(existing.asArrayRef().begin(),
+                       existing.asArrayRef().end());
+        for (auto [value, done] : groupSends) {
+          waits.push_back(done);
+          pending.erase(value);
+        }
+        op.setAttr(STPDialect::kWaitsAttrName,
+                   DenseI64ArrayAttr::get(op.getContext(), waits));
+        groupSends.clear();
+      }
+      group = opGroup;
       // Loops are printed as loops: their bodies are scheduled the same way.
       if (auto loop = dyn_cast<scf::ForOp>(op))
         scheduleBlock(*loop.getBody());
@@ -88,6 +110,8 @@ private:
                    DenseI64ArrayAttr::get(op.getContext(), {ready, done}));
         for (Value result : op.getResults())
           pending[result] = done;
+        if (isa<shard::SendOp>(op) && opGroup && op.getResult(0).use_empty())
+          groupSends.push_back({op.getResult(0), done});
         if (std::optional<ArrayRef<int16_t>> axes = getCommunicatorAxes(&op)) {
           SmallVector<int64_t> group(axes->begin(), axes->end());
           if (!llvm::is_contained(communicators, group))

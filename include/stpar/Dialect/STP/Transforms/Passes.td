@@ -474,8 +474,10 @@ def ScheduleCollectivesPass
       communication stream after it).
     - Waits: the first op that uses a collective's result (through any
       nested op) gets that collective's `done` in `stp.waits`: the compute
-      stream waits for it right before that op, not earlier. A result
-      nothing in its block uses is waited for at the block's terminator.
+      stream waits for it right before that op, not earlier. A pipeline
+      send of a transfer group (`stp.transfer_group`) is waited for by the
+      op right after its group; another result nothing in its block uses,
+      at the block's terminator.
     - Communicators: `stp.streams = {events = N, communicators = [[axes],
       ...]}` on the function lists the grid-axes groups the collectives
       use, in first-use order; every rank creates them in that order
@@ -673,8 +675,10 @@ def PlanMemoryPass : Pass<"stp-plan-memory", "::mlir::ModuleOp"> {
       inside an `scf.for` counts as the loop's step. A collective's input
       lives until the last use of the collective's result (the program
       waits for an asynchronous transfer at its result's first use, and the
-      transfer reads its input until then); an unused result, until the end
-      of its block. Returned values live to the end.
+      transfer reads its input until then); an unused result, until the op
+      whose `stp.waits` waits for it (a pipeline send: right after its
+      transfer group), else the end of its block. Returned values live to
+      the end.
     - A value an `scf.for` carries to its next step (an `scf.yield`
       operand) gets two buffers, used on even and odd steps, so a step
       never overwrites the value it reads (the double buffers of the
