@@ -826,8 +826,8 @@ inline void groupEnd(Context &ctx) {
 /// shard.send between pipeline ranks (-stp-pipeline-stages): `in` goes to
 /// the device at index `peer` on grid axis `axis` (the other coordinates
 /// equal), tagged with the transfer id. `in` stays unchanged until the
-/// group ends (its buffer lives until the op's result is waited for, at
-/// the end of the rank's program). `out` (the op's result) is `in`.
+/// group ends (-stp-plan-memory keeps its buffer until the op's result is
+/// waited for, right after the group). `out` (the op's result) is `in`.
 template <typename T>
 void sendTo(Context &ctx, int64_t, int64_t, int64_t axis, int64_t peer,
             int64_t tag, const Tensor<T> &in, const Tensor<T> &out) {
