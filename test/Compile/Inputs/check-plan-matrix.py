@@ -4,6 +4,7 @@
 # strategies x rank counts), without building or running the programs.
 #
 #   check-plan-matrix.py --stpar BIN --work DIR [--shared DIR] [--loss]
+#                        [--ranks 2,2x2]
 #
 # Each case: `stpar plan --strategy S [--mesh AxB | --devices N] -o
 # plan.json`, then `stpar compile --plan plan.json --check-plan --emit=plan`
@@ -70,11 +71,19 @@ def main():
     parser.add_argument("--cluster", default="dgx-a100-80g-1")
     parser.add_argument("--loss", action="store_true",
                         help="check the training step (F and B) instead")
+    parser.add_argument("--ranks", default=",".join(matrix.RANKS),
+                        help="the rank counts / mesh shapes to check "
+                             "(default: all of the matrix's)")
     args = parser.parse_args()
+    ranks_list = args.ranks.split(",")
+    unknown = [r for r in ranks_list if r not in matrix.RANKS]
+    if unknown:
+        parser.error("unknown --ranks %s (the matrix has %s)" %
+                     (",".join(unknown), ",".join(matrix.RANKS)))
     os.makedirs(args.work, exist_ok=True)
     ok = True
     for model in matrix.MODELS:
-        for ranks in matrix.RANKS:
+        for ranks in ranks_list:
             for strategy in matrix.STRATEGIES:
                 passed, line = run_case(args, model, strategy, ranks)
                 print(line, flush=True)
