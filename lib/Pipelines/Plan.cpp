@@ -861,12 +861,11 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
   json::Array stageMemory;
   stpar::cost::ScheduleShape schedule = plan.config.getSchedule();
   for (int64_t s = 0; s < schedule.stages && schedule.stages > 1; ++s) {
-    double activations = c.getStageActivationBytes(schedule, s);
     stageMemory.push_back(json::Object{
         {"stage", s},
         {"in_flight", stpar::cost::getInFlight(schedule, s)},
-        {"activations", activations},
-        {"total", c.getMemory() - c.activationBytes + activations}});
+        {"activations", c.getStageActivationBytes(schedule, s)},
+        {"total", c.getStageMemory(schedule, s)}});
   }
   return json::Object{
       {"format", "stpar-plan"},

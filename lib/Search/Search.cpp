@@ -888,9 +888,7 @@ void printPlanTotals(raw_ostream &os, const PlanCost &c, const Config &config) {
     for (int64_t s = 0; s < schedule.stages; ++s)
       os << format("%s %lld: %.3f GiB (%.4g in flight)", s ? "," : "",
                    static_cast<long long>(s),
-                   (c.getMemory() - c.activationBytes +
-                    c.getStageActivationBytes(schedule, s)) /
-                       gib,
+                   c.getStageMemory(schedule, s) / gib,
                    cost::getInFlight(schedule, s));
     os << "\n";
   }

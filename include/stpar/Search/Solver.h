@@ -120,6 +120,13 @@ struct PlanCost {
   /// stashes of one, plus the rest of `activationBytes`.
   double getStageActivationBytes(const cost::ScheduleShape &schedule,
                                  int64_t stage) const;
+  /// Pipeline stage `stage`'s memory (bytes): getMemory() with that
+  /// stage's activations.
+  double getStageMemory(const cost::ScheduleShape &schedule,
+                        int64_t stage) const {
+    return getMemory() - activationBytes +
+           getStageActivationBytes(schedule, stage);
+  }
   bool feasible = false;
   /// Per flattened operator: seconds per micro-batch (F + B + G + its
   /// collectives + re-layouts of its inputs) and bytes (model states +
