@@ -172,7 +172,6 @@ private:
   struct Event {
     bool isSend;
     int64_t id, peer;
-    Operation *op;
     Value value;       // what moves (in the whole-program function)
     Operation *reader; // the op whose copy needed it (null: a result)
   };
@@ -479,7 +478,7 @@ Value Pipeliner::send(Value v, Value local, int64_t to, int64_t id) {
                               phaseName +
                               ": pipeline transfer to the stage of rank " +
                               std::to_string(to)));
-  events[op] = {true, id, to, op, v, nullptr};
+  events[op] = {true, id, to, v, nullptr};
   ++numTransfers;
   return op.getResult();
 }
@@ -500,7 +499,7 @@ Value Pipeliner::recv(Value v, int64_t from, int64_t id) {
   op->setAttr(STPDialect::kPlanStepAttrName,
               b.getStringAttr("pipeline: from the stage of rank " +
                               std::to_string(from)));
-  events[op] = {false, id, from, op, v, emitting};
+  events[op] = {false, id, from, v, emitting};
   Value result = op.getResult();
   if (tensorType.getRank() == 0)
     result = tensor::CollapseShapeOp::create(b, loc, tensorType, result,
