@@ -254,3 +254,14 @@ module attributes {stp.mesh = #stp.mesh<#cl, ["dp" = 8]>} {
 
 // expected-error @+1 {{attribute 'stp.dims' must be a dictionary of non-negative integers}}
 module attributes {stp.dims = {batch = -1 : i64}} {}
+
+// -----
+
+// The pipeline markers of -stp-pipeline-stages are non-negative integers.
+// expected-error @+1 {{attribute 'stp.transfer_group' must be a non-negative integer}}
+module attributes {stp.transfer_group = -1 : i64} {}
+
+// -----
+
+// expected-error @+1 {{attribute 'stp.stage' must be a non-negative integer}}
+module attributes {stp.stage = "first"} {}
