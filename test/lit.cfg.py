@@ -38,7 +38,8 @@ if not os.path.exists(os.path.join(config.stpar_src_root, ".deps", "node",
                        "test/Verify tests will fail (run scripts/install-deps.sh)")
 
 # stpar emit --target cuda (docs/emitted-code.md): the emitted programs are
-# compiled and linked with nvcc against NCCL, cuBLAS and MPI; those tests
+# compiled and linked with nvcc against NCCL, cuBLAS and MPI, in two steps
+# so that ccache caches the compile (test/nvcc-program.py); those tests
 # REQUIRE the `cuda` feature and are UNSUPPORTED without /usr/local/cuda.
 cuda_root = "/usr/local/cuda"
 if os.path.exists(os.path.join(cuda_root, "bin", "nvcc")) and shutil.which("mpicxx"):
@@ -49,9 +50,11 @@ if os.path.exists(os.path.join(cuda_root, "bin", "nvcc")) and shutil.which("mpic
     config.available_features.add("cuda")
     config.substitutions.append(
         ("%nvcc-program",
-         "%s/bin/nvcc -std=c++17 -arch=sm_90 %s -L%s/lib -L%s/lib64 -lcublas "
-         "-lnccl %s" % (cuda_root, mpi_flags("compile"), cuda_root, cuda_root,
-                        mpi_flags("link"))))
+         "/usr/bin/python3 %s %s/bin/nvcc -std=c++17 -arch=sm_90 %s -L%s/lib "
+         "-L%s/lib64 -lcublas -lnccl %s"
+         % (os.path.join(config.stpar_src_root, "test", "nvcc-program.py"),
+            cuda_root, mpi_flags("compile"), cuda_root, cuda_root,
+            mpi_flags("link"))))
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()

@@ -43,6 +43,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
@@ -139,10 +140,19 @@ std::string intLiteral(int64_t v) {
   return "INT64_C(" + std::to_string(v) + ")";
 }
 
+/// `loc` as text for a comment, with each file named by its base name
+/// only: the emitted source is then the same wherever the model lies, so
+/// a compiler cache (ccache) reuses its object across checkouts.
 std::string locString(Location loc) {
+  Attribute relative = LocationAttr(loc).replace([](FileLineColLoc file) {
+    return FileLineColLoc::get(
+        StringAttr::get(file.getContext(),
+                        llvm::sys::path::filename(file.getFilename())),
+        file.getLine(), file.getColumn());
+  });
   std::string s;
   llvm::raw_string_ostream os(s);
-  loc.print(os);
+  cast<LocationAttr>(relative).print(os);
   // Keep comments on one line and free of "*/".
   for (char &c : s)
     if (c == '\n')
