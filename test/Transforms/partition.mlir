@@ -7,7 +7,7 @@
 // RUN: stpar-opt %s -split-input-file --mlir-print-op-generic > %t.global.mlir
 // RUN: stpar-opt %s -split-input-file -stp-partition --mlir-print-op-generic > %t.spmd.mlir
 // RUN: %python %S/Inputs/spmd-sim.py %t.global.mlir %t.spmd.mlir 8 | FileCheck %s --check-prefix=SIM
-// SIM-COUNT-10: ok: {{[0-9]+}} results match on {{4|16}} ranks
+// SIM-COUNT-11: ok: {{[0-9]+}} results match on {{4|16}} ranks
 // SIM-NOT: MISMATCH
 
 // Megatron MLP on 4 devices: the first matmul splits its output columns
@@ -393,5 +393,57 @@ module attributes {stp.mesh = #mesh} {
       linalg.yield %v : f32
     } -> tensor<4x8x32xf32>
     return %emb : tensor<4x8x32xf32>
+  }
+}
+
+// -----
+
+// A view of a value whose re-layout is already made is taken from that
+// re-layout: %a's gather of %r also serves %c, which reads %r through an
+// expand_shape (as the training step's attention backward reads the query
+// through new views): one all-gather, then the expand of its result.
+
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+// CHECK-LABEL: func.func @view_of_gathered
+// CHECK: %[[R:[a-z0-9_]+]] = linalg.generic
+// CHECK: %[[G:[a-z0-9_]+]] = shard.all_gather %[[R]] on @grid grid_axes = [0] gather_axis = 0 {{.*}} : tensor<2x32xf32> -> tensor<8x32xf32>
+// CHECK-NOT: shard.all_gather
+// CHECK: tensor.expand_shape %[[G]] {{\[\[0\], \[1, 2\]\]}} output_shape [8, 4, 8] : tensor<8x32xf32> into tensor<8x4x8xf32>
+// CHECK-NOT: shard.all_gather
+// CHECK: return
+module attributes {stp.mesh = #mesh} {
+  func.func @view_of_gathered(%x: tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<8x4x8xf32>) {
+    %e = tensor.empty() : tensor<8x32xf32>
+    %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<8x32xf32>) outs(%e : tensor<8x32xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 8 {"x0"}, "d1" = 32]>} {
+    ^bb0(%in: f32, %out: f32):
+      %y = arith.negf %in : f32
+      linalg.yield %y : f32
+    } -> tensor<8x32xf32>
+    %e2 = tensor.empty() : tensor<8x32xf32>
+    %a = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%r : tensor<8x32xf32>) outs(%e2 : tensor<8x32xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 8, "d1" = 32]>} {
+    ^bb0(%in: f32, %out: f32):
+      %y = math.exp %in : f32
+      linalg.yield %y : f32
+    } -> tensor<8x32xf32>
+    %ex = tensor.expand_shape %r [[0], [1, 2]] output_shape [8, 4, 8] : tensor<8x32xf32> into tensor<8x4x8xf32>
+    %e3 = tensor.empty() : tensor<8x4x8xf32>
+    %c = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%ex : tensor<8x4x8xf32>) outs(%e3 : tensor<8x4x8xf32>)
+      attrs = {stp.spec = #stp.spec<#mesh, loops = ["b" = 8, "d1" = 4, "d2" = 8]>} {
+    ^bb0(%in: f32, %out: f32):
+      %y = arith.mulf %in, %in : f32
+      linalg.yield %y : f32
+    } -> tensor<8x4x8xf32>
+    return %a, %c : tensor<8x32xf32>, tensor<8x4x8xf32>
   }
 }

@@ -252,6 +252,7 @@ private:
   Value getAs(Value old, const Sharding &to, const std::string &user,
               const std::string &what);
   Value materializeLazy(Value old, const Sharding &to);
+  Value viewOfRelayout(Value old, const Sharding &to);
   /// `producerPhase`: the `stp.phase` of the op that made the value (a
   /// partial result is reduced in that phase, see relayout).
   Value relayout(Value value, Sharding cur, const Sharding &to,
@@ -494,6 +495,51 @@ Value Partitioner::materializeLazy(Value old, const Sharding &to) {
   return newOp->getResult(0);
 }
 
+/// When `old` is a view (a reshape; CostKind::View) of a value whose
+/// re-layout into what the view maps `to` back to is already made: that
+/// re-layout, viewed; else null. The training step's backward reads
+/// forward values through new views (the attention backward groups the
+/// query heads by key/value head), and would otherwise gather them a second
+/// time where the plan charges the forward's gather once.
+Value Partitioner::viewOfRelayout(Value old, const Sharding &to) {
+  Operation *def = old.getDefiningOp();
+  auto view = dyn_cast_or_null<PartitionableOpInterface>(def);
+  if (!view || def->getNumOperands() != 1 || def->getNumResults() != 1 ||
+      !to.partial.empty() || view.getPartitionRule() != PartitionRule::Layout ||
+      view.getCostRule().kind != CostKind::View)
+    return {};
+  Value source = def->getOperand(0);
+  auto sourceType = getRankedTensor(source);
+  auto global = getRankedTensor(old);
+  if (!sourceType || !global || !isValidFor(global, to))
+    return {};
+  LayoutRule rule = view.getLayoutRule();
+  Sharding from = Sharding::replicated(sourceType.getRank());
+  for (auto [r, axes] : llvm::enumerate(to.dims)) {
+    if (axes.empty())
+      continue;
+    int64_t d = r < rule.resultDims.size() ? rule.resultDims[r] : -1;
+    if (d < 0 || d >= sourceType.getRank() || !from.dims[d].empty() ||
+        llvm::is_contained(rule.wholeDims, d))
+      return {};
+    from.dims[d] = axes;
+  }
+  Value current = states.lookup(source).value;
+  for (auto &[sharding, value] : cache[source]) {
+    if (!(sharding == from) || value == current ||
+        (!inLoop && isDefinedInLoop(value)))
+      continue;
+    Operation *local =
+        view.createLocalOp(builder, {value}, {getLocalType(global, to)});
+    if (!local)
+      return {};
+    local->setDiscardableAttrs(def->getDiscardableAttrDictionary());
+    local->removeAttr(STPDialect::kSpecAttrName);
+    return local->getResult(0);
+  }
+  return {};
+}
+
 Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
                          const std::string &what) {
   ValueState &state = states[old];
@@ -510,6 +556,11 @@ Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
   for (auto &[sharding, value] : cache[old])
     if (sharding == to && (inLoop || !isDefinedInLoop(value)))
       return value;
+  if (!state.lazy && !(state.sharding == to))
+    if (Value viewed = viewOfRelayout(old, to)) {
+      cache[old].push_back({to, viewed});
+      return viewed;
+    }
   // A value from before the micro-batch loop: re-laid out once before the
   // loop (collectives and all), then sliced per micro-batch inside it.
   if (inLoop && !state.lazy && !isDefinedInLoop(state.value)) {
