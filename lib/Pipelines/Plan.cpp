@@ -813,11 +813,17 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
       if (producer >= 0)
         sourceOp = graph.ops[producer].sourceOp;
     }
-    std::string irOp, label;
+    std::string irOp, label, reader;
     if (sourceOp >= 0 && size_t(sourceOp) < irNames.getOps().size()) {
       mlir::Operation *source = irNames.getOps()[sourceOp];
       irOp = irNames.getName(source).str();
       label = stpar::stp::getPlanStepLabel(source, unsigned(sourceOp));
+    }
+    if (p.reader >= 0) {
+      int readerOp = graph.ops[bridged.graphOpOfFlat[p.reader]].sourceOp;
+      if (readerOp >= 0 && size_t(readerOp) < irNames.getOps().size())
+        reader = stpar::stp::getPlanStepLabel(irNames.getOps()[readerOp],
+                                              unsigned(readerOp));
     }
     json::Array names;
     bool intra = false, inter = false;
@@ -847,6 +853,7 @@ planJSON(StringRef model, const Cluster &cluster, const Problem &problem,
         {"sent_bytes", getSentBytes(p.comm, mesh)},
         {"source", p.source},
         {"what", p.comm.what},
+        {"reader", reader},
         {"link", link},
         {"seconds", p.comm.count * getMultiAxisCollectiveTime(
                                        p.comm.kind, p.comm.bytes, p.comm.axes,

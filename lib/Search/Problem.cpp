@@ -85,9 +85,14 @@ static Error checkEdgeViews(const Operator &prod, const Operand &out,
     if (v.sizes[c].size() != v.count)
       return err(name + ": every consumer dim needs one size per view");
   }
-  for (int at : v.lostAt)
-    if (at < -1 || at >= int(v.count))
-      return err(name + ": view position " + Twine(at) + " out of range");
+  if (!v.gradientLostAt.empty() && v.gradientLostAt.size() != in.dims.size())
+    return err(name + ": the gradient's view positions do not match the "
+                      "consumer operand's rank");
+  for (ArrayRef<int> positions :
+       {ArrayRef(v.lostAt), ArrayRef(v.gradientLostAt)})
+    for (int at : positions)
+      if (at < -1 || at >= int(v.count))
+        return err(name + ": view position " + Twine(at) + " out of range");
   return Error::success();
 }
 
@@ -526,7 +531,8 @@ Error Parser::parseLine(StringRef keyword, SmallVectorImpl<StringRef> &w) {
       (side ? edge.consumerOperand : edge.producerOperand) =
           unsigned(it - operands.begin());
     }
-    // [next] [views=N map=D,... sizes=S/S,... lost=P,... [shared]]
+    // [next] [views=N map=D,... sizes=S/S,... lost=P,... [gradlost=P,...]
+    // [shared]]
     auto list = [&](StringRef value, StringRef what,
                     std::vector<int> &out) -> Error {
       SmallVector<StringRef> items;
@@ -570,6 +576,9 @@ Error Parser::parseLine(StringRef keyword, SmallVectorImpl<StringRef> &w) {
       } else if (key == "lost") {
         if (Error e = list(value, "lost", v.lostAt))
           return e;
+      } else if (key == "gradlost") {
+        if (Error e = list(value, "gradlost", v.gradientLostAt))
+          return e;
       } else if (key == "sizes") {
         SmallVector<StringRef> dims;
         if (!value.empty())
@@ -586,8 +595,8 @@ Error Parser::parseLine(StringRef keyword, SmallVectorImpl<StringRef> &w) {
           }
         }
       } else {
-        return error("expected 'next', 'views=', 'map=', 'sizes=', 'lost=' "
-                     "or 'shared', got '" +
+        return error("expected 'next', 'views=', 'map=', 'sizes=', 'lost=', "
+                     "'gradlost=' or 'shared', got '" +
                      attr + "'");
       }
     }
@@ -696,6 +705,10 @@ void printProblem(raw_ostream &os, const Problem &p) {
       }
       os << " lost=";
       list(v.lostAt);
+      if (!v.gradientLostAt.empty()) {
+        os << " gradlost=";
+        list(v.gradientLostAt);
+      }
       if (!v.chargesGather)
         os << " shared";
     }

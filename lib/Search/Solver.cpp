@@ -319,6 +319,18 @@ struct Instance::Impl {
   /// view position where its split is lost (gathered), -1 where it carries
   /// over or the axis does not split the producer's output.
   SmallVector<int, 4> getViewLosses(const Edge &edge, int from) const;
+  /// The share of a view edge's gradient that goes back to its producer:
+  /// below 1 where the views widen the tensor (a concatenation with other
+  /// operands, the KV-cache's), whose gradient the program slices to the
+  /// producer's part before it re-lays that part out, for the producer's
+  /// backward; else 1.
+  double getViewGradientShare(const Edge &edge) const;
+  /// Where the program gathers a view edge's gradient over mesh `axis` for
+  /// the consumer's layout `to`: the position of the view whose gradient
+  /// drops the split (EdgeViews::gradientLostAt, or a size along the way
+  /// that the axis group does not divide), or -1 for the producer's
+  /// backward.
+  int getGradientGatherView(const Edge &edge, int to, unsigned axis) const;
   /// relayoutEdge for an edge through views: the producer's output is
   /// re-laid out to what the views keep (partial sums reduced, lost splits
   /// gathered; `beforeViews`, only on the edge that pays it), the views'
@@ -912,6 +924,55 @@ SmallVector<int, 4> Instance::Impl::getViewLosses(const Edge &edge,
   return out;
 }
 
+double Instance::Impl::getViewGradientShare(const Edge &edge) const {
+  const Operator &prod = problem.ops[edge.producer];
+  const Operand &po = prod.operands[edge.producerOperand];
+  const Operator &cons = problem.ops[edge.consumer];
+  const Operand &co = cons.operands[edge.consumerOperand];
+  if (!edge.views || !edge.views->count)
+    return 1;
+  double produced = 1, read = 1;
+  for (unsigned d : po.dims)
+    produced *= double(prod.loops[d].extent);
+  for (unsigned d : co.dims)
+    read *= double(cons.loops[d].extent);
+  return read > produced ? produced / read : 1;
+}
+
+int Instance::Impl::getGradientGatherView(const Edge &edge, int to,
+                                          unsigned axis) const {
+  const EdgeViews &v = *edge.views;
+  int last = int(v.count) - 1;
+  const Operand &co = problem.ops[edge.consumer].operands[edge.consumerOperand];
+  unsigned numAxes = unsigned(config.mesh.axes.size());
+  SmallVector<AxisUse, 4> grad =
+      getAxisUses(layouts[to], numAxes, unsigned(co.dims.size()), true, true);
+  if (v.gradientLostAt.empty() || axis >= grad.size() ||
+      grad[axis].state != AxisUse::State::Split ||
+      grad[axis].dim >= v.gradientLostAt.size())
+    return last;
+  unsigned c = grad[axis].dim;
+  int64_t group = 1;
+  for (unsigned a = 0; a < numAxes; ++a)
+    if (grad[a].state == AxisUse::State::Split && grad[a].dim == c)
+      group *= config.mesh.axes[a].size;
+  // Walking back from the consumer: a view whose source size along the
+  // dim the group does not divide drops the split too.
+  const Operator &prod = problem.ops[edge.producer];
+  const Operand &po = prod.operands[edge.producerOperand];
+  int lost = v.gradientLostAt[c];
+  for (int k = last; k > lost; --k) {
+    int64_t sourceSize = 0;
+    if (k > 0)
+      sourceSize = v.sizes[c][k - 1];
+    else if (int p = v.producerDimOf[c]; p >= 0 && unsigned(p) < po.dims.size())
+      sourceSize = prod.loops[po.dims[p]].extent;
+    if (sourceSize % group != 0)
+      return k;
+  }
+  return lost;
+}
+
 double Instance::Impl::relayoutViews(const Edge &edge, int from, int to,
                                      RelayoutCost *forward,
                                      RelayoutCost *backward,
@@ -977,9 +1038,11 @@ double Instance::Impl::relayoutViews(const Edge &edge, int from, int to,
   seconds += relayoutSeconds(after, want, consBytes(after), forward);
   // The gradient: from the consumer's layout (its partial sums reduced)
   // back to what the views keep; through the views and into the
-  // producer's split nothing moves (only slices).
+  // producer's split nothing moves (only slices). Of a concatenation's
+  // gradient only the producer's part moves.
   if (co.needsGrad)
-    seconds += relayoutSeconds(grad, back, consBytes(grad), backward);
+    seconds += relayoutSeconds(
+        grad, back, consBytes(grad) * getViewGradientShare(edge), backward);
   return seconds;
 }
 
@@ -1333,6 +1396,7 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
       c.bytes = step.bytes;
       c.what = text;
       PlannedCommunication pc{std::move(c), owner, "re-layout"};
+      pc.reader = int(e.consumer);
       if (view >= 0) {
         pc.viewOperand = int(e.consumerOperand);
         pc.viewPosition = view;
@@ -1358,21 +1422,18 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
     if (viewEdge && viewEdge->views->count) {
       for (const RelayoutStep &step : f.steps)
         add(step, Phase::Forward, e.consumer, "re-layout of " + what);
-      // The gradient is gathered where a view's gradient needs the dim
-      // whole: at the view that dropped the axis's split in F, else at the
-      // last view's gradient (reading the consumer's).
-      int last = int(viewEdge->views->count) - 1;
+      // The gradient is gathered where a view's gradient cannot keep the
+      // split (walking back from the consumer), else by the producer's
+      // backward.
       for (const RelayoutStep &step : b.steps) {
         if (isReduction(step.kind)) {
           add(step, Phase::InputGrad, e.consumer,
               "gradient re-layout of " + what);
           continue;
         }
-        int at = step.axis < losses.size() && losses[step.axis] >= 0
-                     ? losses[step.axis]
-                     : last;
-        add(step, Phase::InputGrad, e.consumer, "gradient re-layout of " + what,
-            at);
+        int at = I.getGradientGatherView(*viewEdge, to, step.axis);
+        add(step, Phase::InputGrad, at < 0 ? e.producer : e.consumer,
+            "gradient re-layout of " + what, at);
       }
       continue;
     }

@@ -52,6 +52,12 @@ struct EdgeViews {
   /// Per producer operand dim: the position of the view (0 = the one
   /// reading the producer's output) that drops its split, or -1.
   std::vector<int> lostAt;
+  /// Per consumer operand dim: the position of the view whose gradient
+  /// cannot keep that dim's split (it slices, concatenates or reshapes it
+  /// away), walking back from the consumer: the program gathers the
+  /// gradient there. -1: the split reaches the producer's backward. Empty
+  /// (a problem file without it): every dim at the last view.
+  std::vector<int> gradientLostAt;
   /// Whether this edge pays the re-layout before the views (the producer's
   /// partial sums reduced, the lost splits gathered). The program makes
   /// that re-layout once per producer output and target layout, so among

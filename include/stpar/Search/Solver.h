@@ -205,6 +205,10 @@ struct PlannedCommunication {
   /// view at this position (0 = the one reading the producer's output) on
   /// the way into operand `viewOperand` of `op` issues it; -1 otherwise.
   int viewOperand = -1, viewPosition = -1;
+  /// A re-layout's reader: the operator whose operand it lays out (the
+  /// edge's consumer, also where another operator issues it); -1 for
+  /// other sources.
+  int reader = -1;
 };
 
 /// The objective for one problem under one configuration. Holds the

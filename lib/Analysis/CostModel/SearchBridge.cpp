@@ -126,12 +126,16 @@ EdgeViews composeViews(const OperatorGraph &g, ArrayRef<unsigned> chain,
     int d = int(td);
     if (chain.empty() && unsigned(d) >= prodPos.size())
       d = -1;
+    int gradientLost = -1;
     for (int k = int(chain.size()) - 1; k >= 0 && d >= 0; --k) {
       const GraphView &view = g.views[chain[k]];
       const std::vector<int64_t> &shape = g.tensors[view.result].shape;
       sizes[k] = unsigned(d) < shape.size() ? shape[d] : 1;
       d = unsigned(d) < view.splitDimOf.size() ? view.splitDimOf[d] : -1;
+      if (d < 0)
+        gradientLost = k;
     }
+    v.gradientLostAt.push_back(gradientLost);
     int p = d >= 0 && unsigned(d) < prodPos.size() ? prodPos[d] : -1;
     v.producerDimOf.push_back(p);
     v.sizes.push_back(std::move(sizes));

@@ -211,9 +211,16 @@ TEST(ProblemFormat, Errors) {
   e = errorOf(std::string(twoOps) + "edge a.y -> c.x views=1 map=0,1,- "
                                     "sizes=4,2,4 lost=-,3\n");
   EXPECT_NE(e.find("view position 3 out of range"), std::string::npos) << e;
+  e = errorOf(std::string(twoOps) + "edge a.y -> c.x views=1 map=0,1,- "
+                                    "sizes=4,2,4 lost=-,- gradlost=-,1,-\n");
+  EXPECT_NE(e.find("view position 1 out of range"), std::string::npos) << e;
+  e = errorOf(std::string(twoOps) + "edge a.y -> c.x views=1 map=0,1,- "
+                                    "sizes=4,2,4 lost=-,- gradlost=-,0\n");
+  EXPECT_NE(e.find("gradient's view positions do not match"), std::string::npos)
+      << e;
   EXPECT_EQ(errorOf(std::string(twoOps) + "edge a.y -> c.x via=2\n"),
             "bad.txt:10: expected 'next', 'views=', 'map=', 'sizes=', "
-            "'lost=' or 'shared', got 'via=2'");
+            "'lost=', 'gradlost=' or 'shared', got 'via=2'");
   EXPECT_EQ(errorOf("op a elementwise\n loop b 4 frozen\n"),
             "bad.txt:2: expected 'reduction' or 'fixed', got 'frozen'");
 }

@@ -806,7 +806,7 @@ op r1 elementwise section=pre flops=1
   loop d 4
   input x b,h,d
   output y b,h,d
-edge fc.y -> r0.x views=1 map=0,1,- sizes=8,4,4 lost=-,-
+edge fc.y -> r0.x views=1 map=0,1,- sizes=8,4,4 lost=-,- gradlost=-,-,0
 edge fc.y -> r1.x views=1 map=0,1,- sizes=8,4,4 lost=-,- shared
 )";
   Expected<Problem> p = parseProblem(text, "views.txt");
@@ -820,6 +820,8 @@ edge fc.y -> r1.x views=1 map=0,1,- sizes=8,4,4 lost=-,- shared
   ASSERT_TRUE(q->edges[1].views.has_value());
   EXPECT_FALSE(q->edges[1].views->chargesGather);
   EXPECT_EQ(q->edges[0].views->producerDimOf, (std::vector<int>{0, 1, -1}));
+  EXPECT_EQ(q->edges[0].views->gradientLostAt, (std::vector<int>{-1, -1, 0}));
+  EXPECT_TRUE(q->edges[1].views->gradientLostAt.empty());
   EXPECT_FALSE(q->ops[2].loops[1].splittable);
 
   EfficiencyModel eff = getDefaultEfficiency();
@@ -850,6 +852,79 @@ edge fc.y -> r1.x views=1 map=0,1,- sizes=8,4,4 lost=-,- shared
   // h*d over 8 (r0 splits the batch): gathered once before the view
   // (8 x 16 elements of 2 bytes), at the view; r0 and r1 slice.
   EXPECT_EQ(gathered(8, 0), (std::vector<std::string>{"all-gather@0:256"}));
+}
+
+// Where a view edge's gradient is gathered (docs/search.md, "Edges
+// through views"), as -stp-partition does it: a replicated producer whose
+// reader splits the heads of [b, h, d] gets its gradient gathered by its
+// own backward when the view's gradient keeps the head split (gradlost -),
+// at the view when it cannot (gradlost 0, e.g. a slice along the split
+// dim). Through a concatenation (the reader's [b, 12] from the producer's
+// [b, 8] and another tensor) only the producer's part of the gradient
+// moves: 8 of the 12 rows.
+TEST(Communication, ViewGradientGather) {
+  auto planned = [](StringRef edge, int64_t readerRows, unsigned split) {
+    std::string text = R"(
+problem views
+cluster v100-sxm2-32g-4x8
+devices 2
+op fc matmul section=pre flops=2
+  loop b 8
+  loop n 16
+  loop k 4 reduction
+  input x b,k nograd
+  param w k,n
+  output y b,n
+op r elementwise section=pre flops=1
+  loop b )" + std::to_string(readerRows) +
+                       R"(
+  loop h 4
+  loop d 4
+  input x b,h,d
+  output y b,h,d
+)" + edge.str() + "\n";
+    Expected<Problem> p = parseProblem(text, "views.txt");
+    EXPECT_TRUE(bool(p)) << toString(p.takeError());
+    Config c;
+    c.mesh = makeSearchMesh(1, {2});
+    auto inst = Instance::create(*p, cluster(), c, getDefaultEfficiency(), {});
+    EXPECT_TRUE(bool(inst));
+    Partition fc, r;
+    fc.loopAxes = {{}, {}, {}};
+    r.loopAxes = {{}, {}, {}};
+    r.loopAxes[split] = {1};
+    Expected<std::vector<PlannedCommunication>> comms =
+        (*inst)->getCommunication({fc, r});
+    EXPECT_TRUE(bool(comms));
+    std::vector<std::string> out;
+    for (const PlannedCommunication &m : *comms)
+      if (m.source == "re-layout" && m.comm.phase == Phase::InputGrad)
+        out.push_back(std::string(getCollectiveName(m.comm.kind)) + "@op" +
+                      std::to_string(m.op) + "/view" +
+                      std::to_string(m.viewPosition) + ":" +
+                      std::to_string(int64_t(m.comm.bytes)) + " reader op" +
+                      std::to_string(m.reader));
+    return out;
+  };
+  // The gathered gradient: 8 x 4 x 4 elements of 2 bytes.
+  EXPECT_EQ(planned("edge fc.y -> r.x views=1 map=0,1,- sizes=8,4,4 "
+                    "lost=-,- gradlost=-,-,-",
+                    8, 1),
+            (std::vector<std::string>{"all-gather@op0/view-1:256 reader op1"}));
+  EXPECT_EQ(planned("edge fc.y -> r.x views=1 map=0,1,- sizes=8,4,4 "
+                    "lost=-,- gradlost=-,0,-",
+                    8, 1),
+            (std::vector<std::string>{"all-gather@op1/view0:256 reader op1"}));
+  // Without gradlost (an older problem file): at the last view.
+  EXPECT_EQ(
+      planned("edge fc.y -> r.x views=1 map=0,1,- sizes=8,4,4 lost=-,-", 8, 1),
+      (std::vector<std::string>{"all-gather@op1/view0:256 reader op1"}));
+  // Through a concatenation along b: 12 x 4 x 4 elements read, the
+  // producer's 8 rows of them gathered (256 bytes, not 384).
+  EXPECT_EQ(planned("edge fc.y -> r.x views=1 map=-,1,- sizes=12,4,4 "
+                    "lost=-,- gradlost=0,-,-",
+                    12, 1),
+            (std::vector<std::string>{"all-gather@op0/view-1:256 reader op1"}));
 }
 
 namespace {

@@ -313,7 +313,10 @@ struct CheckCommunicationPass
                          " over " + axesText(names)] += n;
     });
 
-    // The plan: per micro-batch, gradient syncs per step.
+    bool training = module->hasAttr(STPDialect::kTrainingAttrName);
+    // The plan: per micro-batch, gradient syncs per step. A re-layout for
+    // an operator the program leaves out (its `reader`) is listed under
+    // that operator, wherever the plan issues it.
     for (const json::Value &v : *predicted) {
       const json::Object *item = v.getAsObject();
       if (!item)
@@ -322,6 +325,10 @@ struct CheckCommunicationPass
       std::string phase = item->getString("phase").value_or("").str();
       if (label.empty())
         label = "(unlabelled)";
+      std::string reader = item->getString("reader").value_or("").str();
+      if (training && !programNodes.empty() && !reader.empty() &&
+          !programNodes.contains(reader))
+        label = reader;
       double sent = item->getNumber("sent_bytes").value_or(0);
       int64_t width = item->getInteger("element_bytes").value_or(2);
       if (sent <= 0)
@@ -351,7 +358,6 @@ struct CheckCommunicationPass
     // with the returned results, which the plan does not tell apart.
     // Only a training step leaves operators out, and only a program that
     // names its ops (NameLoc) tells which.
-    bool training = module->hasAttr(STPDialect::kTrainingAttrName);
     auto absent = [&](const Key &key) {
       return training && !programNodes.empty() && key.first != kAllSyncs &&
              key.first != "(unlabelled)" && key.first != "return" &&
