@@ -1958,9 +1958,15 @@ Expected<Plan> Instance::Impl::solve() {
         int cand;
         /// Lower bound of the items after v given this choice.
         double rest;
+        /// The least time so far with which it can follow (capped search
+        /// only, to rank the candidates).
+        double before = 0;
       };
       std::vector<SC> scs;
       unsigned numIn = unsigned(inEdges[v].size());
+      std::vector<int> livePos(n, -1);
+      for (unsigned i = 0; i < live.size(); ++i)
+        livePos[live[i]] = int(i);
       if (items[v].op < 0) {
         for (int l : items[v].anchorLayouts)
           scs.push_back(
@@ -2001,14 +2007,39 @@ Expected<Plan> Instance::Impl::solve() {
           for (SC &sc : grp)
             scs.push_back(std::move(sc));
         if (options.maxCandidates && scs.size() > options.maxCandidates) {
-          // Keep the fastest half (own time plus the chain bound of the
-          // rest given its output layout: a candidate that is fast alone
-          // but whose layout costs what follows goes first) and the
-          // smallest half.
+          // Keep the fastest half and the smallest half. Fastest: A*'s f
+          // through the candidate, the least time so far of the states it
+          // can follow with the re-layouts into its input layouts, plus
+          // its own time, plus the chain bound of the rest given its
+          // output layout (a candidate that is fast alone but whose
+          // layouts cost what comes before or after goes first).
+          std::map<std::vector<int>, double> sofar;
+          for (const State &st : states) {
+            std::vector<int> from;
+            for (const SegEdge *e : inEdges[v])
+              from.push_back(
+                  layoutOf(e->from, st.key[livePos[e->from]], e->fromOperand));
+            double fastest = std::numeric_limits<double>::infinity();
+            for (const Point &pt : st.front)
+              fastest = std::min(fastest, pt.time);
+            auto [it, ins] = sofar.try_emplace(std::move(from), fastest);
+            if (!ins)
+              it->second = std::min(it->second, fastest);
+          }
+          for (SC &sc : scs) {
+            double best = std::numeric_limits<double>::infinity();
+            for (const auto &[from, time] : sofar) {
+              double t = time;
+              for (unsigned k = 0; k < numIn && t < best; ++k)
+                t += edgeCost(op, inEdges[v][k]->toOperand, from[k], sc.in[k]);
+              best = std::min(best, t);
+            }
+            sc.before = best;
+          }
           unsigned half = options.maxCandidates / 2;
           std::vector<SC> byTime = scs, byMem = scs;
           llvm::sort(byTime, [](const SC &a, const SC &b) {
-            return a.time + a.rest < b.time + b.rest;
+            return a.before + a.time + a.rest < b.before + b.time + b.rest;
           });
           llvm::sort(byMem, [](const SC &a, const SC &b) {
             return a.mem + a.peak < b.mem + b.peak;
@@ -2060,9 +2091,6 @@ Expected<Plan> Instance::Impl::solve() {
       bool vLive = isSticky[v] || lastUse[v] > int(v);
       if (vLive)
         nextLive.push_back(v);
-      std::vector<int> livePos(n, -1);
-      for (unsigned i = 0; i < live.size(); ++i)
-        livePos[live[i]] = int(i);
       double restM = restMem[v + 1] + outMem;
       // Destination fronts by (base key id, signature of v).
       std::map<Key, unsigned> baseIds;
