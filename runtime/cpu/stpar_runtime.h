@@ -623,16 +623,106 @@ void allToAll(Context &ctx, const Shape &axes, const T *in, T *out,
   swap01(recv.data(), out, g, preC, chunk / preC);
 }
 
+/// The rows of stp.moe_all_to_all through BaGuaLu's two-level exchange
+/// (`intra_node_size` L: member w of the group of p sits on node w / L).
+/// Phase 1, inside each node: w hands (node(w), local(q)) every block bound
+/// for q. Phase 2, across nodes: (j, l) sends each (j', l) what its node
+/// has for it, so every network message carries a node's rows at once.
+/// `block(q, x)` points at the sendCounts[q * el + x] rows for local expert
+/// x of member q; returns the received rows in (source, expert) order and
+/// their counts in recvCounts, as the flat exchange leaves them. Each phase
+/// sends its counts first (MPI_Alltoall), then the rows (MPI_Alltoallv;
+/// members outside the phase's peers get nothing).
+template <typename T, typename Block>
+std::vector<T>
+moeExchangeTwoLevel(MPI_Comm comm, int64_t me, int64_t p, int64_t l, int64_t el,
+                    int64_t d, const std::vector<int64_t> &sendCounts,
+                    Block block, std::vector<int64_t> &recvCounts) {
+  const int64_t nodes = p / l, node = me / l, local = me % l;
+  auto alltoallv = [&](const std::vector<T> &send, const std::vector<int> &sn,
+                       const std::vector<int> &rn) {
+    std::vector<int> sd(p, 0), rd(p, 0);
+    for (int64_t v = 1; v < p; ++v) {
+      sd[v] = sd[v - 1] + sn[v - 1];
+      rd[v] = rd[v - 1] + rn[v - 1];
+    }
+    std::vector<T> recv(rd[p - 1] + rn[p - 1]);
+    MPI_Alltoallv(send.data(), sn.data(), sd.data(), MpiType<T>::get(),
+                  recv.data(), rn.data(), rd.data(), MpiType<T>::get(), comm);
+    return recv;
+  };
+  // Phase 1: to peer v of this node, the blocks (j, x) of q = (j, local(v)).
+  std::vector<int64_t> c1s(p * nodes * el, 0), c1r(p * nodes * el, 0);
+  std::vector<int> sn(p, 0), rn(p, 0);
+  std::vector<T> send;
+  for (int64_t v = node * l; v < (node + 1) * l; ++v) {
+    size_t before = send.size();
+    for (int64_t j = 0; j < nodes; ++j)
+      for (int64_t x = 0; x < el; ++x) {
+        int64_t q = j * l + v % l, n = sendCounts[q * el + x];
+        c1s[(v * nodes + j) * el + x] = n;
+        send.insert(send.end(), block(q, x), block(q, x) + n * d);
+      }
+    sn[v] = static_cast<int>(send.size() - before);
+  }
+  MPI_Alltoall(c1s.data(), static_cast<int>(nodes * el), MPI_INT64_T,
+               c1r.data(), static_cast<int>(nodes * el), MPI_INT64_T, comm);
+  // stage holds, per member w of this node, its blocks (j, x) in order.
+  std::vector<int64_t> at(p * nodes * el, 0);
+  int64_t offset = 0;
+  for (int64_t w = 0; w < p; ++w) {
+    int64_t before = offset;
+    for (int64_t k = 0; k < nodes * el; ++k) {
+      at[w * nodes * el + k] = offset;
+      offset += c1r[w * nodes * el + k] * d;
+    }
+    rn[w] = static_cast<int>(offset - before);
+  }
+  std::vector<T> stage = alltoallv(send, sn, rn);
+  // Phase 2: to (j, local), per member w = (node, l') of this node, the
+  // blocks (j, x) it handed over.
+  std::vector<int64_t> c2s(p * l * el, 0), c2r(p * l * el, 0);
+  std::fill(sn.begin(), sn.end(), 0);
+  send.clear();
+  for (int64_t j = 0; j < nodes; ++j) {
+    int64_t q = j * l + local;
+    size_t before = send.size();
+    for (int64_t k = 0; k < l; ++k)
+      for (int64_t x = 0; x < el; ++x) {
+        int64_t w = node * l + k, i = (w * nodes + j) * el + x, n = c1r[i];
+        c2s[(q * l + k) * el + x] = n;
+        send.insert(send.end(), stage.begin() + at[i],
+                    stage.begin() + at[i] + n * d);
+      }
+    sn[q] = static_cast<int>(send.size() - before);
+  }
+  MPI_Alltoall(c2s.data(), static_cast<int>(l * el), MPI_INT64_T, c2r.data(),
+               static_cast<int>(l * el), MPI_INT64_T, comm);
+  // From v = (j, local): the rows of w = (j, k) for k < l, in (w, x) order.
+  for (int64_t v = 0; v < p; ++v) {
+    rn[v] = 0;
+    for (int64_t k = 0; k < l && v % l == local; ++k)
+      for (int64_t x = 0; x < el; ++x) {
+        int64_t n = c2r[(v * l + k) * el + x];
+        recvCounts[((v / l) * l + k) * el + x] = n;
+        rn[v] += static_cast<int>(n * d);
+      }
+  }
+  return alltoallv(send, sn, rn);
+}
+
 /// stp.moe_all_to_all: the row counts (E / P per peer, MPI_Alltoall), then
-/// only the used rows (MPI_Alltoallv). Dispatch sends from the whole
-/// [E, C, D] buffer and receives into the local [E / P, P * C, D] one;
-/// `reverse` the other way; with smart scheduling only the pairs of `step`
-/// (moeStepPair). Unused rows of the result are zero, or `init`'s.
+/// only the used rows (MPI_Alltoallv), or both in two levels when
+/// `intraNodeSize` L splits the group into nodes (moeExchangeTwoLevel).
+/// Dispatch sends from the whole [E, C, D] buffer and receives into the
+/// local [E / P, P * C, D] one; `reverse` the other way; with smart
+/// scheduling only the pairs of `step` (moeStepPair). Unused rows of the
+/// result are zero, or `init`'s.
 template <typename T>
 void moeAllToAll(Context &ctx, const Shape &axes, int64_t e, int64_t c,
                  int64_t d, bool reverse, int64_t g, int64_t step,
-                 const T *rows, const int64_t *counts, const T *init,
-                 T *outRows, int64_t *outCounts) {
+                 int64_t intraNodeSize, const T *rows, const int64_t *counts,
+                 const T *init, T *outRows, int64_t *outCounts) {
   const int64_t p = ctx.groupSize(axes), el = e / p;
   MPI_Comm comm = ctx.comm(axes);
   int me = 0;
@@ -647,25 +737,33 @@ void moeAllToAll(Context &ctx, const Shape &axes, int64_t e, int64_t c,
                                : reverse ? counts[x * p + q]
                                          : counts[q * el + x];
   }
-  MPI_Alltoall(sendCounts.data(), static_cast<int>(el), MPI_INT64_T,
-               recvCounts.data(), static_cast<int>(el), MPI_INT64_T, comm);
-  std::vector<int> sn(p), sd(p), rn(p), rd(p);
-  std::vector<T> send, recv;
-  for (int64_t q = 0; q < p; ++q) {
-    sd[q] = static_cast<int>(send.size());
-    for (int64_t x = 0; x < el; ++x) {
-      const T *from = rows + moeRowOffset(!reverse, q, x, el, p, c) * d;
-      send.insert(send.end(), from, from + sendCounts[q * el + x] * d);
+  auto block = [&](int64_t q, int64_t x) {
+    return rows + moeRowOffset(!reverse, q, x, el, p, c) * d;
+  };
+  std::vector<T> recv;
+  if (intraNodeSize > 1 && intraNodeSize < p && p % intraNodeSize == 0) {
+    recv = moeExchangeTwoLevel<T>(comm, me, p, intraNodeSize, el, d, sendCounts,
+                                  block, recvCounts);
+  } else {
+    MPI_Alltoall(sendCounts.data(), static_cast<int>(el), MPI_INT64_T,
+                 recvCounts.data(), static_cast<int>(el), MPI_INT64_T, comm);
+    std::vector<int> sn(p), sd(p), rn(p), rd(p);
+    std::vector<T> send;
+    for (int64_t q = 0; q < p; ++q) {
+      sd[q] = static_cast<int>(send.size());
+      for (int64_t x = 0; x < el; ++x)
+        send.insert(send.end(), block(q, x),
+                    block(q, x) + sendCounts[q * el + x] * d);
+      sn[q] = static_cast<int>(send.size()) - sd[q];
+      rd[q] = q ? rd[q - 1] + rn[q - 1] : 0;
+      rn[q] = 0;
+      for (int64_t x = 0; x < el; ++x)
+        rn[q] += static_cast<int>(recvCounts[q * el + x] * d);
     }
-    sn[q] = static_cast<int>(send.size()) - sd[q];
-    rd[q] = q ? rd[q - 1] + rn[q - 1] : 0;
-    rn[q] = 0;
-    for (int64_t x = 0; x < el; ++x)
-      rn[q] += static_cast<int>(recvCounts[q * el + x] * d);
+    recv.resize(p ? rd[p - 1] + rn[p - 1] : 0);
+    MPI_Alltoallv(send.data(), sn.data(), sd.data(), MpiType<T>::get(),
+                  recv.data(), rn.data(), rd.data(), MpiType<T>::get(), comm);
   }
-  recv.resize(p ? rd[p - 1] + rn[p - 1] : 0);
-  MPI_Alltoallv(send.data(), sn.data(), sd.data(), MpiType<T>::get(),
-                recv.data(), rn.data(), rd.data(), MpiType<T>::get(), comm);
   if (init)
     std::copy(init, init + e * c * d, outRows);
   else
@@ -753,21 +851,22 @@ void allToAll(Context &ctx, int64_t, int64_t, const Shape &axes,
 template <typename T>
 void moeAllToAll(Context &ctx, int64_t, int64_t, const Shape &axes, int64_t e,
                  int64_t c, int64_t d, bool reverse, int64_t g, int64_t step,
-                 const Tensor<T> &rows, const Tensor<int64_t> &counts,
-                 const Tensor<T> &outRows, const Tensor<int64_t> &outCounts) {
-  moeAllToAll(ctx, axes, e, c, d, reverse, g, step, rows.data(), counts.data(),
-              static_cast<const T *>(nullptr), outRows.data(),
+                 int64_t intraNodeSize, const Tensor<T> &rows,
+                 const Tensor<int64_t> &counts, const Tensor<T> &outRows,
+                 const Tensor<int64_t> &outCounts) {
+  moeAllToAll(ctx, axes, e, c, d, reverse, g, step, intraNodeSize, rows.data(),
+              counts.data(), static_cast<const T *>(nullptr), outRows.data(),
               outCounts.data());
 }
 /// The same with `init` (a smart-scheduled return after its first step).
 template <typename T>
 void moeAllToAll(Context &ctx, int64_t, int64_t, const Shape &axes, int64_t e,
                  int64_t c, int64_t d, bool reverse, int64_t g, int64_t step,
-                 const Tensor<T> &rows, const Tensor<int64_t> &counts,
-                 const Tensor<T> &init, const Tensor<T> &outRows,
-                 const Tensor<int64_t> &outCounts) {
-  moeAllToAll(ctx, axes, e, c, d, reverse, g, step, rows.data(), counts.data(),
-              init.data(), outRows.data(), outCounts.data());
+                 int64_t intraNodeSize, const Tensor<T> &rows,
+                 const Tensor<int64_t> &counts, const Tensor<T> &init,
+                 const Tensor<T> &outRows, const Tensor<int64_t> &outCounts) {
+  moeAllToAll(ctx, axes, e, c, d, reverse, g, step, intraNodeSize, rows.data(),
+              counts.data(), init.data(), outRows.data(), outCounts.data());
 }
 /// shard.all_slice: a local copy of this device's block.
 template <typename T>

@@ -701,6 +701,100 @@ void allToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
   transferEnd(ctx, done);
 }
 
+/// stp.moe_all_to_all's rows in two levels (BaGuaLu; `intra_node_size` L,
+/// member w of the group of p on node w / L), as the cpu runtime's
+/// moeExchangeTwoLevel, which documents the phases: inside each node first,
+/// then across nodes, each phase's counts first (copied to the host: the
+/// row transfers' sizes), then its rows by grouped ncclSend/ncclRecv (a
+/// pair's transfers match in issue order), staged on this device between
+/// the phases. `block(q, x)` points at the sendCounts[q * el + x] rows for
+/// local expert x of member q, `dest(w, x)` where the rows from member w
+/// for expert x go; recvCounts[w * el + x] gets their counts.
+template <typename T, typename Block, typename Dest>
+void moeExchangeTwoLevel(Context &ctx, ncclComm_t comm, int64_t me, int64_t p,
+                         int64_t l, int64_t el, int64_t d,
+                         const std::vector<int64_t> &sendCounts, Block block,
+                         Dest dest, std::vector<int64_t> &recvCounts) {
+  const int64_t nodes = p / l, node = me / l, local = me % l;
+  auto exchangeCounts = [&](const std::vector<int64_t> &out,
+                            std::vector<int64_t> &in, int64_t per,
+                            auto isPeer) {
+    auto sendDev = scratch<int64_t>(ctx, p * per),
+         recvDev = scratch<int64_t>(ctx, p * per);
+    STP_CUDA(cudaMemcpyAsync(sendDev.data(), out.data(),
+                             sizeof(int64_t) * p * per, cudaMemcpyHostToDevice,
+                             ctx.comm));
+    STP_CUDA(cudaMemsetAsync(recvDev.data(), 0, sizeof(int64_t) * p * per,
+                             ctx.comm));
+    STP_NCCL(ncclGroupStart());
+    for (int64_t v = 0; v < p; ++v)
+      if (isPeer(v)) {
+        STP_NCCL(ncclSend(sendDev.data() + v * per, per, ncclInt64,
+                          static_cast<int>(v), comm, ctx.comm));
+        STP_NCCL(ncclRecv(recvDev.data() + v * per, per, ncclInt64,
+                          static_cast<int>(v), comm, ctx.comm));
+      }
+    STP_NCCL(ncclGroupEnd());
+    STP_CUDA(cudaMemcpyAsync(in.data(), recvDev.data(),
+                             sizeof(int64_t) * p * per, cudaMemcpyDeviceToHost,
+                             ctx.comm));
+    STP_CUDA(cudaStreamSynchronize(ctx.comm));
+  };
+  // Phase 1: to peer v of this node, the blocks (j, x) of q = (j, v mod L).
+  std::vector<int64_t> c1s(p * nodes * el, 0), c1r(p * nodes * el, 0);
+  for (int64_t v = node * l; v < (node + 1) * l; ++v)
+    for (int64_t j = 0; j < nodes; ++j)
+      for (int64_t x = 0; x < el; ++x)
+        c1s[(v * nodes + j) * el + x] = sendCounts[(j * l + v % l) * el + x];
+  exchangeCounts(c1s, c1r, nodes * el,
+                 [&](int64_t v) { return v / l == node; });
+  std::vector<int64_t> at(p * nodes * el, 0);
+  int64_t staged = 0;
+  for (int64_t i = 0; i < p * nodes * el; ++i) {
+    at[i] = staged;
+    staged += c1r[i] * d;
+  }
+  auto stage = scratch<T>(ctx, staged);
+  STP_NCCL(ncclGroupStart());
+  for (int64_t v = node * l; v < (node + 1) * l; ++v)
+    for (int64_t j = 0; j < nodes; ++j)
+      for (int64_t x = 0; x < el; ++x) {
+        int64_t q = j * l + v % l, i = (v * nodes + j) * el + x;
+        if (int64_t n = c1s[i])
+          STP_NCCL(ncclSend(block(q, x), n * d, NcclType<T>::value,
+                            static_cast<int>(v), comm, ctx.comm));
+        if (int64_t n = c1r[i])
+          STP_NCCL(ncclRecv(stage.data() + at[i], n * d, NcclType<T>::value,
+                            static_cast<int>(v), comm, ctx.comm));
+      }
+  STP_NCCL(ncclGroupEnd());
+  // Phase 2: to (j, local), per member w = (node, k), the blocks (j, x) it
+  // handed over; from (j, local), the rows of (j, k) in (k, x) order.
+  std::vector<int64_t> c2s(p * l * el, 0), c2r(p * l * el, 0);
+  for (int64_t j = 0; j < nodes; ++j)
+    for (int64_t k = 0; k < l; ++k)
+      for (int64_t x = 0; x < el; ++x)
+        c2s[((j * l + local) * l + k) * el + x] =
+            c1r[((node * l + k) * nodes + j) * el + x];
+  exchangeCounts(c2s, c2r, l * el, [&](int64_t v) { return v % l == local; });
+  STP_NCCL(ncclGroupStart());
+  for (int64_t j = 0; j < nodes; ++j)
+    for (int64_t k = 0; k < l; ++k)
+      for (int64_t x = 0; x < el; ++x) {
+        int64_t v = j * l + local, i = ((node * l + k) * nodes + j) * el + x,
+                w = j * l + k;
+        if (int64_t n = c1r[i])
+          STP_NCCL(ncclSend(stage.data() + at[i], n * d, NcclType<T>::value,
+                            static_cast<int>(v), comm, ctx.comm));
+        int64_t n = c2r[(v * l + k) * el + x];
+        recvCounts[w * el + x] = n;
+        if (n)
+          STP_NCCL(ncclRecv(dest(w, x), n * d, NcclType<T>::value,
+                            static_cast<int>(v), comm, ctx.comm));
+      }
+  STP_NCCL(ncclGroupEnd());
+}
+
 /// stp.moe_all_to_all on the communication stream: the row counts (E / P
 /// int64 per active peer, grouped ncclSend/ncclRecv), copied to the host
 /// (the communication stream is synchronized: the sizes of the row
@@ -710,13 +804,16 @@ void allToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
 /// the other way. With smart scheduling (g > 0) only the pairs of `step`
 /// talk (FasterMoE Sec. 4.2: device group w / g sends to group
 /// w / g + step); a return's `init` (may be null) holds the earlier
-/// steps' rows. Unused rows of the result are zero.
+/// steps' rows. Unused rows of the result are zero. With `intraNodeSize`
+/// L splitting the group into nodes, counts and rows travel in two levels
+/// instead (moeExchangeTwoLevel).
 template <typename T>
 void moeAllToAllImpl(Context &ctx, int64_t ready, int64_t done,
                      const Shape &axes, int64_t e, int64_t c, int64_t d,
                      bool reverse, int64_t g, int64_t step,
-                     const Tensor<T> &rows, const Tensor<int64_t> &counts,
-                     const T *init, const Tensor<T> &outRows,
+                     int64_t intraNodeSize, const Tensor<T> &rows,
+                     const Tensor<int64_t> &counts, const T *init,
+                     const Tensor<T> &outRows,
                      const Tensor<int64_t> &outCounts) {
   transferBegin(ctx, ready);
   const int64_t p = ctx.groupSize(axes), el = e / p;
@@ -740,6 +837,39 @@ void moeAllToAllImpl(Context &ctx, int64_t ready, int64_t done,
     for (int64_t x = 0; x < el; ++x)
       if (sendsTo(q))
         sendCounts[q * el + x] = reverse ? local[x * p + q] : local[q * el + x];
+  auto fill = [&] {
+    if (init)
+      STP_CUDA(cudaMemcpyAsync(outRows.data(), init, sizeof(T) * e * c * d,
+                               cudaMemcpyDeviceToDevice, ctx.comm));
+    else
+      STP_CUDA(
+          cudaMemsetAsync(outRows.data(), 0, sizeof(T) * e * c * d, ctx.comm));
+  };
+  auto finish = [&] {
+    std::vector<int64_t> result(e);
+    for (int64_t q = 0; q < p; ++q)
+      for (int64_t x = 0; x < el; ++x)
+        result[reverse ? q * el + x : x * p + q] = recvCounts[q * el + x];
+    STP_CUDA(cudaMemcpyAsync(outCounts.data(), result.data(),
+                             sizeof(int64_t) * e, cudaMemcpyHostToDevice,
+                             ctx.comm));
+    STP_CUDA(cudaStreamSynchronize(ctx.comm));
+    transferEnd(ctx, done);
+  };
+  if (intraNodeSize > 1 && intraNodeSize < p && p % intraNodeSize == 0) {
+    fill();
+    moeExchangeTwoLevel<T>(
+        ctx, comm, me, p, intraNodeSize, el, d, sendCounts,
+        [&](int64_t q, int64_t x) {
+          return rows.data() + moeRowOffset(!reverse, q, x, el, p, c) * d;
+        },
+        [&](int64_t w, int64_t x) {
+          return outRows.data() + moeRowOffset(reverse, w, x, el, p, c) * d;
+        },
+        recvCounts);
+    finish();
+    return;
+  }
   auto sendDev = scratch<int64_t>(ctx, e), recvDev = scratch<int64_t>(ctx, e);
   STP_CUDA(cudaMemcpyAsync(sendDev.data(), sendCounts.data(),
                            sizeof(int64_t) * e, cudaMemcpyHostToDevice,
@@ -759,12 +889,7 @@ void moeAllToAllImpl(Context &ctx, int64_t ready, int64_t done,
                            sizeof(int64_t) * e, cudaMemcpyDeviceToHost,
                            ctx.comm));
   STP_CUDA(cudaStreamSynchronize(ctx.comm));
-  if (init)
-    STP_CUDA(cudaMemcpyAsync(outRows.data(), init, sizeof(T) * e * c * d,
-                             cudaMemcpyDeviceToDevice, ctx.comm));
-  else
-    STP_CUDA(
-        cudaMemsetAsync(outRows.data(), 0, sizeof(T) * e * c * d, ctx.comm));
+  fill();
   STP_NCCL(ncclGroupStart());
   for (int64_t q = 0; q < p; ++q)
     for (int64_t x = 0; x < el; ++x) {
@@ -778,33 +903,27 @@ void moeAllToAllImpl(Context &ctx, int64_t ready, int64_t done,
             NcclType<T>::value, static_cast<int>(q), comm, ctx.comm));
     }
   STP_NCCL(ncclGroupEnd());
-  std::vector<int64_t> result(e);
-  for (int64_t q = 0; q < p; ++q)
-    for (int64_t x = 0; x < el; ++x)
-      result[reverse ? q * el + x : x * p + q] = recvCounts[q * el + x];
-  STP_CUDA(cudaMemcpyAsync(outCounts.data(), result.data(), sizeof(int64_t) * e,
-                           cudaMemcpyHostToDevice, ctx.comm));
-  STP_CUDA(cudaStreamSynchronize(ctx.comm));
-  transferEnd(ctx, done);
+  finish();
 }
 template <typename T>
 void moeAllToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
                  int64_t e, int64_t c, int64_t d, bool reverse, int64_t g,
-                 int64_t step, const Tensor<T> &rows,
+                 int64_t step, int64_t intraNodeSize, const Tensor<T> &rows,
                  const Tensor<int64_t> &counts, const Tensor<T> &outRows,
                  const Tensor<int64_t> &outCounts) {
-  moeAllToAllImpl(ctx, ready, done, axes, e, c, d, reverse, g, step, rows,
-                  counts, static_cast<const T *>(nullptr), outRows, outCounts);
+  moeAllToAllImpl(ctx, ready, done, axes, e, c, d, reverse, g, step,
+                  intraNodeSize, rows, counts, static_cast<const T *>(nullptr),
+                  outRows, outCounts);
 }
 /// The same with `init` (a smart-scheduled return after its first step).
 template <typename T>
 void moeAllToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
                  int64_t e, int64_t c, int64_t d, bool reverse, int64_t g,
-                 int64_t step, const Tensor<T> &rows,
+                 int64_t step, int64_t intraNodeSize, const Tensor<T> &rows,
                  const Tensor<int64_t> &counts, const Tensor<T> &init,
                  const Tensor<T> &outRows, const Tensor<int64_t> &outCounts) {
-  moeAllToAllImpl(ctx, ready, done, axes, e, c, d, reverse, g, step, rows,
-                  counts, init.data(), outRows, outCounts);
+  moeAllToAllImpl(ctx, ready, done, axes, e, c, d, reverse, g, step,
+                  intraNodeSize, rows, counts, init.data(), outRows, outCounts);
 }
 
 /// shard.shift: the value at position p along `axis` moves to p + offset

@@ -606,10 +606,11 @@ void Converter::convertMoE(stp::MoEOp op) {
   spec.topK = int64_t(op.getTopK());
   spec.ffnMatrices = op.getWMul() ? 3 : 2;
   // The generated program runs FasterMoE's smart scheduling (the group
-  // size the cost chooses, -stp-partition), not yet its shadowing nor the
-  // hierarchical all-to-all (docs/moe.md): the plan must not count on them.
-  spec.smartSchedule = true;
-  spec.shadowing = spec.hierarchical = false;
+  // size the cost chooses) and BaGuaLu's hierarchical all-to-all where the
+  // cost chooses it (-stp-partition), not yet FasterMoE's shadowing
+  // (docs/moe.md): the plan must not count on it.
+  spec.smartSchedule = spec.hierarchical = true;
+  spec.shadowing = false;
   o.moe = std::move(spec);
   layer.tensors.push_back(xt);
   layer.tensorDimLoops.push_back({0, 1});
@@ -631,9 +632,9 @@ void Converter::convertMoE(stp::MoEOp op) {
                                      : OperandRole::Input,
                                  layer.tensorDimLoops[i]));
   std::string note = "stp.moe: expert parallelism costed with FasterMoE's "
-                     "smart scheduling but without its shadowing or the "
-                     "hierarchical all-to-all (the generated program has "
-                     "neither yet)";
+                     "smart scheduling and the hierarchical all-to-all but "
+                     "without FasterMoE's shadowing (the generated program "
+                     "has no shadowing yet)";
   if (!llvm::is_contained(graph.notes, note))
     graph.notes.push_back(note);
   addOperator(std::move(layer), {Value(op.getResult())});

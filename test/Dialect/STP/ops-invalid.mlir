@@ -113,3 +113,20 @@ func.func @f(%x: tensor<16x32xf32>, %e: tensor<16x2xi64>) -> tensor<4x16x32xf32>
   %b, %c, %s = stp.moe_dispatch %x, %e : (tensor<16x32xf32>, tensor<16x2xi64>) -> (tensor<4x16x32xf32>, tensor<3x1xi64>, tensor<16x2xi64>)
   return %b : tensor<4x16x32xf32>
 }
+
+// -----
+
+// The hierarchical exchange needs whole nodes of 2..P-1 devices.
+func.func @f(%rows: tensor<4x4x16xf32>, %c: tensor<4x1xi64>) -> tensor<1x16x16xf32> {
+  // expected-error @+1 {{'stp.moe_all_to_all' op intra_node_size 3 is not a proper divisor of the 4 devices of the group (0: a flat exchange)}}
+  %r, %rc = stp.moe_all_to_all %rows, %c on @grid grid_axes = [0] {routed_rows = 8 : i64, intra_node_size = 3 : i64} : (tensor<4x4x16xf32>, tensor<4x1xi64>) -> (tensor<1x16x16xf32>, tensor<1x4xi64>)
+  return %r : tensor<1x16x16xf32>
+}
+
+// -----
+
+func.func @f(%rows: tensor<4x4x16xf32>, %c: tensor<4x1xi64>) -> tensor<1x16x16xf32> {
+  // expected-error @+1 {{'stp.moe_all_to_all' op intra_node_size 4 is not a proper divisor of the 4 devices of the group (0: a flat exchange)}}
+  %r, %rc = stp.moe_all_to_all %rows, %c on @grid grid_axes = [0] {routed_rows = 8 : i64, intra_node_size = 4 : i64} : (tensor<4x4x16xf32>, tensor<4x1xi64>) -> (tensor<1x16x16xf32>, tensor<1x4xi64>)
+  return %r : tensor<1x16x16xf32>
+}

@@ -4,10 +4,12 @@
 # tokens, h, e, f; docs/plan-format.md) gets the given mesh axes.
 #
 #   moe-plan.py IN.json OUT.json [--tokens x0,x1 --experts x1 [--ffn x1]]
-#               [--schedule-group G]
+#               [--schedule-group G] [--all-to-all flat|hierarchical]
 #
 # --schedule-group sets the smart schedule's group size the program follows
-# (operators[].moe.schedule_group_size; FasterMoE Sec. 4.2).
+# (operators[].moe.schedule_group_size; FasterMoE Sec. 4.2), --all-to-all
+# the exchange (operators[].moe.all_to_all; hierarchical: BaGuaLu's two
+# levels where the expert group spans nodes).
 #
 # The plan's other operators keep their specs; its predicted communication
 # is the input plan's (stpar verify's plan check reports the difference).
@@ -28,6 +30,7 @@ def main():
     ap.add_argument("--experts", type=axes, default=[])
     ap.add_argument("--ffn", type=axes, default=[])
     ap.add_argument("--schedule-group", type=int)
+    ap.add_argument("--all-to-all", choices=["flat", "hierarchical"])
     args = ap.parse_args()
     plan = json.load(open(args.input))
     layers = 0
@@ -38,6 +41,8 @@ def main():
         layers += 1
         if args.schedule_group is not None:
             op.setdefault("moe", {})["schedule_group_size"] = args.schedule_group
+        if args.all_to_all is not None:
+            op.setdefault("moe", {})["all_to_all"] = args.all_to_all
         if args.tokens is None:
             continue
         loops[0]["axes"] = args.tokens

@@ -315,6 +315,11 @@ LogicalResult MoEAllToAllOp::verify() {
   if (step < 0 || (g == 0 && step != 0) || (g > 0 && step >= p / g))
     return emitOpError() << "step " << step << " out of range for "
                          << (g ? p / g : 1) << " steps";
+  int64_t l = getIntraNodeSize();
+  if (l < 0 || (l > 0 && (l == 1 || l >= p || p % l != 0)))
+    return emitOpError() << "intra_node_size " << l
+                         << " is not a proper divisor of the " << p
+                         << " devices of the group (0: a flat exchange)";
   if (getInit() && (!getReverse() || getInit().getType() != out))
     return emitOpError("init must be a return's earlier result (of the "
                        "result's type)");

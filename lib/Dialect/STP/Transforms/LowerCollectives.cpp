@@ -129,8 +129,8 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
             {axes(o.getGridAxes()), opaque(getRuntimeShapeLiteral(sources))});
       })
       .Case([&](MoEAllToAllOp o) {
-        // (..., axes, E, C, D, reverse, group size, step, rows, counts
-        // [, init]) -> rows, counts.
+        // (..., axes, E, C, D, reverse, group size, step, intra-node
+        // size, rows, counts [, init]) -> rows, counts.
         auto whole =
             cast<RankedTensorType>(o.getReverse() ? o.getResultRows().getType()
                                                   : o.getRows().getType());
@@ -138,7 +138,8 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
         args.append({axes(o.getGridAxes()), i64(whole.getDimSize(0)),
                      i64(whole.getDimSize(1)), i64(whole.getDimSize(2)),
                      opaque(o.getReverse() ? "true" : "false"),
-                     i64(o.getGroupSize()), i64(o.getStep())});
+                     i64(o.getGroupSize()), i64(o.getStep()),
+                     i64(o.getIntraNodeSize())});
       })
       .Case([&](shard::SendOp o) {
         // A pipeline transfer (-stp-pipeline-stages): (axis, peer's index

@@ -1477,6 +1477,46 @@ FailureOr<OpPlan> Partitioner::planMoE(MoEOp op, PartitionSpecAttr spec) {
   return plan;
 }
 
+/// The devices per node L of the expert group over grid `axes` where
+/// BaGuaLu's two-level exchange applies (stp.moe_all_to_all's
+/// `intra_node_size`): the group spans several nodes with L > 1 of its
+/// members on each, and member w (numbered as `shard` numbers a group, major
+/// axis first) sits on node w / L. 0 otherwise.
+static int64_t getTwoLevelNodeSize(MeshAttr mesh,
+                                   ArrayRef<shard::GridAxis> axes) {
+  SmallVector<AxisAttr> grid = getGridAxes(mesh);
+  SmallVector<unsigned> index;
+  stpar::cost::AxisPlacement group;
+  for (shard::GridAxis axis : axes) {
+    std::optional<unsigned> i =
+        size_t(axis) < grid.size()
+            ? mesh.findAxis(grid[axis].getName().getValue())
+            : std::nullopt;
+    if (!i)
+      return 0;
+    index.push_back(*i);
+    stpar::cost::AxisPlacement one = mesh.getAxisPlacement(*i);
+    group.intraNodeSize *= one.intraNodeSize;
+    group.interNodeSize *= one.interNodeSize;
+    group.regular = group.regular && one.regular;
+  }
+  int64_t l = group.intraNodeSize;
+  if (!group.regular || l < 2 || group.interNodeSize < 2)
+    return 0;
+  int64_t perNode = mesh.getCluster().getDevicesPerNode();
+  for (int64_t w = 0, p = group.getSize(); w < p; ++w) {
+    int64_t rest = w, offset = 0;
+    for (unsigned k = unsigned(index.size()); k-- > 0;) {
+      int64_t size = mesh.getAxes()[index[k]].getSize();
+      offset += (rest % size) * mesh.getAxisStride(index[k]);
+      rest /= size;
+    }
+    if (offset / perNode != w / l)
+      return 0;
+  }
+  return l;
+}
+
 void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   std::string label = getLabel(op);
   Location loc = op.getLoc();
@@ -1513,13 +1553,19 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   int64_t routed = n * k;
   // Smart scheduling (FasterMoE Sec. 4.2) as the plan chose it: the
   // exchange in S = P / g pairwise steps of device groups of g.
-  int64_t groupSize = 0;
+  // BaGuaLu's hierarchical all-to-all where the plan chose it and the
+  // group spans nodes (regularly: L devices on each of several nodes).
+  int64_t groupSize = 0, intraNodeSize = 0;
   if (auto records = op->getAttrOfType<ArrayAttr>(STPDialect::kPlanOpsAttrName))
     if (!records.empty())
       if (auto record = dyn_cast<DictionaryAttr>(records[0]))
-        if (auto moe = record.getAs<DictionaryAttr>("moe"))
+        if (auto moe = record.getAs<DictionaryAttr>("moe")) {
           if (auto g = moe.getAs<IntegerAttr>("schedule_group_size"))
             groupSize = g.getInt();
+          if (auto a = moe.getAs<StringAttr>("all_to_all");
+              a && a.getValue() == "hierarchical")
+            intraNodeSize = getTwoLevelNodeSize(mesh, plan.moeExperts);
+        }
   if (groupSize <= 0 || groupSize >= p || p % groupSize != 0)
     groupSize = 0;
   int64_t steps = groupSize ? p / groupSize : 1;
@@ -1531,12 +1577,16 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
         builder.getDenseI16ArrayAttr(plan.moeExperts),
         builder.getI64IntegerAttr(routed),
         reverse ? builder.getUnitAttr() : UnitAttr(),
-        builder.getI64IntegerAttr(groupSize), builder.getI64IntegerAttr(step));
+        builder.getI64IntegerAttr(groupSize), builder.getI64IntegerAttr(step),
+        builder.getI64IntegerAttr(intraNodeSize));
     std::string stepText =
         steps > 1 ? ", smart schedule step " + std::to_string(step + 1) +
                         " of " + std::to_string(steps) + " (groups of " +
                         std::to_string(groupSize) + ")"
                   : "";
+    if (intraNodeSize)
+      stepText += ", hierarchical (" + std::to_string(intraNodeSize) +
+                  " devices per node first, then across nodes)";
     markCollective(op, label, what + stepText);
     return op;
   };

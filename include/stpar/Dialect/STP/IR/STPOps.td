@@ -311,13 +311,22 @@ def STP_MoEAllToAllOp : STP_Op<"moe_all_to_all", []> {
     steps' results: each step fills the blocks of other experts; its
     counts are this step's). One step's experts run while the next step's
     rows travel. `group_size` = 0: all pairs at once.
+
+    BaGuaLu's hierarchical all-to-all (Ma et al., PPoPP'22; Tutel's 2-D
+    scheme): with `intra_node_size` = L > 1 (a proper divisor of P, the
+    group's devices L per node: member w on node w / L) the rows travel in
+    two phases, inside each node first (w hands (node(w), q mod L) every
+    block bound for q), then across nodes ((j, l) sends (j', l) what its
+    node holds for it), so each network message carries a node's rows at
+    once. The result is the same as the flat exchange's. 0: flat.
   }];
   let arguments = (ins AnyRankedTensor:$rows, AnyRankedTensor:$counts,
                        Optional<AnyRankedTensor>:$init,
                        FlatSymbolRefAttr:$grid, DenseI16ArrayAttr:$grid_axes,
                        I64Attr:$routed_rows, UnitAttr:$reverse,
                        DefaultValuedAttr<I64Attr, "0">:$group_size,
-                       DefaultValuedAttr<I64Attr, "0">:$step);
+                       DefaultValuedAttr<I64Attr, "0">:$step,
+                       DefaultValuedAttr<I64Attr, "0">:$intra_node_size);
   let results = (outs AnyRankedTensor:$result_rows,
                       AnyRankedTensor:$result_counts);
   let assemblyFormat = [{
