@@ -1480,8 +1480,9 @@ FailureOr<OpPlan> Partitioner::planMoE(MoEOp op, PartitionSpecAttr spec) {
 /// The devices per node L of the expert group over grid `axes` where
 /// BaGuaLu's two-level exchange applies (stp.moe_all_to_all's
 /// `intra_node_size`): the group spans several nodes with L > 1 of its
-/// members on each, and member w (numbered as `shard` numbers a group, major
-/// axis first) sits on node w / L. 0 otherwise.
+/// members on each, and the members (numbered as `shard` numbers a group,
+/// major axis first) w and v share a node exactly when w / L == v / L. 0
+/// otherwise.
 static int64_t getTwoLevelNodeSize(MeshAttr mesh,
                                    ArrayRef<shard::GridAxis> axes) {
   SmallVector<AxisAttr> grid = getGridAxes(mesh);
@@ -1504,6 +1505,9 @@ static int64_t getTwoLevelNodeSize(MeshAttr mesh,
   if (!group.regular || l < 2 || group.interNodeSize < 2)
     return 0;
   int64_t perNode = mesh.getCluster().getDevicesPerNode();
+  // The node of each block of L members (the group holding device 0; the
+  // placement is regular, so the others are alike).
+  DenseMap<int64_t, int64_t> nodeOfBlock, blockOfNode;
   for (int64_t w = 0, p = group.getSize(); w < p; ++w) {
     int64_t rest = w, offset = 0;
     for (unsigned k = unsigned(index.size()); k-- > 0;) {
@@ -1511,7 +1515,9 @@ static int64_t getTwoLevelNodeSize(MeshAttr mesh,
       offset += (rest % size) * mesh.getAxisStride(index[k]);
       rest /= size;
     }
-    if (offset / perNode != w / l)
+    int64_t node = offset / perNode, block = w / l;
+    if (nodeOfBlock.try_emplace(block, node).first->second != node ||
+        blockOfNode.try_emplace(node, block).first->second != block)
       return 0;
   }
   return l;
