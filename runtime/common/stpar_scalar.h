@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #ifdef __CUDACC__
 #define STP_HD __host__ __device__
@@ -150,6 +151,53 @@ STP_HD inline bool moeStepPair(int64_t w, int64_t q, int64_t p, int64_t g,
     return true;
   int64_t steps = p / g;
   return ((q / g - w / g) % steps + steps) % steps == step;
+}
+
+/// BaGuaLu's two-level exchange of stp.moe_all_to_all (`intra_node_size`
+/// l; member w of the group of p on node w / l), as both runtimes'
+/// moeExchangeTwoLevel run it: whether it applies, and the row counts each
+/// phase sends (host code).
+inline bool moeTwoLevel(int64_t l, int64_t p) {
+  return l > 1 && l < p && p % l == 0;
+}
+/// Phase 1 (inside the node of `me`), [p][p / l][el]: to peer v of this
+/// node, for each node j, the counts of the blocks bound for member
+/// q = (j, v mod l), sendCounts[q * el + x]; 0 for peers on other nodes.
+inline std::vector<int64_t>
+moePhase1Counts(int64_t me, int64_t p, int64_t l, int64_t el,
+                const std::vector<int64_t> &sendCounts) {
+  const int64_t nodes = p / l, node = me / l;
+  std::vector<int64_t> out(p * nodes * el, 0);
+  for (int64_t v = node * l; v < (node + 1) * l; ++v)
+    for (int64_t j = 0; j < nodes; ++j)
+      for (int64_t x = 0; x < el; ++x)
+        out[(v * nodes + j) * el + x] = sendCounts[(j * l + v % l) * el + x];
+  return out;
+}
+/// Phase 2 (across nodes), [p][l][el]: to member (j, me mod l) of each node
+/// j, per member (node(me), k) of this node, the counts it handed over in
+/// phase 1 for node j (`received`, phase 1's counts as this device got
+/// them); 0 for the other members.
+inline std::vector<int64_t>
+moePhase2Counts(int64_t me, int64_t p, int64_t l, int64_t el,
+                const std::vector<int64_t> &received) {
+  const int64_t nodes = p / l, node = me / l, local = me % l;
+  std::vector<int64_t> out(p * l * el, 0);
+  for (int64_t j = 0; j < nodes; ++j)
+    for (int64_t k = 0; k < l; ++k)
+      for (int64_t x = 0; x < el; ++x)
+        out[((j * l + local) * l + k) * el + x] =
+            received[((node * l + k) * nodes + j) * el + x];
+  return out;
+}
+/// The element offsets of blocks of counts[i] rows of d elements laid out
+/// in order: n + 1 entries, the last the total.
+inline std::vector<int64_t> moeRowStarts(const std::vector<int64_t> &counts,
+                                         int64_t d) {
+  std::vector<int64_t> at(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i)
+    at[i + 1] = at[i] + counts[i] * d;
+  return at;
 }
 
 /// stp.moe_combine's element (token t, dim i): the sum over the token's k

@@ -652,49 +652,42 @@ moeExchangeTwoLevel(MPI_Comm comm, int64_t me, int64_t p, int64_t l, int64_t el,
     return recv;
   };
   // Phase 1: to peer v of this node, the blocks (j, x) of q = (j, local(v)).
-  std::vector<int64_t> c1s(p * nodes * el, 0), c1r(p * nodes * el, 0);
+  std::vector<int64_t> c1s = moePhase1Counts(me, p, l, el, sendCounts),
+                       c1r(p * nodes * el, 0);
   std::vector<int> sn(p, 0), rn(p, 0);
   std::vector<T> send;
   for (int64_t v = node * l; v < (node + 1) * l; ++v) {
     size_t before = send.size();
     for (int64_t j = 0; j < nodes; ++j)
       for (int64_t x = 0; x < el; ++x) {
-        int64_t q = j * l + v % l, n = sendCounts[q * el + x];
-        c1s[(v * nodes + j) * el + x] = n;
-        send.insert(send.end(), block(q, x), block(q, x) + n * d);
+        int64_t q = j * l + v % l;
+        send.insert(send.end(), block(q, x),
+                    block(q, x) + c1s[(v * nodes + j) * el + x] * d);
       }
     sn[v] = static_cast<int>(send.size() - before);
   }
   MPI_Alltoall(c1s.data(), static_cast<int>(nodes * el), MPI_INT64_T,
                c1r.data(), static_cast<int>(nodes * el), MPI_INT64_T, comm);
   // stage holds, per member w of this node, its blocks (j, x) in order.
-  std::vector<int64_t> at(p * nodes * el, 0);
-  int64_t offset = 0;
-  for (int64_t w = 0; w < p; ++w) {
-    int64_t before = offset;
-    for (int64_t k = 0; k < nodes * el; ++k) {
-      at[w * nodes * el + k] = offset;
-      offset += c1r[w * nodes * el + k] * d;
-    }
-    rn[w] = static_cast<int>(offset - before);
-  }
+  std::vector<int64_t> at = moeRowStarts(c1r, d);
+  for (int64_t w = 0; w < p; ++w)
+    rn[w] = static_cast<int>(at[(w + 1) * nodes * el] - at[w * nodes * el]);
   std::vector<T> stage = alltoallv(send, sn, rn);
-  // Phase 2: to (j, local), per member w = (node, l') of this node, the
+  // Phase 2: to (j, local), per member w = (node, k) of this node, the
   // blocks (j, x) it handed over.
-  std::vector<int64_t> c2s(p * l * el, 0), c2r(p * l * el, 0);
+  std::vector<int64_t> c2s = moePhase2Counts(me, p, l, el, c1r),
+                       c2r(p * l * el, 0);
   std::fill(sn.begin(), sn.end(), 0);
   send.clear();
   for (int64_t j = 0; j < nodes; ++j) {
-    int64_t q = j * l + local;
     size_t before = send.size();
     for (int64_t k = 0; k < l; ++k)
       for (int64_t x = 0; x < el; ++x) {
-        int64_t w = node * l + k, i = (w * nodes + j) * el + x, n = c1r[i];
-        c2s[(q * l + k) * el + x] = n;
+        int64_t i = ((node * l + k) * nodes + j) * el + x;
         send.insert(send.end(), stage.begin() + at[i],
-                    stage.begin() + at[i] + n * d);
+                    stage.begin() + at[i + 1]);
       }
-    sn[q] = static_cast<int>(send.size() - before);
+    sn[j * l + local] = static_cast<int>(send.size() - before);
   }
   MPI_Alltoall(c2s.data(), static_cast<int>(l * el), MPI_INT64_T, c2r.data(),
                static_cast<int>(l * el), MPI_INT64_T, comm);
@@ -741,7 +734,7 @@ void moeAllToAll(Context &ctx, const Shape &axes, int64_t e, int64_t c,
     return rows + moeRowOffset(!reverse, q, x, el, p, c) * d;
   };
   std::vector<T> recv;
-  if (intraNodeSize > 1 && intraNodeSize < p && p % intraNodeSize == 0) {
+  if (moeTwoLevel(intraNodeSize, p)) {
     recv = moeExchangeTwoLevel<T>(comm, me, p, intraNodeSize, el, d, sendCounts,
                                   block, recvCounts);
   } else {

@@ -741,20 +741,12 @@ void moeExchangeTwoLevel(Context &ctx, ncclComm_t comm, int64_t me, int64_t p,
     STP_CUDA(cudaStreamSynchronize(ctx.comm));
   };
   // Phase 1: to peer v of this node, the blocks (j, x) of q = (j, v mod L).
-  std::vector<int64_t> c1s(p * nodes * el, 0), c1r(p * nodes * el, 0);
-  for (int64_t v = node * l; v < (node + 1) * l; ++v)
-    for (int64_t j = 0; j < nodes; ++j)
-      for (int64_t x = 0; x < el; ++x)
-        c1s[(v * nodes + j) * el + x] = sendCounts[(j * l + v % l) * el + x];
+  std::vector<int64_t> c1s = moePhase1Counts(me, p, l, el, sendCounts),
+                       c1r(p * nodes * el, 0);
   exchangeCounts(c1s, c1r, nodes * el,
                  [&](int64_t v) { return v / l == node; });
-  std::vector<int64_t> at(p * nodes * el, 0);
-  int64_t staged = 0;
-  for (int64_t i = 0; i < p * nodes * el; ++i) {
-    at[i] = staged;
-    staged += c1r[i] * d;
-  }
-  auto stage = scratch<T>(ctx, staged);
+  std::vector<int64_t> at = moeRowStarts(c1r, d);
+  auto stage = scratch<T>(ctx, at.back());
   STP_NCCL(ncclGroupStart());
   for (int64_t v = node * l; v < (node + 1) * l; ++v)
     for (int64_t j = 0; j < nodes; ++j)
@@ -770,13 +762,10 @@ void moeExchangeTwoLevel(Context &ctx, ncclComm_t comm, int64_t me, int64_t p,
   STP_NCCL(ncclGroupEnd());
   // Phase 2: to (j, local), per member w = (node, k), the blocks (j, x) it
   // handed over; from (j, local), the rows of (j, k) in (k, x) order.
-  std::vector<int64_t> c2s(p * l * el, 0), c2r(p * l * el, 0);
-  for (int64_t j = 0; j < nodes; ++j)
-    for (int64_t k = 0; k < l; ++k)
-      for (int64_t x = 0; x < el; ++x)
-        c2s[((j * l + local) * l + k) * el + x] =
-            c1r[((node * l + k) * nodes + j) * el + x];
-  exchangeCounts(c2s, c2r, l * el, [&](int64_t v) { return v % l == local; });
+  std::vector<int64_t> c2s = moePhase2Counts(me, p, l, el, c1r),
+                       c2r(p * l * el, 0);
+  exchangeCounts(c2s, c2r, l * el,
+                 [&](int64_t v) { return v % l == local; });
   STP_NCCL(ncclGroupStart());
   for (int64_t j = 0; j < nodes; ++j)
     for (int64_t k = 0; k < l; ++k)
@@ -856,7 +845,7 @@ void moeAllToAllImpl(Context &ctx, int64_t ready, int64_t done,
     STP_CUDA(cudaStreamSynchronize(ctx.comm));
     transferEnd(ctx, done);
   };
-  if (intraNodeSize > 1 && intraNodeSize < p && p % intraNodeSize == 0) {
+  if (moeTwoLevel(intraNodeSize, p)) {
     fill();
     moeExchangeTwoLevel<T>(
         ctx, comm, me, p, intraNodeSize, el, d, sendCounts,
