@@ -170,6 +170,22 @@ std::string typedNull(RankedTensorType like) {
          getElementInfo(like.getElementType())->storage + "> *>(nullptr)";
 }
 
+/// A null `stpar_rt::Tensor<T> *` for an absent optional result.
+std::string typedNullResult(RankedTensorType like) {
+  return std::string("static_cast<stpar_rt::Tensor<") +
+         getElementInfo(like.getElementType())->storage + "> *>(nullptr)";
+}
+
+/// The runtimes' code of an MoE expert activation (moeActivation in
+/// runtime/common/stpar_scalar.h).
+int getMoEActivationCode(StringRef activation) {
+  return llvm::StringSwitch<int>(activation)
+      .Case("silu", 0)
+      .Case("gelu", 1)
+      .Case("gelu_tanh", 2)
+      .Default(3);
+}
+
 /// The block indices of a dim split over grid axes (stp.split).
 using SplitAxes = SmallVector<SmallVector<int64_t>>;
 
@@ -1272,20 +1288,19 @@ LogicalResult Printer::emitOp(Operation *op) {
         std::string buffer = newTensor(dp.getBuffer());
         std::string counts = newTensor(dp.getCounts());
         std::string slots = newTensor(dp.getSlots());
+        std::string weights = dp.getWeights()
+                                  ? "&" + name(dp.getWeights())
+                                  : typedNull(tensorType(dp.getTokens()));
         line() << "stpar_rt::moeDispatch(ctx, " << name(dp.getTokens()) << ", "
-               << name(dp.getExperts()) << ", " << buffer << ", " << counts
-               << ", " << slots << ", " << t[0] << ", " << t[1] << ", "
-               << tensorType(dp.getExperts()).getDimSize(1) << ", " << b[0]
-               << ", " << b[1] << ");\n";
+               << name(dp.getExperts()) << ", " << weights << ", " << buffer
+               << ", " << counts << ", " << slots << ", " << t[0] << ", "
+               << t[1] << ", " << tensorType(dp.getExperts()).getDimSize(1)
+               << ", " << b[0] << ", " << b[1] << ");\n";
         return success();
       })
       .Case([&](stp::MoEExpertsOp ex) {
         auto b = tensorType(ex.getBuffer()).getShape();
-        int activation = llvm::StringSwitch<int>(ex.getActivation())
-                             .Case("silu", 0)
-                             .Case("gelu", 1)
-                             .Case("gelu_tanh", 2)
-                             .Default(3);
+        int activation = getMoEActivationCode(ex.getActivation());
         std::string mul = ex.getWMul() ? "&" + name(ex.getWMul())
                                        : typedNull(tensorType(ex.getWIn()));
         std::string out = newTensor(ex.getResult());
@@ -1297,6 +1312,49 @@ LogicalResult Printer::emitOp(Operation *op) {
                << ", " << tensorType(ex.getWIn()).getDimSize(2) << ", "
                << activation << ", "
                << (ex.getBf16Operands() ? "true" : "false") << ");\n";
+        return success();
+      })
+      .Case([&](stp::MoEExpertsGradOp ex) {
+        auto b = tensorType(ex.getBuffer()).getShape();
+        std::string mul = ex.getWMul() ? "&" + name(ex.getWMul())
+                                       : typedNull(tensorType(ex.getWIn()));
+        std::string dRows = newTensor(ex.getDRows());
+        std::string dWIn = newTensor(ex.getDWIn());
+        std::string dWMul = ex.getDWMul()
+                                ? "&" + newTensor(ex.getDWMul())
+                                : typedNullResult(tensorType(ex.getWIn()));
+        std::string dWOut = newTensor(ex.getDWOut());
+        line() << "stpar_rt::moeExpertsGrad(ctx, " << name(ex.getBuffer())
+               << ", " << name(ex.getDOut()) << ", " << name(ex.getCounts())
+               << ", " << name(ex.getWIn()) << ", " << mul << ", "
+               << name(ex.getWOut()) << ", " << dRows << ", " << dWIn << ", "
+               << dWMul << ", " << dWOut << ", " << b[0] << ", " << b[1] << ", "
+               << tensorType(ex.getCounts()).getDimSize(1) << ", " << b[2]
+               << ", " << tensorType(ex.getWIn()).getDimSize(2) << ", "
+               << getMoEActivationCode(ex.getActivation()) << ");\n";
+        return success();
+      })
+      .Case([&](stp::MoEGateGradOp gg) {
+        auto o = tensorType(gg.getOutputs()).getShape();
+        auto sl = tensorType(gg.getSlots()).getShape();
+        std::string out = newTensor(gg.getResult());
+        line() << "stpar_rt::moeGateGrad(ctx, " << name(gg.getOutputs()) << ", "
+               << name(gg.getSlots()) << ", " << name(gg.getExperts()) << ", "
+               << name(gg.getDy()) << ", " << out << ", " << sl[0] << ", "
+               << sl[1] << ", " << o[1] << ", " << o[2] << ");\n";
+        return success();
+      })
+      .Case([&](stp::MoERouteGradOp rg) {
+        auto t = tensorType(rg.getTokens()).getShape();
+        std::string dTokens = newTensor(rg.getDTokens());
+        std::string dRouter = newTensor(rg.getDRouter());
+        line() << "stpar_rt::moeRouteGrad(ctx, " << name(rg.getTokens()) << ", "
+               << name(rg.getRouter()) << ", " << name(rg.getExperts()) << ", "
+               << name(rg.getDGates()) << ", " << dTokens << ", " << dRouter
+               << ", " << t[0] << ", " << t[1] << ", "
+               << tensorType(rg.getRouter()).getDimSize(1) << ", "
+               << tensorType(rg.getExperts()).getDimSize(1) << ", "
+               << (rg.getNormalize() ? "true" : "false") << ");\n";
         return success();
       })
       .Case([&](stp::MoECombineOp cb) {

@@ -234,6 +234,76 @@ STP_HD inline float moeActivation(int kind, float x) {
   }
 }
 
+/// The derivative of moeActivation(kind, x) at x (the forms of
+/// -stp-training-step's dense rule, docs/moe.md "Training").
+STP_HD inline float moeActivationGrad(int kind, float x) {
+  switch (kind) {
+  case 0: {
+    // silu'(x) = s (1 + x (1 - s)), s = 1 / (1 + exp(-x)).
+    float sig = 1.0f / (1.0f + expf(-x));
+    return sig * (1.0f + x * (1.0f - sig));
+  }
+  case 1:
+    // 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi).
+    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) +
+           x * expf(-0.5f * x * x) * 0.39894228040143268f;
+  case 2: {
+    // 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u', u = sqrt(2/pi) (x +
+    // 0.044715 x^3).
+    const float k = 0.79788456080286536f;
+    float th = tanhf(k * (x + 0.044715f * x * x * x));
+    float du = k * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+  }
+  default:
+    return x > 0.0f ? 1.0f : 0.0f;
+  }
+}
+
+/// stp.moe_gate_grad's element (token t, choice j): the choice's expert
+/// output row in `outputs` [E, C, D] dotted with dy[t] (0 if dropped).
+template <typename T>
+STP_HD inline float moeGateGradElement(const T *outputs, const int64_t *slots,
+                                       const int64_t *experts, const T *dy,
+                                       int64_t t, int64_t j, int64_t k,
+                                       int64_t c, int64_t d) {
+  int64_t slot = slots[t * k + j];
+  if (slot < 0)
+    return 0.0f;
+  const T *row = outputs + (experts[t * k + j] * c + slot) * d;
+  float acc = 0;
+  for (int64_t i = 0; i < d; ++i)
+    acc += float(widen(row[i])) * float(widen(dy[t * d + i]));
+  return acc;
+}
+
+/// stp.moe_route_grad's logit gradient of one token at expert `x`: with
+/// the softmax `p` [E] of its logits, its k chosen `experts` and their
+/// gates' gradient `dg` [k], the gates p[e_j] / S (S = sum_j p[e_j] when
+/// `normalize`, else 1): dp[e_j] = (dg_j - sum_i dg_i g_i) / S (else
+/// dg_j), 0 off the top k; dl[x] = p[x] (dp[x] - sum_e p[e] dp[e]).
+template <typename T>
+STP_HD inline float moeLogitGrad(const float *p, const int64_t *experts,
+                                 const T *dg, int64_t k, bool normalize,
+                                 int64_t x) {
+  float s = 1.0f, dot = 0.0f;
+  if (normalize) {
+    s = 0.0f;
+    for (int64_t j = 0; j < k; ++j)
+      s += p[experts[j]];
+    for (int64_t j = 0; j < k; ++j)
+      dot += float(widen(dg[j])) * p[experts[j]] / s;
+  }
+  float mine = 0.0f, mean = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    float dp = (float(widen(dg[j])) - dot) / s;
+    mean += p[experts[j]] * dp;
+    if (experts[j] == x)
+      mine = dp;
+  }
+  return p[x] * (mine - mean);
+}
+
 } // namespace stpar_rt
 
 #endif // STPAR_RUNTIME_SCALAR_H

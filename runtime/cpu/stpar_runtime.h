@@ -452,11 +452,12 @@ void moeRoute(const T *tokens, const T *router, T *gates, int64_t *experts,
 }
 
 /// stp.moe_dispatch: tokens [n, d] into buffer [e, c, d] (zero past each
-/// expert's count), counts [e], slots [n, k] (-1: dropped).
+/// expert's count), counts [e], slots [n, k] (-1: dropped); with `weights`
+/// [n, k] each row scaled by its choice's weight.
 template <typename T>
-void moeDispatch(const T *tokens, const int64_t *experts, T *buffer,
-                 int64_t *counts, int64_t *slots, int64_t n, int64_t d,
-                 int64_t k, int64_t e, int64_t c) {
+void moeDispatch(const T *tokens, const int64_t *experts, const T *weights,
+                 T *buffer, int64_t *counts, int64_t *slots, int64_t n,
+                 int64_t d, int64_t k, int64_t e, int64_t c) {
   std::fill(buffer, buffer + e * c * d, T(0));
   std::fill(counts, counts + e, int64_t(0));
   for (int64_t t = 0; t < n; ++t)
@@ -467,8 +468,13 @@ void moeDispatch(const T *tokens, const int64_t *experts, T *buffer,
         continue;
       }
       int64_t slot = counts[x]++;
-      std::copy(tokens + t * d, tokens + (t + 1) * d,
-                buffer + (x * c + slot) * d);
+      T *row = buffer + (x * c + slot) * d;
+      if (weights)
+        for (int64_t i = 0; i < d; ++i)
+          row[i] = static_cast<T>(float(widen(weights[t * k + j])) *
+                                  float(widen(tokens[t * d + i])));
+      else
+        std::copy(tokens + t * d, tokens + (t + 1) * d, row);
       slots[t * k + j] = slot;
     }
 }
@@ -483,6 +489,57 @@ void moeCombine(const T *outputs, const int64_t *slots, const int64_t *experts,
     for (int64_t i = 0; i < d; ++i)
       out[t * d + i] = static_cast<T>(
           moeCombineElement(outputs, slots, experts, gates, t, i, k, c, d));
+}
+
+/// stp.moe_gate_grad: dg [n, k], each choice's expert output dotted with
+/// the token's output gradient.
+template <typename T>
+void moeGateGrad(const T *outputs, const int64_t *slots, const int64_t *experts,
+                 const T *dy, T *dg, int64_t n, int64_t k, int64_t c,
+                 int64_t d) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      dg[t * k + j] = static_cast<T>(
+          moeGateGradElement(outputs, slots, experts, dy, t, j, k, c, d));
+}
+
+/// stp.moe_route_grad on n tokens of dim d, e experts, k choices: the
+/// logits' gradient per token (moeLogitGrad, the softmax as moeRoute
+/// computes it), then dTokens = dl router^T and dRouter = tokens^T dl.
+template <typename T>
+void moeRouteGrad(const T *tokens, const T *router, const int64_t *experts,
+                  const T *dg, T *dTokens, T *dRouter, int64_t n, int64_t d,
+                  int64_t e, int64_t k, bool normalize) {
+  std::vector<float> p(e), dl(e), dr(d * e, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    float top = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < e; ++j) {
+      float acc = 0;
+      for (int64_t h = 0; h < d; ++h)
+        acc +=
+            float(widen(tokens[t * d + h])) * float(widen(router[h * e + j]));
+      p[j] = acc;
+      top = std::max(top, acc);
+    }
+    for (int64_t j = 0; j < e; ++j)
+      sum += (p[j] = std::exp(p[j] - top));
+    for (int64_t j = 0; j < e; ++j)
+      p[j] /= sum;
+    for (int64_t x = 0; x < e; ++x)
+      dl[x] =
+          moeLogitGrad(p.data(), experts + t * k, dg + t * k, k, normalize, x);
+    for (int64_t h = 0; h < d; ++h) {
+      float acc = 0;
+      float in = float(widen(tokens[t * d + h]));
+      for (int64_t x = 0; x < e; ++x) {
+        acc += dl[x] * float(widen(router[h * e + x]));
+        dr[h * e + x] += in * dl[x];
+      }
+      dTokens[t * d + h] = static_cast<T>(acc);
+    }
+  }
+  for (int64_t i = 0; i < d * e; ++i)
+    dRouter[i] = static_cast<T>(dr[i]);
 }
 
 /// stp.topk along `axis`.
@@ -1124,6 +1181,84 @@ void moeExpertsAs(Context &ctx, const T *buffer, const int64_t *counts,
     out[i] = static_cast<T>(o[i]);
 }
 
+/// Row-major C[m, n] += op(P)[m, k] op(Q)[k, n] through the column-major
+/// `gemm` (C^T = op(Q)^T op(P)^T); P is stored [m, k], or [k, m] when
+/// `transP`, Q likewise.
+template <typename T>
+void rowMajorGemm(Context &ctx, bool transP, bool transQ, int64_t m, int64_t n,
+                  int64_t k, const T *pm, const T *q, float *c) {
+  gemm(ctx, transQ, transP, n, m, k, q, transQ ? k : n, 0, pm, transP ? m : k,
+       0, c, n, 0, 1);
+}
+
+/// stp.moe_experts_grad: the backward of moeExpertsAs (operand type T) on
+/// the same rows: per (expert, segment) pair with used rows, A and U
+/// recomputed, then dW_out += H^T dO, dH = dO W_out^T, dA = dH (* U)
+/// act'(A), dU = dH act(A), dW_in += X^T dA, dW_mul += X^T dU,
+/// dX = dA W_in^T (+ dU W_mul^T); unused rows of dX zero.
+template <typename T>
+void moeExpertsGrad(Context &ctx, const T *buffer, const T *dOut,
+                    const int64_t *counts, const T *wIn, const T *wMul,
+                    const T *wOut, T *dRows, T *dWIn, T *dWMul, T *dWOut,
+                    int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
+                    int activation) {
+  const int64_t c = s / p;
+  std::vector<float> dwi(el * d * f, 0.0f), dwm(wMul ? el * d * f : 0, 0.0f),
+      dwo(el * f * d, 0.0f), dx(el * s * d, 0.0f);
+  std::vector<float> a, u, dh;
+  std::vector<T> h, da, du;
+  for (int64_t x = 0; x < el; ++x)
+    for (int64_t g = 0; g < p; ++g) {
+      int64_t n = std::min(c, counts[x * p + g]);
+      if (n <= 0)
+        continue;
+      int64_t row = x * s + g * c;
+      const T *xr = buffer + row * d, *dO = dOut + row * d;
+      const T *w1 = wIn + x * d * f, *w2 = wOut + x * f * d;
+      const T *w3 = wMul ? wMul + x * d * f : nullptr;
+      a.assign(n * f, 0.0f);
+      u.assign(wMul ? n * f : 0, 0.0f);
+      dh.assign(n * f, 0.0f);
+      rowMajorGemm(ctx, false, false, n, f, d, xr, w1, a.data());
+      if (w3)
+        rowMajorGemm(ctx, false, false, n, f, d, xr, w3, u.data());
+      h.resize(n * f);
+      for (int64_t i = 0; i < n * f; ++i)
+        h[i] = static_cast<T>(moeActivation(activation, a[i]) *
+                              (w3 ? u[i] : 1.0f));
+      rowMajorGemm(ctx, true, false, f, d, n, h.data(), dO,
+                   dwo.data() + x * f * d);
+      rowMajorGemm(ctx, false, true, n, f, d, dO, w2, dh.data());
+      da.resize(n * f);
+      du.resize(w3 ? n * f : 0);
+      for (int64_t i = 0; i < n * f; ++i) {
+        float grad = dh[i] * (w3 ? u[i] : 1.0f);
+        da[i] = static_cast<T>(grad * moeActivationGrad(activation, a[i]));
+        if (w3)
+          du[i] = static_cast<T>(dh[i] * moeActivation(activation, a[i]));
+      }
+      rowMajorGemm(ctx, true, false, d, f, n, xr, da.data(),
+                   dwi.data() + x * d * f);
+      if (w3)
+        rowMajorGemm(ctx, true, false, d, f, n, xr, du.data(),
+                     dwm.data() + x * d * f);
+      rowMajorGemm(ctx, false, true, n, d, f, da.data(), w1,
+                   dx.data() + row * d);
+      if (w3)
+        rowMajorGemm(ctx, false, true, n, d, f, du.data(), w3,
+                     dx.data() + row * d);
+    }
+  auto store = [](const std::vector<float> &from, T *to) {
+    for (size_t i = 0; i < from.size(); ++i)
+      to[i] = static_cast<T>(from[i]);
+  };
+  store(dx, dRows);
+  store(dwi, dWIn);
+  if (wMul)
+    store(dwm, dWMul);
+  store(dwo, dWOut);
+}
+
 /// The call -stp-lower-contractions makes: the same product into the
 /// result's buffer `c` (which holds the init), operands as buffers.
 template <typename T>
@@ -1196,11 +1331,41 @@ void moeRoute(Context &, const Tensor<T> &tokens, const Tensor<T> &router,
 }
 template <typename T>
 void moeDispatch(Context &, const Tensor<T> &tokens,
-                 const Tensor<int64_t> &experts, Tensor<T> &buffer,
-                 Tensor<int64_t> &counts, Tensor<int64_t> &slots, int64_t n,
-                 int64_t d, int64_t k, int64_t e, int64_t c) {
-  moeDispatch(tokens.data(), experts.data(), buffer.data(), counts.data(),
+                 const Tensor<int64_t> &experts, const Tensor<T> *weights,
+                 Tensor<T> &buffer, Tensor<int64_t> &counts,
+                 Tensor<int64_t> &slots, int64_t n, int64_t d, int64_t k,
+                 int64_t e, int64_t c) {
+  moeDispatch(tokens.data(), experts.data(),
+              weights ? weights->data() : nullptr, buffer.data(), counts.data(),
               slots.data(), n, d, k, e, c);
+}
+template <typename T>
+void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
+                    const Tensor<T> &dOut, const Tensor<int64_t> &counts,
+                    const Tensor<T> &wIn, const Tensor<T> *wMul,
+                    const Tensor<T> &wOut, Tensor<T> &dRows, Tensor<T> &dWIn,
+                    Tensor<T> *dWMul, Tensor<T> &dWOut, int64_t el, int64_t s,
+                    int64_t p, int64_t d, int64_t f, int activation) {
+  moeExpertsGrad(ctx, buffer.data(), dOut.data(), counts.data(), wIn.data(),
+                 wMul ? wMul->data() : nullptr, wOut.data(), dRows.data(),
+                 dWIn.data(), dWMul ? dWMul->data() : nullptr, dWOut.data(), el,
+                 s, p, d, f, activation);
+}
+template <typename T>
+void moeGateGrad(Context &, const Tensor<T> &outputs,
+                 const Tensor<int64_t> &slots, const Tensor<int64_t> &experts,
+                 const Tensor<T> &dy, Tensor<T> &dg, int64_t n, int64_t k,
+                 int64_t c, int64_t d) {
+  moeGateGrad(outputs.data(), slots.data(), experts.data(), dy.data(),
+              dg.data(), n, k, c, d);
+}
+template <typename T>
+void moeRouteGrad(Context &, const Tensor<T> &tokens, const Tensor<T> &router,
+                  const Tensor<int64_t> &experts, const Tensor<T> &dg,
+                  Tensor<T> &dTokens, Tensor<T> &dRouter, int64_t n, int64_t d,
+                  int64_t e, int64_t k, bool normalize) {
+  moeRouteGrad(tokens.data(), router.data(), experts.data(), dg.data(),
+               dTokens.data(), dRouter.data(), n, d, e, k, normalize);
 }
 template <typename T>
 void moeExperts(Context &ctx, const Tensor<T> &buffer,

@@ -1300,6 +1300,14 @@ void moeRoute(Context &ctx, const Tensor<T> &tokens, const Tensor<T> &router,
   STP_CUDA(cudaGetLastError());
 }
 
+/// f32 sums stored in the element type.
+template <typename T>
+__global__ void moeStoreKernel(const float *o, T *out, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n)
+    out[i] = static_cast<T>(o[i]);
+}
+
 /// stp.moe_dispatch's slots: one thread, in token order (the order every
 /// target uses, so slots are deterministic).
 template <typename I>
@@ -1312,28 +1320,123 @@ __global__ void moeSlotsKernel(const I *experts, I *counts, I *slots, I n, I k,
     slots[p] = (x < 0 || x >= e || counts[x] >= c) ? -1 : counts[x]++;
   }
 }
+/// The rows of the kept choices (times their weight when `weights` is
+/// given).
 template <typename T>
 __global__ void moeCopyRowsKernel(const T *tokens, const int64_t *experts,
-                                  const int64_t *slots, T *buffer, int64_t n,
-                                  int64_t d, int64_t k, int64_t c) {
+                                  const int64_t *slots, const T *weights,
+                                  T *buffer, int64_t n, int64_t d, int64_t k,
+                                  int64_t c) {
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * k * d)
     return;
   int64_t p = i / d, h = i % d, slot = slots[p];
-  if (slot >= 0)
-    buffer[(experts[p] * c + slot) * d + h] = tokens[(p / k) * d + h];
+  if (slot < 0)
+    return;
+  T *to = buffer + (experts[p] * c + slot) * d + h;
+  if (weights)
+    *to = static_cast<T>(float(widen(weights[p])) *
+                         float(widen(tokens[(p / k) * d + h])));
+  else
+    *to = tokens[(p / k) * d + h];
 }
 template <typename T>
 void moeDispatch(Context &ctx, const Tensor<T> &tokens,
-                 const Tensor<int64_t> &experts, Tensor<T> &buffer,
-                 Tensor<int64_t> &counts, Tensor<int64_t> &slots, int64_t n,
-                 int64_t d, int64_t k, int64_t e, int64_t c) {
+                 const Tensor<int64_t> &experts, const Tensor<T> *weights,
+                 Tensor<T> &buffer, Tensor<int64_t> &counts,
+                 Tensor<int64_t> &slots, int64_t n, int64_t d, int64_t k,
+                 int64_t e, int64_t c) {
   STP_CUDA(
       cudaMemsetAsync(buffer.data(), 0, sizeof(T) * e * c * d, ctx.compute));
   moeSlotsKernel<int64_t><<<1, 1, 0, ctx.compute>>>(
       experts.data(), counts.data(), slots.data(), n, k, e, c);
   moeCopyRowsKernel<<<blocksFor(n * k * d), 256, 0, ctx.compute>>>(
-      tokens.data(), experts.data(), slots.data(), buffer.data(), n, d, k, c);
+      tokens.data(), experts.data(), slots.data(),
+      weights ? weights->data() : nullptr, buffer.data(), n, d, k, c);
+  STP_CUDA(cudaGetLastError());
+}
+
+/// stp.moe_gate_grad: one thread per (token, choice).
+template <typename T>
+__global__ void moeGateGradKernel(const T *outputs, const int64_t *slots,
+                                  const int64_t *experts, const T *dy, T *dg,
+                                  int64_t n, int64_t k, int64_t c, int64_t d) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n * k)
+    dg[i] = static_cast<T>(
+        moeGateGradElement(outputs, slots, experts, dy, i / k, i % k, k, c, d));
+}
+template <typename T>
+void moeGateGrad(Context &ctx, const Tensor<T> &outputs,
+                 const Tensor<int64_t> &slots, const Tensor<int64_t> &experts,
+                 const Tensor<T> &dy, Tensor<T> &dg, int64_t n, int64_t k,
+                 int64_t c, int64_t d) {
+  moeGateGradKernel<<<blocksFor(n * k), 256, 0, ctx.compute>>>(
+      outputs.data(), slots.data(), experts.data(), dy.data(), dg.data(), n, k,
+      c, d);
+  STP_CUDA(cudaGetLastError());
+}
+
+/// stp.moe_route_grad's logit gradient: one block per token; its threads
+/// compute the logits into shared memory (e floats), thread 0 the softmax
+/// (as moeRouteKernel), then each thread dl of its experts (moeLogitGrad).
+template <typename T>
+__global__ void moeLogitGradKernel(const T *tokens, const T *router,
+                                   const int64_t *experts, const T *dg, T *dl,
+                                   int64_t d, int64_t e, int64_t k,
+                                   bool normalize) {
+  extern __shared__ float p[];
+  int64_t t = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < e; j += blockDim.x) {
+    float acc = 0;
+    for (int64_t h = 0; h < d; ++h)
+      acc += float(widen(tokens[t * d + h])) * float(widen(router[h * e + j]));
+    p[j] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float top = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < e; ++j)
+      top = fmaxf(top, p[j]);
+    for (int64_t j = 0; j < e; ++j)
+      sum += (p[j] = expf(p[j] - top));
+    for (int64_t j = 0; j < e; ++j)
+      p[j] /= sum;
+  }
+  __syncthreads();
+  for (int64_t x = threadIdx.x; x < e; x += blockDim.x)
+    dl[t * e + x] = static_cast<T>(
+        moeLogitGrad(p, experts + t * k, dg + t * k, k, normalize, x));
+}
+/// Row-major C[m, n] += op(P)[m, k] op(Q)[k, n] through the column-major
+/// `gemm` (C^T = op(Q)^T op(P)^T); P is stored [m, k], or [k, m] when
+/// `transP`, Q likewise.
+template <typename T>
+void rowMajorGemm(Context &ctx, bool transP, bool transQ, int64_t m, int64_t n,
+                  int64_t k, const T *pm, const T *q, float *c) {
+  gemm(ctx, transQ, transP, n, m, k, q, transQ ? k : n, 0, pm, transP ? m : k,
+       0, c, n, 0, 1);
+}
+/// stp.moe_route_grad: the logits' gradient dl [n, e] (moeLogitGradKernel),
+/// then dTokens = dl router^T and dRouter = tokens^T dl (cuBLAS, f32 sums).
+template <typename T>
+void moeRouteGrad(Context &ctx, const Tensor<T> &tokens,
+                  const Tensor<T> &router, const Tensor<int64_t> &experts,
+                  const Tensor<T> &dg, Tensor<T> &dTokens, Tensor<T> &dRouter,
+                  int64_t n, int64_t d, int64_t e, int64_t k, bool normalize) {
+  auto dl = alloc<T>(ctx, n * e);
+  auto dx = alloc<float>(ctx, n * d), dr = alloc<float>(ctx, d * e);
+  moeLogitGradKernel<<<unsigned(n), 128, sizeof(float) * e, ctx.compute>>>(
+      tokens.data(), router.data(), experts.data(), dg.data(), dl.data(), d, e,
+      k, normalize);
+  STP_CUDA(cudaMemsetAsync(dx.data(), 0, sizeof(float) * n * d, ctx.compute));
+  STP_CUDA(cudaMemsetAsync(dr.data(), 0, sizeof(float) * d * e, ctx.compute));
+  rowMajorGemm(ctx, false, true, n, d, e, dl.data(), router.data(), dx.data());
+  rowMajorGemm(ctx, true, false, d, e, n, tokens.data(), dl.data(), dr.data());
+  moeStoreKernel<<<blocksFor(n * d), 256, 0, ctx.compute>>>(
+      dx.data(), dTokens.data(), n * d);
+  moeStoreKernel<<<blocksFor(d * e), 256, 0, ctx.compute>>>(
+      dr.data(), dRouter.data(), d * e);
   STP_CUDA(cudaGetLastError());
 }
 
@@ -1344,12 +1447,6 @@ __global__ void moeActivationKernel(const float *a, const float *u, T *h,
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n)
     h[i] = static_cast<T>(moeActivation(activation, a[i]) * (u ? u[i] : 1.0f));
-}
-template <typename T>
-__global__ void moeStoreKernel(const float *o, T *out, int64_t n) {
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n)
-    out[i] = static_cast<T>(o[i]);
 }
 /// Element-wise copy converting T to the GEMM operand type Op.
 template <typename Op, typename T>
@@ -1516,6 +1613,95 @@ void moeExperts(Context &ctx, const Tensor<T> &buffer,
   else
     moeExpertsAs<T>(ctx, buffer, counts, wIn, wMul, wOut, out, el, s, p, d, f,
                     activation);
+}
+
+/// stp.moe_experts_grad's element-wise step: from dH (f32) and the
+/// recomputed A (and U), dA = dH (* U) act'(A) and dU = dH act(A) in the
+/// element type, and H = act(A) (* U).
+template <typename T>
+__global__ void moeActivationGradKernel(const float *dh, const float *a,
+                                        const float *u, T *h, T *da, T *du,
+                                        int64_t n, int activation) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n)
+    return;
+  float act = moeActivation(activation, a[i]);
+  h[i] = static_cast<T>(act * (u ? u[i] : 1.0f));
+  da[i] = static_cast<T>(dh[i] * (u ? u[i] : 1.0f) *
+                         moeActivationGrad(activation, a[i]));
+  if (u)
+    du[i] = static_cast<T>(dh[i] * act);
+}
+/// stp.moe_experts_grad: per (local expert, segment) pair with used rows
+/// (counts copied to the host first, as moeExperts), A and U recomputed,
+/// then dW_out += H^T dO, dH = dO W_out^T, dA = dH (* U) act'(A), dU =
+/// dH act(A), dW_in += X^T dA, dW_mul += X^T dU, dX = dA W_in^T (+ dU
+/// W_mul^T): one cuBLAS GEMM per pair and product (not grouped), f32 sums,
+/// the same products as the cpu target's.
+template <typename T>
+void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
+                    const Tensor<T> &dOut, const Tensor<int64_t> &counts,
+                    const Tensor<T> &wIn, const Tensor<T> *wMul,
+                    const Tensor<T> &wOut, Tensor<T> &dRows, Tensor<T> &dWIn,
+                    Tensor<T> *dWMul, Tensor<T> &dWOut, int64_t el, int64_t s,
+                    int64_t p, int64_t d, int64_t f, int activation) {
+  const int64_t c = s / p;
+  std::vector<int64_t> used(el * p);
+  STP_CUDA(cudaMemcpyAsync(used.data(), counts.data(), sizeof(int64_t) * el * p,
+                           cudaMemcpyDeviceToHost, ctx.compute));
+  STP_CUDA(cudaStreamSynchronize(ctx.compute));
+  auto a = alloc<float>(ctx, el * s * f), u = alloc<float>(ctx, el * s * f),
+       dh = alloc<float>(ctx, el * s * f), dx = alloc<float>(ctx, el * s * d),
+       dwi = alloc<float>(ctx, el * d * f), dwm = alloc<float>(ctx, el * d * f),
+       dwo = alloc<float>(ctx, el * f * d);
+  auto h = alloc<T>(ctx, el * s * f), da = alloc<T>(ctx, el * s * f),
+       du = alloc<T>(ctx, el * s * f);
+  for (auto *z : {&a, &u, &dh, &dx, &dwi, &dwm, &dwo})
+    STP_CUDA(
+        cudaMemsetAsync(z->data(), 0, sizeof(float) * z->size, ctx.compute));
+  const T *x_ = buffer.data(), *dO = dOut.data(), *w1 = wIn.data(),
+          *w2 = wOut.data(), *w3 = wMul ? wMul->data() : nullptr;
+  auto eachPair = [&](auto &&body) {
+    for (int64_t x = 0; x < el; ++x)
+      for (int64_t g = 0; g < p; ++g)
+        if (int64_t n = std::min(c, used[x * p + g]); n > 0)
+          body(x, x * s + g * c, n);
+  };
+  eachPair([&](int64_t x, int64_t row, int64_t n) {
+    rowMajorGemm(ctx, false, false, n, f, d, x_ + row * d, w1 + x * d * f,
+                 a.data() + row * f);
+    if (w3)
+      rowMajorGemm(ctx, false, false, n, f, d, x_ + row * d, w3 + x * d * f,
+                   u.data() + row * f);
+    rowMajorGemm(ctx, false, true, n, f, d, dO + row * d, w2 + x * f * d,
+                 dh.data() + row * f);
+  });
+  moeActivationGradKernel<<<blocksFor(el * s * f), 256, 0, ctx.compute>>>(
+      dh.data(), a.data(), w3 ? u.data() : nullptr, h.data(), da.data(),
+      du.data(), el * s * f, activation);
+  eachPair([&](int64_t x, int64_t row, int64_t n) {
+    rowMajorGemm(ctx, true, false, f, d, n, h.data() + row * f, dO + row * d,
+                 dwo.data() + x * f * d);
+    rowMajorGemm(ctx, true, false, d, f, n, x_ + row * d, da.data() + row * f,
+                 dwi.data() + x * d * f);
+    rowMajorGemm(ctx, false, true, n, d, f, da.data() + row * f, w1 + x * d * f,
+                 dx.data() + row * d);
+    if (w3) {
+      rowMajorGemm(ctx, true, false, d, f, n, x_ + row * d, du.data() + row * f,
+                   dwm.data() + x * d * f);
+      rowMajorGemm(ctx, false, true, n, d, f, du.data() + row * f,
+                   w3 + x * d * f, dx.data() + row * d);
+    }
+  });
+  auto store = [&](const Tensor<float> &from, T *to, int64_t n) {
+    moeStoreKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(from.data(), to, n);
+  };
+  store(dx, dRows.data(), el * s * d);
+  store(dwi, dWIn.data(), el * d * f);
+  if (dWMul)
+    store(dwm, dWMul->data(), el * d * f);
+  store(dwo, dWOut.data(), el * f * d);
+  STP_CUDA(cudaGetLastError());
 }
 
 /// stp.moe_combine: one thread per output element.

@@ -130,3 +130,49 @@ func.func @f(%rows: tensor<4x4x16xf32>, %c: tensor<4x1xi64>) -> tensor<1x16x16xf
   %r, %rc = stp.moe_all_to_all %rows, %c on @grid grid_axes = [0] {routed_rows = 8 : i64, intra_node_size = 4 : i64} : (tensor<4x4x16xf32>, tensor<4x1xi64>) -> (tensor<1x16x16xf32>, tensor<1x4xi64>)
   return %r : tensor<1x16x16xf32>
 }
+
+// -----
+
+func.func @f(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %w1: tensor<4x32x64xf32>, %w2: tensor<4x64x32xf32>,
+             %y: tensor<16x32xf32>, %dy: tensor<16x32xf32>) -> tensor<32x8xf32> {
+  // expected-error @+1 {{'stp.moe_grad' op each gradient must have its operand's type}}
+  %dx, %dr, %dw1, %dw2 = stp.moe_grad %dy of %y, %x, %r experts %w1 down %w2 {top_k = 2 : i64, activation = "relu"}
+      : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>, tensor<4x64x32xf32>, tensor<16x32xf32>)
+      -> (tensor<16x32xf32>, tensor<32x8xf32>, tensor<4x32x64xf32>, tensor<4x64x32xf32>)
+  return %dr : tensor<32x8xf32>
+}
+
+// -----
+
+func.func @f(%buf: tensor<2x32x32xf32>, %d: tensor<2x32x16xf32>, %c: tensor<2x4xi64>, %w1: tensor<2x32x64xf32>,
+             %w2: tensor<2x64x32xf32>) -> tensor<2x32x32xf32> {
+  // expected-error @+1 {{'stp.moe_experts_grad' op d_out and d_rows must have the buffer's type}}
+  %dr, %dw1, %dw2 = stp.moe_experts_grad %d of %buf, %c experts %w1 down %w2 {activation = "silu"}
+      : (tensor<2x32x32xf32>, tensor<2x32x16xf32>, tensor<2x4xi64>, tensor<2x32x64xf32>, tensor<2x64x32xf32>)
+      -> (tensor<2x32x32xf32>, tensor<2x32x64xf32>, tensor<2x64x32xf32>)
+  return %dr : tensor<2x32x32xf32>
+}
+
+// -----
+
+func.func @f(%out: tensor<4x16x32xf32>, %s: tensor<16x2xi64>, %e: tensor<16x2xi64>, %dy: tensor<16x8xf32>) -> tensor<16x2xf32> {
+  // expected-error @+1 {{'stp.moe_gate_grad' op dy dim 1 must be 32, got 'tensor<16x8xf32>'}}
+  %dg = stp.moe_gate_grad %out, %s, %e, %dy : (tensor<4x16x32xf32>, tensor<16x2xi64>, tensor<16x2xi64>, tensor<16x8xf32>) -> tensor<16x2xf32>
+  return %dg : tensor<16x2xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %e: tensor<16x6xi64>, %dg: tensor<16x6xf32>) -> tensor<32x4xf32> {
+  // expected-error @+1 {{'stp.moe_route_grad' op experts must hold 1 to 4 choices per token, got 6}}
+  %dx, %dr = stp.moe_route_grad %dg of %x, %r, %e : (tensor<16x32xf32>, tensor<32x4xf32>, tensor<16x6xi64>, tensor<16x6xf32>) -> (tensor<16x32xf32>, tensor<32x4xf32>)
+  return %dr : tensor<32x4xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<16x32xf32>, %e: tensor<16x2xi64>, %w: tensor<16x3xf32>) -> tensor<4x16x32xf32> {
+  // expected-error @+1 {{'stp.moe_dispatch' op weights dim 1 must be 2, got 'tensor<16x3xf32>'}}
+  %b, %c, %s = stp.moe_dispatch %x, %e weighted %w : (tensor<16x32xf32>, tensor<16x2xi64>, tensor<16x3xf32>) -> (tensor<4x16x32xf32>, tensor<4x1xi64>, tensor<16x2xi64>)
+  return %b : tensor<4x16x32xf32>
+}

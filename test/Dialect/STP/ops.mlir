@@ -86,3 +86,44 @@ func.func @moe_per_rank(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %recv: tens
       : (tensor<4x16x32xf32>, tensor<16x2xi64>, tensor<16x2xi64>, tensor<16x2xf32>) -> tensor<16x32xf32>
   return %buf, %out, %y : tensor<4x16x32xf32>, tensor<2x32x32xf32>, tensor<16x32xf32>
 }
+
+// The backward of an stp.moe (-stp-training-step) and the per-rank pieces
+// -stp-partition makes of it.
+// CHECK-LABEL: func.func @moe_backward
+func.func @moe_backward(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %w1: tensor<4x32x64xf32>,
+                        %w3: tensor<4x32x64xf32>, %w2: tensor<4x64x32xf32>, %dy: tensor<16x32xf32>)
+    -> (tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x64x32xf32>) {
+  %y = stp.moe %x, %r experts %w1 gated %w3 down %w2 {top_k = 2 : i64, normalize, activation = "silu"}
+      : (tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>, tensor<4x32x64xf32>, tensor<4x64x32xf32>) -> tensor<16x32xf32>
+  // CHECK: stp.moe_grad %{{.*}} of %{{.*}}, %{{.*}}, %{{.*}} experts %{{.*}} gated %{{.*}} down %{{.*}} {activation = "silu", normalize, top_k = 2 : i64}
+  %dx, %dr, %dw1, %dw3, %dw2 = stp.moe_grad %dy of %y, %x, %r experts %w1 gated %w3 down %w2
+      {top_k = 2 : i64, normalize, activation = "silu"}
+      : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>, tensor<4x32x64xf32>,
+         tensor<4x64x32xf32>, tensor<16x32xf32>)
+      -> (tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x32x64xf32>, tensor<4x32x64xf32>, tensor<4x64x32xf32>)
+  return %dx, %dr, %dw2 : tensor<16x32xf32>, tensor<32x4xf32>, tensor<4x64x32xf32>
+}
+
+// CHECK-LABEL: func.func @moe_backward_per_rank
+func.func @moe_backward_per_rank(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %e: tensor<16x2xi64>,
+                                 %g: tensor<16x2xf32>, %slots: tensor<16x2xi64>, %back: tensor<4x16x32xf32>,
+                                 %dy: tensor<16x32xf32>, %recv: tensor<2x32x32xf32>, %drecv: tensor<2x32x32xf32>,
+                                 %counts: tensor<2x2xi64>, %w1: tensor<2x32x64xf32>, %w2: tensor<2x64x32xf32>)
+    -> (tensor<4x16x32xf32>, tensor<2x32x32xf32>, tensor<2x32x64xf32>, tensor<2x64x32xf32>,
+        tensor<16x32xf32>, tensor<32x4xf32>) {
+  // CHECK: stp.moe_gate_grad
+  %dg = stp.moe_gate_grad %back, %slots, %e, %dy
+      : (tensor<4x16x32xf32>, tensor<16x2xi64>, tensor<16x2xi64>, tensor<16x32xf32>) -> tensor<16x2xf32>
+  // CHECK: stp.moe_dispatch %{{.*}}, %{{.*}} weighted %{{.*}} :
+  %buf, %cnt, %s = stp.moe_dispatch %dy, %e weighted %g
+      : (tensor<16x32xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> (tensor<4x16x32xf32>, tensor<4x1xi64>, tensor<16x2xi64>)
+  // CHECK: stp.moe_experts_grad %{{.*}} of %{{.*}}, %{{.*}} experts %{{.*}} down %{{.*}} {activation = "gelu"}
+  %drows, %dw1, %dw2 = stp.moe_experts_grad %drecv of %recv, %counts experts %w1 down %w2 {activation = "gelu"}
+      : (tensor<2x32x32xf32>, tensor<2x32x32xf32>, tensor<2x2xi64>, tensor<2x32x64xf32>, tensor<2x64x32xf32>)
+      -> (tensor<2x32x32xf32>, tensor<2x32x64xf32>, tensor<2x64x32xf32>)
+  // CHECK: stp.moe_route_grad %{{.*}} of %{{.*}}, %{{.*}}, %{{.*}} {normalize}
+  %dx, %dr = stp.moe_route_grad %dg of %x, %r, %e {normalize}
+      : (tensor<16x32xf32>, tensor<32x4xf32>, tensor<16x2xi64>, tensor<16x2xf32>) -> (tensor<16x32xf32>, tensor<32x4xf32>)
+  return %buf, %drows, %dw1, %dw2, %dx, %dr : tensor<4x16x32xf32>, tensor<2x32x32xf32>, tensor<2x32x64xf32>,
+      tensor<2x64x32xf32>, tensor<16x32xf32>, tensor<32x4xf32>
+}

@@ -55,6 +55,10 @@ CostRule AttentionOp::getCostRule() { return {CostKind::Attention, 0, ""}; }
 
 PartitionRule MoEOp::getPartitionRule() { return PartitionRule::MoE; }
 CostRule MoEOp::getCostRule() { return {CostKind::MoE, 0, ""}; }
+// The backward of an stp.moe: partitioned as its forward (its stp.spec);
+// the plan costs it with the forward's operator.
+PartitionRule MoEGradOp::getPartitionRule() { return PartitionRule::MoE; }
+CostRule MoEGradOp::getCostRule() { return {CostKind::MoE, 0, ""}; }
 
 //===----------------------------------------------------------------------===//
 // Ops along one axis: the axis whole, the other dims as the first split

@@ -244,6 +244,9 @@ LogicalResult MoEDispatchOp::verify() {
   for (Value v : {getExperts(), getCounts(), getSlots()})
     if (!cast<RankedTensorType>(v.getType()).getElementType().isInteger(64))
       return emitOpError("experts, counts and slots must be tensors of i64");
+  if (getWeights() &&
+      failed(checkShape(*this, getWeights().getType(), "weights", {n, k})))
+    return failure();
   return success();
 }
 
@@ -267,6 +270,102 @@ LogicalResult MoEExpertsOp::verify() {
     return failure();
   if (getResult().getType() != buffer)
     return emitOpError("result type must equal the buffer type");
+  return success();
+}
+
+LogicalResult MoEGradOp::verify() {
+  auto tokens = getTokens().getType();
+  if (failed(checkShape(*this, tokens, "tokens", {-1, -1})))
+    return failure();
+  int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1);
+  if (failed(checkShape(*this, getRouter().getType(), "router", {d, -1})))
+    return failure();
+  int64_t e = getRouter().getType().getDimSize(1);
+  if (static_cast<int64_t>(getTopK()) < 1 ||
+      static_cast<int64_t>(getTopK()) > e)
+    return emitOpError() << "top_k must be in [1, " << e << "], got "
+                         << getTopK();
+  if (failed(verifyExpertWeights(*this, e, d, getWIn(), getWMul(), getWOut(),
+                                 getActivation())))
+    return failure();
+  if (bool(getWMul()) != bool(getDWMul()))
+    return emitOpError("d_w_mul must be present exactly when w_mul is");
+  for (auto [grad, of] : {std::pair{getDTokens(), getTokens()},
+                          {getDRouter(), getRouter()},
+                          {getDWIn(), getWIn()},
+                          {getDWMul(), getWMul()},
+                          {getDWOut(), getWOut()}})
+    if (grad && grad.getType() != of.getType())
+      return emitOpError("each gradient must have its operand's type");
+  if (failed(checkShape(*this, getDy().getType(), "dy", {n, d})) ||
+      failed(checkShape(*this, getForward().getType(), "forward", {n, d})))
+    return failure();
+  return success();
+}
+
+LogicalResult MoEExpertsGradOp::verify() {
+  auto buffer = getBuffer().getType();
+  if (failed(checkShape(*this, buffer, "buffer", {-1, -1, -1})))
+    return failure();
+  int64_t e = buffer.getDimSize(0), s = buffer.getDimSize(1),
+          d = buffer.getDimSize(2);
+  if (getDOut().getType() != buffer || getDRows().getType() != buffer)
+    return emitOpError("d_out and d_rows must have the buffer's type");
+  if (failed(checkShape(*this, getCounts().getType(), "counts", {e, -1})))
+    return failure();
+  int64_t p = getCounts().getType().getDimSize(1);
+  if (p < 1 || s % p != 0)
+    return emitOpError() << "buffer rows (" << s
+                         << ") must split evenly into the " << p
+                         << " segments of counts";
+  if (!getCounts().getType().getElementType().isInteger(64))
+    return emitOpError("counts must be a tensor of i64");
+  if (failed(verifyExpertWeights(*this, e, d, getWIn(), getWMul(), getWOut(),
+                                 getActivation())))
+    return failure();
+  if (bool(getWMul()) != bool(getDWMul()))
+    return emitOpError("d_w_mul must be present exactly when w_mul is");
+  if (getDWIn().getType() != getWIn().getType() ||
+      getDWOut().getType() != getWOut().getType() ||
+      (getWMul() && getDWMul().getType() != getWMul().getType()))
+    return emitOpError("each weight gradient must have its weight's type");
+  return success();
+}
+
+LogicalResult MoEGateGradOp::verify() {
+  auto outputs = getOutputs().getType();
+  if (failed(checkShape(*this, outputs, "outputs", {-1, -1, -1})))
+    return failure();
+  auto slots = getSlots().getType();
+  if (failed(checkShape(*this, slots, "slots", {-1, -1})))
+    return failure();
+  int64_t n = slots.getDimSize(0), k = slots.getDimSize(1);
+  if (failed(checkShape(*this, getExperts().getType(), "experts", {n, k})) ||
+      failed(checkShape(*this, getDy().getType(), "dy",
+                        {n, outputs.getDimSize(2)})) ||
+      failed(checkShape(*this, getResult().getType(), "result", {n, k})))
+    return failure();
+  return success();
+}
+
+LogicalResult MoERouteGradOp::verify() {
+  auto tokens = getTokens().getType();
+  if (failed(checkShape(*this, tokens, "tokens", {-1, -1})))
+    return failure();
+  int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1);
+  if (failed(checkShape(*this, getRouter().getType(), "router", {d, -1})) ||
+      failed(checkShape(*this, getExperts().getType(), "experts", {n, -1})))
+    return failure();
+  int64_t e = getRouter().getType().getDimSize(1),
+          k = getExperts().getType().getDimSize(1);
+  if (k < 1 || k > e)
+    return emitOpError() << "experts must hold 1 to " << e
+                         << " choices per token, got " << k;
+  if (failed(checkShape(*this, getDGates().getType(), "d_gates", {n, k})) ||
+      getDTokens().getType() != tokens ||
+      getDRouter().getType() != getRouter().getType())
+    return emitOpError("d_tokens and d_router must have the types of tokens "
+                       "and router");
   return success();
 }
 

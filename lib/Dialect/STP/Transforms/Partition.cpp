@@ -232,8 +232,27 @@ private:
                                  SmallVector<AxisList> loopAxes);
   FailureOr<OpPlan> planNorm(Operation *op, PartitionSpecAttr spec);
   FailureOr<OpPlan> planAttention(AttentionOp op, PartitionSpecAttr spec);
-  FailureOr<OpPlan> planMoE(MoEOp op, PartitionSpecAttr spec);
+  FailureOr<OpPlan> planMoE(Operation *op, PartitionSpecAttr spec);
   void emitMoE(MoEOp op, const OpPlan &plan);
+  LogicalResult emitMoEGrad(MoEGradOp op, const OpPlan &plan);
+  /// One stp.moe_all_to_all of an MoE layer's expansion over the expert
+  /// axes of `plan` (step `step` of `steps`), marked with `what`.
+  MoEAllToAllOp emitMoEExchange(Location loc, const OpPlan &plan,
+                                const std::string &label, Value rows,
+                                Value rowCounts, Value init,
+                                RankedTensorType rowsType,
+                                RankedTensorType countsType, bool reverse,
+                                int64_t routed, int64_t groupSize, int64_t step,
+                                int64_t intraNodeSize, const std::string &what);
+  /// What the backward of an stp.moe reuses of its forward expansion: the
+  /// routing, the dispatch's slots, the outputs back on the tokens' ranks,
+  /// and per exchange step the rows and counts the experts received.
+  struct MoEForward {
+    Value gates, experts, slots, outputs;
+    SmallVector<Value> rows, rowCounts;
+    int64_t groupSize = 0, intraNodeSize = 0;
+  };
+  DenseMap<Operation *, MoEForward> moeForwards;
   OpPlan planLayout(Operation *op, const LayoutRule &rule);
   LogicalResult emit(Operation *op, OpPlan &plan);
   void emitTemporal(linalg::LinalgOp op, OpPlan &plan);
@@ -552,6 +571,11 @@ Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
   if (Operation *def = old.getDefiningOp())
     if (auto p = def->getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName))
       phase = p.getValue();
+  // stp.moe_grad makes B (the tokens' gradient) and G (the router's and
+  // the experts' weights' gradients) in one op.
+  if (auto grad = old.getDefiningOp<MoEGradOp>();
+      grad && old != grad.getDTokens())
+    phase = "weight_grad";
   // (A re-layout made inside the micro-batch loop serves only the loop.)
   for (auto &[sharding, value] : cache[old])
     if (sharding == to && (inLoop || !isDefinedInLoop(value)))
@@ -1399,11 +1423,15 @@ FailureOr<OpPlan> Partitioner::planAttention(AttentionOp op,
 /// group by all-to-all); an expert's hidden dim over other axes (tensor
 /// parallelism inside the experts: the output is a partial sum over them).
 /// The model dim is never split. Anything else runs replicated, reported.
-FailureOr<OpPlan> Partitioner::planMoE(MoEOp op, PartitionSpecAttr spec) {
+FailureOr<OpPlan> Partitioner::planMoE(Operation *op, PartitionSpecAttr spec) {
   OpPlan plan;
   plan.kind = PlanKind::MoE;
-  auto tokens = getRankedTensor(op.getTokens());
-  auto wIn = getRankedTensor(op.getWIn());
+  auto grad = dyn_cast<MoEGradOp>(op);
+  Value tokensValue = grad ? grad.getTokens() : cast<MoEOp>(op).getTokens();
+  Value wInValue = grad ? grad.getWIn() : cast<MoEOp>(op).getWIn();
+  bool gated = grad ? bool(grad.getWMul()) : bool(cast<MoEOp>(op).getWMul());
+  auto tokens = getRankedTensor(tokensValue);
+  auto wIn = getRankedTensor(wInValue);
   int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1),
           e = wIn.getDimSize(0), f = wIn.getDimSize(2);
   if (spec) {
@@ -1428,7 +1456,7 @@ FailureOr<OpPlan> Partitioner::planMoE(MoEOp op, PartitionSpecAttr spec) {
   }
   if (inLoop) {
     AxisList data;
-    Sharding t = states.lookup(op.getTokens()).sharding;
+    Sharding t = states.lookup(tokensValue).sharding;
     if (!t.dims.empty())
       data = t.dims[0];
     plan.moeTokens = followMicroBatch(plan.moeTokens, data);
@@ -1457,6 +1485,10 @@ FailureOr<OpPlan> Partitioner::planMoE(MoEOp op, PartitionSpecAttr spec) {
   }
   Sharding t = Sharding::replicated(2);
   t.dims[0] = plan.moeTokens;
+  // The backward's first operand (the forward's result) only ties it to
+  // its forward; it is never read.
+  if (grad)
+    plan.operands.push_back(t);
   plan.operands.push_back(t);
   plan.operands.push_back(Sharding::replicated(2));
   auto weight = [&](int64_t hiddenDim) {
@@ -1466,12 +1498,44 @@ FailureOr<OpPlan> Partitioner::planMoE(MoEOp op, PartitionSpecAttr spec) {
     return w;
   };
   plan.operands.push_back(weight(2));
-  if (op.getWMul())
+  if (gated)
     plan.operands.push_back(weight(2));
   plan.operands.push_back(weight(1));
   Sharding out = t;
   out.partial = plan.moeHidden;
+  if (!grad) {
+    plan.results.push_back(out);
+    if (!plan.moeHidden.empty())
+      plan.partialReason = "expert hidden dim f of the MoE experts split";
+    return plan;
+  }
+  // Backward: dy as the result; the tokens' gradient as the result (partial
+  // over the hidden dim's axes), the router's a sum over every token and
+  // hidden-dim axis, the experts' weights' a sum over the token axes that
+  // replicate them.
+  plan.operands.push_back(t);
   plan.results.push_back(out);
+  // (Axes of size 1 sum nothing.)
+  auto summed = [&](shard::GridAxis a) { return getGroupSize({a}) > 1; };
+  Sharding router = Sharding::replicated(2);
+  for (const AxisList *axes : {&plan.moeTokens, &plan.moeHidden})
+    for (shard::GridAxis a : *axes)
+      if (summed(a))
+        router.partial.push_back(a);
+  plan.results.push_back(router);
+  AxisList replicas;
+  for (shard::GridAxis a : plan.moeTokens)
+    if (!llvm::is_contained(plan.moeExperts, a) && summed(a))
+      replicas.push_back(a);
+  auto weightGrad = [&](int64_t hiddenDim) {
+    Sharding w = weight(hiddenDim);
+    w.partial = replicas;
+    plan.results.push_back(w);
+  };
+  weightGrad(2);
+  if (gated)
+    weightGrad(2);
+  weightGrad(1);
   if (!plan.moeHidden.empty())
     plan.partialReason = "expert hidden dim f of the MoE experts split";
   return plan;
@@ -1526,7 +1590,6 @@ static int64_t getTwoLevelNodeSize(MeshAttr mesh,
 void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   std::string label = getLabel(op);
   Location loc = op.getLoc();
-  MLIRContext *ctx = builder.getContext();
   SmallVector<Value> local;
   for (auto [i, v] : llvm::enumerate(op->getOperands()))
     local.push_back(
@@ -1552,9 +1615,8 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   int64_t capacity = n;
   auto dispatch = MoEDispatchOp::create(
       builder, loc, type({e, capacity, d}, f32), type({e, 1}, i64),
-      type({n, k}, i64), tokens, route.getExperts());
+      type({n, k}, i64), tokens, route.getExperts(), /*weights=*/Value());
   Value buffer = dispatch.getBuffer(), counts = dispatch.getCounts();
-  auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
   std::string group = axesText(plan.moeExperts);
   int64_t routed = n * k;
   // Smart scheduling (FasterMoE Sec. 4.2) as the plan chose it: the
@@ -1578,23 +1640,9 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   auto exchange = [&](Value rows, Value rowCounts, Value init,
                       RankedTensorType rowsType, RankedTensorType countsType,
                       bool reverse, int64_t step, const std::string &what) {
-    auto op = MoEAllToAllOp::create(
-        builder, loc, rowsType, countsType, rows, rowCounts, init, gridRef,
-        builder.getDenseI16ArrayAttr(plan.moeExperts),
-        builder.getI64IntegerAttr(routed),
-        reverse ? builder.getUnitAttr() : UnitAttr(),
-        builder.getI64IntegerAttr(groupSize), builder.getI64IntegerAttr(step),
-        builder.getI64IntegerAttr(intraNodeSize));
-    std::string stepText =
-        steps > 1 ? ", smart schedule step " + std::to_string(step + 1) +
-                        " of " + std::to_string(steps) + " (groups of " +
-                        std::to_string(groupSize) + ")"
-                  : "";
-    if (intraNodeSize)
-      stepText += ", hierarchical (" + std::to_string(intraNodeSize) +
-                  " devices per node first, then across nodes)";
-    markCollective(op, label, what + stepText);
-    return op;
+    return emitMoEExchange(loc, plan, label, rows, rowCounts, init, rowsType,
+                           countsType, reverse, routed, groupSize, step,
+                           intraNodeSize, what);
   };
   auto runExperts = [&](Value rows, Value rowCounts) {
     // The local experts (partial sums over the expert hidden dim's axes).
@@ -1603,9 +1651,14 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
                                 /*bf16_operands=*/UnitAttr())
         .getResult();
   };
+  MoEForward &record = moeForwards[op];
+  record.groupSize = groupSize;
+  record.intraNodeSize = intraNodeSize;
   Value outputs;
   if (p == 1) {
     outputs = runExperts(buffer, counts);
+    record.rows.push_back(buffer);
+    record.rowCounts.push_back(counts);
   } else {
     // 3. Each expert's used rows to the rank holding it (their counts
     //    first, so receivers know the sizes); 4. the local experts; 5. the
@@ -1629,10 +1682,14 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
           .getResultRows();
     };
     MoEAllToAllOp sent = dispatchStep(0);
+    record.rows.push_back(sent.getResultRows());
+    record.rowCounts.push_back(sent.getResultCounts());
     Value done = runExperts(sent.getResultRows(), sent.getResultCounts());
     Value doneCounts = sent.getResultCounts();
     for (int64_t s = 1; s < steps; ++s) {
       MoEAllToAllOp next = dispatchStep(s);
+      record.rows.push_back(next.getResultRows());
+      record.rowCounts.push_back(next.getResultCounts());
       outputs = returnStep(done, doneCounts, outputs, s - 1);
       done = runExperts(next.getResultRows(), next.getResultCounts());
       doneCounts = next.getResultCounts();
@@ -1643,6 +1700,10 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   auto combine = MoECombineOp::create(builder, loc, type({n, d}, f32), outputs,
                                       dispatch.getSlots(), route.getExperts(),
                                       route.getGates());
+  record.gates = route.getGates();
+  record.experts = route.getExperts();
+  record.slots = dispatch.getSlots();
+  record.outputs = outputs;
   if (!plan.fallback.empty()) {
     combine->setAttr(STPDialect::kFallbackAttrName,
                      builder.getStringAttr(plan.fallback));
@@ -1655,6 +1716,196 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   state.sharding = plan.results[0];
   state.producer = label;
   state.partialReason = plan.partialReason;
+}
+
+MoEAllToAllOp Partitioner::emitMoEExchange(
+    Location loc, const OpPlan &plan, const std::string &label, Value rows,
+    Value rowCounts, Value init, RankedTensorType rowsType,
+    RankedTensorType countsType, bool reverse, int64_t routed,
+    int64_t groupSize, int64_t step, int64_t intraNodeSize,
+    const std::string &what) {
+  int64_t p = getGroupSize(plan.moeExperts);
+  int64_t steps = groupSize ? p / groupSize : 1;
+  auto op = MoEAllToAllOp::create(
+      builder, loc, rowsType, countsType, rows, rowCounts, init,
+      FlatSymbolRefAttr::get(builder.getContext(), kGridName),
+      builder.getDenseI16ArrayAttr(plan.moeExperts),
+      builder.getI64IntegerAttr(routed),
+      reverse ? builder.getUnitAttr() : UnitAttr(),
+      builder.getI64IntegerAttr(groupSize), builder.getI64IntegerAttr(step),
+      builder.getI64IntegerAttr(intraNodeSize));
+  std::string stepText =
+      steps > 1 ? ", smart schedule step " + std::to_string(step + 1) + " of " +
+                      std::to_string(steps) + " (groups of " +
+                      std::to_string(groupSize) + ")"
+                : "";
+  if (intraNodeSize)
+    stepText += ", hierarchical (" + std::to_string(intraNodeSize) +
+                " devices per node first, then across nodes)";
+  markCollective(op, label, what + stepText);
+  return op;
+}
+
+/// The backward of an stp.moe (docs/moe.md, "Training"), routed like its
+/// forward expansion, whose routing, slots, returned outputs and received
+/// rows it reuses: on the tokens' ranks the gates' gradient
+/// (stp.moe_gate_grad) and dy dispatched times the gates; the rows to the
+/// experts' ranks (the forward's exchange steps); the experts' backward
+/// on the rows they received in the forward; the rows' gradient back;
+/// combined without gates; plus the router's backward.
+LogicalResult Partitioner::emitMoEGrad(MoEGradOp op, const OpPlan &plan) {
+  std::string label = getLabel(op);
+  Location loc = op.getLoc();
+  auto found = moeForwards.find(op.getForward().getDefiningOp());
+  if (found == moeForwards.end())
+    return op->emitError() << "stp.moe_grad: its forward stp.moe was not "
+                              "partitioned before it";
+  const MoEForward &fwd = found->second;
+  int64_t p = getGroupSize(plan.moeExperts);
+  int64_t groupSize = fwd.groupSize;
+  int64_t steps = groupSize ? p / groupSize : 1;
+  if (int64_t(fwd.rows.size()) != steps)
+    return op->emitError() << "stp.moe_grad: its plan (" << p
+                           << " devices per expert group) differs from its "
+                              "forward's";
+  SmallVector<Value> local;
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    local.push_back(i == 0 ? Value()
+                           : getAs(v, plan.operands[i], label,
+                                   "operand " + std::to_string(i)));
+  Value tokens = local[1], router = local[2], wIn = local[3],
+        wMul = op.getWMul() ? local[4] : Value(),
+        wOut = local[local.size() - 2], dy = local.back();
+  auto tokensType = getRankedTensor(tokens);
+  int64_t n = tokensType.getDimSize(0), d = tokensType.getDimSize(1);
+  int64_t e = getRankedTensor(op.getWIn()).getDimSize(0);
+  int64_t k = int64_t(op.getTopK());
+  Type f32 = tokensType.getElementType();
+  Type i64 = builder.getI64Type();
+  auto type = [&](ArrayRef<int64_t> shape, Type elem) {
+    return RankedTensorType::get(shape, elem);
+  };
+  auto add = [&](Value a, Value b) -> Value {
+    auto t = cast<RankedTensorType>(a.getType());
+    AffineMap id = builder.getMultiDimIdentityMap(t.getRank());
+    return linalg::GenericOp::create(
+               builder, loc, TypeRange{t}, ValueRange{a}, ValueRange{b},
+               ArrayRef<AffineMap>{id, id},
+               SmallVector<utils::IteratorType>(t.getRank(),
+                                                utils::IteratorType::parallel),
+               [&](OpBuilder &nb, Location l, ValueRange args) {
+                 linalg::YieldOp::create(
+                     nb, l,
+                     arith::AddFOp::create(nb, l, args[0], args[1])
+                         .getResult());
+               })
+        .getResult(0);
+  };
+  // 1. The gates' gradient and dy times the gates, on the tokens' ranks.
+  auto gateGrad = MoEGateGradOp::create(
+      builder, loc, type({n, k}, f32), fwd.outputs, fwd.slots, fwd.experts, dy);
+  int64_t capacity = n;
+  auto dispatch = MoEDispatchOp::create(
+      builder, loc, type({e, capacity, d}, f32), type({e, 1}, i64),
+      type({n, k}, i64), dy, fwd.experts, fwd.gates);
+  Value buffer = dispatch.getBuffer(), counts = dispatch.getCounts();
+  // 2. The experts' backward on the rows they received in the forward.
+  SmallVector<Value> dWeights;
+  auto runExperts = [&](Value dOut, unsigned step) {
+    SmallVector<Type> types{dOut.getType(), wIn.getType()};
+    if (wMul)
+      types.push_back(wMul.getType());
+    types.push_back(wOut.getType());
+    auto ex = MoEExpertsGradOp::create(builder, loc, types, fwd.rows[step],
+                                       dOut, fwd.rowCounts[step], wIn, wMul,
+                                       wOut, op.getActivationAttr());
+    SmallVector<Value> ws{ex.getDWIn()};
+    if (wMul)
+      ws.push_back(ex.getDWMul());
+    ws.push_back(ex.getDWOut());
+    if (dWeights.empty())
+      dWeights = ws;
+    else
+      for (auto [sum, w] : llvm::zip(dWeights, ws))
+        sum = add(sum, w);
+    return ex.getDRows();
+  };
+  std::string group = axesText(plan.moeExperts);
+  int64_t routed = n * k;
+  Value rowGrads;
+  if (p == 1) {
+    rowGrads = runExperts(buffer, 0);
+  } else {
+    auto exchange = [&](Value rows, Value rowCounts, Value init,
+                        RankedTensorType rowsType, RankedTensorType countsType,
+                        bool reverse, int64_t step, const std::string &what) {
+      return emitMoEExchange(loc, plan, label, rows, rowCounts, init, rowsType,
+                             countsType, reverse, routed, groupSize, step,
+                             fwd.intraNodeSize, what);
+    };
+    auto dispatchStep = [&](int64_t s) {
+      return exchange(buffer, counts, Value(),
+                      type({e / p, p * capacity, d}, f32),
+                      type({e / p, p}, i64), false, s,
+                      "all-to-all dispatching the output gradient to the "
+                      "experts over " +
+                          group + " (expert parallelism, backward)");
+    };
+    auto returnStep = [&](Value rows, Value rowCounts, Value init, int64_t s) {
+      return exchange(rows, rowCounts, init, type({e, capacity, d}, f32),
+                      type({e, 1}, i64), true, s,
+                      "all-to-all returning the tokens' gradient over " +
+                          group + " (expert parallelism, backward)")
+          .getResultRows();
+    };
+    MoEAllToAllOp sent = dispatchStep(0);
+    Value done = runExperts(sent.getResultRows(), 0);
+    Value doneCounts = sent.getResultCounts();
+    for (int64_t s = 1; s < steps; ++s) {
+      MoEAllToAllOp next = dispatchStep(s);
+      rowGrads = returnStep(done, doneCounts, rowGrads, s - 1);
+      done = runExperts(next.getResultRows(), unsigned(s));
+      doneCounts = next.getResultCounts();
+    }
+    rowGrads = returnStep(done, doneCounts, rowGrads, steps - 1);
+  }
+  // 3. Each token's rows' gradients summed (no gates: dy carried them),
+  //    plus the router's backward.
+  Value ones =
+      linalg::FillOp::create(builder, loc,
+                             ValueRange{arith::ConstantOp::create(
+                                 builder, loc, builder.getFloatAttr(f32, 1.0))},
+                             ValueRange{tensor::EmptyOp::create(
+                                 builder, loc, ArrayRef<int64_t>{n, k}, f32)})
+          .getResult(0);
+  Value dExperts = MoECombineOp::create(builder, loc, type({n, d}, f32),
+                                        rowGrads, fwd.slots, fwd.experts, ones)
+                       .getResult();
+  auto routeGrad = MoERouteGradOp::create(
+      builder, loc, type({n, d}, f32), router.getType(), tokens, router,
+      fwd.experts, gateGrad.getResult(), op.getNormalizeAttr());
+  SmallVector<Value> results{add(dExperts, routeGrad.getDTokens()),
+                             routeGrad.getDRouter()};
+  llvm::append_range(results, dWeights);
+  if (!plan.fallback.empty()) {
+    routeGrad->setAttr(STPDialect::kFallbackAttrName,
+                       builder.getStringAttr(plan.fallback));
+    ++numFallbackOps;
+  } else if (p > 1 || !plan.moeTokens.empty()) {
+    ++numSplitOps;
+  }
+  for (auto [i, result] : llvm::enumerate(op->getResults())) {
+    ValueState &state = states[result];
+    state.value = results[i];
+    state.sharding = plan.results[i];
+    state.producer = label;
+    if (!plan.results[i].partial.empty())
+      state.partialReason =
+          i == 0 ? plan.partialReason
+                 : "the MoE layer's parameter gradients (router, experts) "
+                   "summed over each rank's tokens";
+  }
+  return success();
 }
 
 /// An op that follows an operand's layout (PartitionableOpInterface's
@@ -1779,7 +2030,7 @@ FailureOr<OpPlan> Partitioner::planOp(Operation *op) {
   case PartitionRule::Attention:
     return planAttention(cast<AttentionOp>(op), spec);
   case PartitionRule::MoE:
-    return planMoE(cast<MoEOp>(op), spec);
+    return planMoE(op, spec);
   case PartitionRule::Layout:
     return planLayout(op, partitionable.getLayoutRule());
   case PartitionRule::Replicated:
@@ -2092,6 +2343,8 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
     emitNormStats(op, plan);
     return success();
   case PlanKind::MoE:
+    if (auto grad = dyn_cast<MoEGradOp>(op))
+      return emitMoEGrad(grad, plan);
     emitMoE(cast<MoEOp>(op), plan);
     return success();
   case PlanKind::Layout: {

@@ -651,6 +651,19 @@ private:
           return axes;
         continue;
       }
+      if (auto moe = dyn_cast<MoEOp>(user)) {
+        // The expert weights as -stp-partition lays them out (loops
+        // tokens, model dim, experts, expert hidden dim): w_in and w_mul
+        // [e, d, f], w_out [e, f, d]; the router stays whole.
+        LoopAxes loops = specAxes(user);
+        if (loops.size() != 4 || axes.size() != 3)
+          continue;
+        bool out = v == moe.getWOut();
+        if (!out && v != moe.getWIn() && v != moe.getWMul())
+          continue;
+        axes = {loops[2], loops[out ? 3 : 1], loops[out ? 1 : 3]};
+        return axes;
+      }
       if (isa<LayerNormOp, RMSNormOp>(user) && use.getOperandNumber() > 0) {
         LoopAxes loops = specAxes(user);
         if (loops.size() < axes.size())
@@ -1515,343 +1528,35 @@ LogicalResult TrainingStepBuilder::backwardView(Operation *op, Value dy) {
   return failure();
 }
 
-/// The activation of an MoE expert (stp.moe's `activation`) at `h`, and
-/// its derivative.
-static Value moeActivation(OpBuilder &b, Location l, StringRef kind, Value h,
-                           bool derivative) {
-  Type t = h.getType();
-  auto c = [&](double v) { return floatConstant(b, l, t, v); };
-  auto mul = [&](Value x, Value y) -> Value {
-    return arith::MulFOp::create(b, l, x, y);
-  };
-  auto add = [&](Value x, Value y) -> Value {
-    return arith::AddFOp::create(b, l, x, y);
-  };
-  auto sub = [&](Value x, Value y) -> Value {
-    return arith::SubFOp::create(b, l, x, y);
-  };
-  if (kind == "relu") {
-    Value pos = arith::CmpFOp::create(b, l, arith::CmpFPredicate::OGT, h, c(0));
-    return arith::SelectOp::create(b, l, pos, derivative ? c(1) : h, c(0));
-  }
-  if (kind == "silu") {
-    // silu(h) = h s, s = 1 / (1 + exp(-h)); silu'(h) = s (1 + h (1 - s)).
-    Value e = math::ExpOp::create(b, l, arith::NegFOp::create(b, l, h));
-    Value sig = arith::DivFOp::create(b, l, c(1), add(c(1), e));
-    if (!derivative)
-      return mul(h, sig);
-    return mul(sig, add(c(1), mul(h, sub(c(1), sig))));
-  }
-  if (kind == "gelu") {
-    // 0.5 h (1 + erf(h / sqrt 2)); derivative 0.5 (1 + erf(h / sqrt 2)) +
-    // h exp(-h^2 / 2) / sqrt(2 pi).
-    Value erf = math::ErfOp::create(b, l, mul(h, c(M_SQRT1_2)));
-    Value half = mul(c(0.5), add(c(1), erf));
-    if (!derivative)
-      return mul(h, half);
-    Value g = math::ExpOp::create(b, l, mul(c(-0.5), mul(h, h)));
-    return add(half, mul(h, mul(g, c(0.5 * M_2_SQRTPI * M_SQRT1_2))));
-  }
-  // gelu_tanh: 0.5 h (1 + tanh u), u = sqrt(2 / pi) (h + 0.044715 h^3);
-  // derivative 0.5 (1 + tanh u) + 0.5 h (1 - tanh^2 u) u'.
-  const double k = 0.7978845608028654; // sqrt(2 / pi)
-  Value h2 = mul(h, h);
-  Value u = mul(c(k), add(h, mul(c(0.044715), mul(h2, h))));
-  Value th = math::TanhOp::create(b, l, u);
-  Value half = mul(c(0.5), add(c(1), th));
-  if (!derivative)
-    return mul(h, half);
-  Value du = mul(c(k), add(c(1), mul(c(3 * 0.044715), h2)));
-  return add(half, mul(mul(c(0.5), h), mul(sub(c(1), mul(th, th)), du)));
-}
-
 LogicalResult TrainingStepBuilder::backwardMoE(MoEOp op, Value dy) {
-  // The layer recomputed densely (every expert on every local token, the
-  // gates zero outside each token's top k), then differentiated:
-  //   G[n, e] = M p / S (M: the top-k mask of p = softmax(x R), ties to the
-  //   lower expert; S = sum_e M p when normalized, else 1),
-  //   y[n] = sum_e G[n, e] FFN_e(x[n]).
-  // With A = act(x W1) (* x W3), dAu = dy W2^T per expert:
-  //   dG = sum_f A dAu, dA = G dAu, dW2 = A^T (G dy), dH1 = dA (* H3) act',
-  //   dH3 = dA act(H1), dW1 = x^T dH1, dx += dH1 W1^T (+ dH3 W3^T);
-  //   router: dp = M (dG - sum_j dG G) / S (normalized; else M dG),
-  //   dl = p (dp - sum_e p dp), dR = x^T dl, dx += dl R^T.
-  // The expert loop runs over the spec's expert axes (each rank its own
-  // experts, the tokens of its expert group), the tokens over the other
-  // token axes, the hidden dim over the spec's FFN axes.
+  // One stp.moe_grad, routed like the forward: -stp-partition expands it
+  // into the gates' gradient and a gate-weighted dispatch of dy on the
+  // tokens' ranks, the all-to-all to the experts, their backward on the
+  // rows the forward sent them, the all-to-all back and the router's
+  // backward (docs/moe.md, "Training"). It carries the forward's stp.spec.
   Value x = op.getTokens(), router = op.getRouter(), w1 = op.getWIn(),
         w3 = op.getWMul(), w2 = op.getWOut();
-  auto xType = cast<RankedTensorType>(x.getType());
-  auto w1Type = cast<RankedTensorType>(w1.getType());
-  Type element = xType.getElementType();
-  int64_t N = xType.getDimSize(0), D = xType.getDimSize(1),
-          E = w1Type.getDimSize(0), F = w1Type.getDimSize(2);
-  int64_t K = op.getTopK();
-  StringRef act = op.getActivation();
-  bool gated = bool(w3), normalize = op.getNormalize();
   Location loc = locFor(op, "/grad");
-  LoopAxes spec = specAxes(op);
-  SmallVector<StringAttr> tokenAxes, expertAxes, ffnAxes;
-  if (spec.size() >= 4) {
-    tokenAxes = spec[0];
-    expertAxes = spec[2];
-    ffnAxes = spec[3];
-  }
-  auto names = [&](ArrayRef<StringRef> n) {
-    SmallVector<StringAttr> out;
-    for (StringRef s : n)
-      out.push_back(b.getStringAttr(s));
-    return out;
-  };
-  auto type = [&](ArrayRef<int64_t> shape) {
-    return RankedTensorType::get(shape, element);
-  };
-  auto mulBody = [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-    return arith::MulFOp::create(nb, l, a[0], a[1]);
-  };
-  auto red = [](unsigned n, std::initializer_list<unsigned> loops) {
-    SmallVector<bool> r(n, false);
-    for (unsigned i : loops)
-      r[i] = true;
-    return r;
-  };
-  auto m = [&](unsigned n, ArrayRef<int64_t> dims) {
-    return mapOf(context, n, dims);
-  };
-  StringRef recompute = "input_grad";
-
-  // Router: loops (n, e[, j or d]); tokens over every token axis.
-  LoopAxes ne{tokenAxes, {}, {}};
-  Value logits =
-      generic(loc, recompute, {N, E, D}, red(3, {2}), {x, router},
-              {m(3, {0, 2}), m(3, {2, 1})}, type({N, E}), m(3, {0, 1}),
-              Combine::Add, mulBody, ne, names({"b", "e", "h"}));
-  auto rowType = type({N});
-  Value rowMax = generic(
-      loc, recompute, {N, E}, red(2, {1}), {logits}, {m(2, {0, 1})}, rowType,
-      m(2, {0}), Combine::Max,
-      [](OpBuilder &, Location, ValueRange a) -> Value { return a[0]; }, ne,
-      names({"b", "e"}));
-  auto expBody = [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-    return math::ExpOp::create(nb, l, arith::SubFOp::create(nb, l, a[0], a[1]));
-  };
-  Value rowSum = generic(loc, recompute, {N, E}, red(2, {1}), {logits, rowMax},
-                         {m(2, {0, 1}), m(2, {0})}, rowType, m(2, {0}),
-                         Combine::Add, expBody, ne, names({"b", "e"}));
-  Value p = generic(
-      loc, recompute, {N, E}, red(2, {}), {logits, rowMax, rowSum},
-      {m(2, {0, 1}), m(2, {0}), m(2, {0})}, type({N, E}), m(2, {0, 1}),
-      Combine::None,
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        return arith::DivFOp::create(nb, l, expBody(nb, l, a), a[2]);
-      },
-      ne, names({"b", "e"}));
-  // Rank of expert e in token n's order (higher p first, ties to the lower
-  // expert): the number of experts j ahead of it; the mask is rank < K.
-  Value ahead = generic(
-      loc, recompute, {N, E, E}, red(3, {2}), {p, p},
-      {m(3, {0, 2}), m(3, {0, 1})}, type({N, E}), m(3, {0, 1}), Combine::Add,
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value j = linalg::IndexOp::create(nb, l, 2);
-        Value e = linalg::IndexOp::create(nb, l, 1);
-        Value greater =
-            arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OGT, a[0], a[1]);
-        Value equal =
-            arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OEQ, a[0], a[1]);
-        Value lower =
-            arith::CmpIOp::create(nb, l, arith::CmpIPredicate::ult, j, e);
-        Value before = arith::OrIOp::create(
-            nb, l, greater, arith::AndIOp::create(nb, l, equal, lower));
-        return arith::SelectOp::create(nb, l, before,
-                                       floatConstant(nb, l, element, 1.0),
-                                       floatConstant(nb, l, element, 0.0));
-      },
-      LoopAxes{tokenAxes, {}, {}}, names({"b", "e", "j"}));
-  Value mask = generic(
-      loc, recompute, {N, E}, red(2, {}), {ahead}, {m(2, {0, 1})}, type({N, E}),
-      m(2, {0, 1}), Combine::None,
-      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-        Value in = arith::CmpFOp::create(
-            nb, l, arith::CmpFPredicate::OLT, a[0],
-            floatConstant(nb, l, element, double(K) - 0.5));
-        return arith::SelectOp::create(nb, l, in,
-                                       floatConstant(nb, l, element, 1.0),
-                                       floatConstant(nb, l, element, 0.0));
-      },
-      ne, names({"b", "e"}));
-  Value sum;
-  if (normalize)
-    sum = generic(loc, recompute, {N, E}, red(2, {1}), {mask, p},
-                  {m(2, {0, 1}), m(2, {0, 1})}, rowType, m(2, {0}),
-                  Combine::Add, mulBody, ne, names({"b", "e"}));
-  auto gateBody = [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-    Value g = arith::MulFOp::create(nb, l, a[0], a[1]);
-    return normalize ? arith::DivFOp::create(nb, l, g, a[2]) : g;
-  };
-  SmallVector<Value> gIns{mask, p};
-  SmallVector<AffineMap> gMaps{m(2, {0, 1}), m(2, {0, 1})};
-  if (normalize) {
-    gIns.push_back(sum);
-    gMaps.push_back(m(2, {0}));
-  }
-  Value gates =
-      generic(loc, recompute, {N, E}, red(2, {}), gIns, gMaps, type({N, E}),
-              m(2, {0, 1}), Combine::None, gateBody, ne, names({"b", "e"}));
-
-  // Experts: loops (e, n, f, d) with e over the expert axes first, so the
-  // tokens keep only their other axes.
-  LoopAxes enfd{expertAxes, tokenAxes, ffnAxes, {}};
-  auto efnd = names({"e", "b", "f", "h"});
-  SmallVector<int64_t> extENFD{E, N, F, D};
-  AffineMap xMap = m(4, {1, 3}), wMap = m(4, {0, 3, 2}), hMap = m(4, {0, 1, 2});
-  Value h1 =
-      generic(loc, recompute, extENFD, red(4, {3}), {x, w1}, {xMap, wMap},
-              type({E, N, F}), hMap, Combine::Add, mulBody, enfd, efnd);
-  Value h3;
-  if (gated)
-    h3 = generic(loc, recompute, extENFD, red(4, {3}), {x, w3}, {xMap, wMap},
-                 type({E, N, F}), hMap, Combine::Add, mulBody, enfd, efnd);
-  LoopAxes enf{expertAxes, tokenAxes, ffnAxes};
-  auto enfNames = names({"e", "b", "f"});
-  SmallVector<int64_t> extENF{E, N, F};
-  AffineMap id3 = m(3, {0, 1, 2});
-  SmallVector<Value> aIns{h1};
-  SmallVector<AffineMap> aMaps{id3};
-  if (gated) {
-    aIns.push_back(h3);
-    aMaps.push_back(id3);
-  }
-  Value a = generic(
-      loc, recompute, extENF, red(3, {}), aIns, aMaps, type({E, N, F}), id3,
-      Combine::None,
-      [&](OpBuilder &nb, Location l, ValueRange v) -> Value {
-        Value y = moeActivation(nb, l, act, v[0], false);
-        return gated ? arith::MulFOp::create(nb, l, y, v[1]) : y;
-      },
-      enf, enfNames);
-  // dAu[e, n, f] = sum_d dy[n, d] W2[e, f, d].
-  Value dau = generic(loc, "input_grad", extENFD, red(4, {3}), {dy, w2},
-                      {xMap, m(4, {0, 2, 3})}, type({E, N, F}), hMap,
-                      Combine::Add, mulBody, enfd, efnd);
-  // dG[n, e] = sum_f A dAu.
-  Value dg =
-      generic(loc, "input_grad", extENF, red(3, {2}), {a, dau}, {id3, id3},
-              type({N, E}), m(3, {1, 0}), Combine::Add, mulBody, enf, enfNames);
-  if (needsGrad(w2)) {
-    // dW2[e, f, d] = sum_n A[e, n, f] G[n, e] dy[n, d]; loops (e, n, f, d).
-    Value dw2 = generic(
-        loc, phaseOf(w2), extENFD, red(4, {1}), {a, gates, dy},
-        {hMap, m(4, {1, 0}), xMap}, type({E, F, D}), m(4, {0, 2, 3}),
-        Combine::Add,
-        [](OpBuilder &nb, Location l, ValueRange v) -> Value {
-          return arith::MulFOp::create(
-              nb, l, v[0], arith::MulFOp::create(nb, l, v[1], v[2]));
-        },
-        enfd, efnd);
-    addAdjoint(w2, dw2, loc);
-  }
-  // dH1 = G dAu (* H3) act'(H1); dH3 = G dAu act(H1).
-  SmallVector<Value> dIns{gates, dau, h1};
-  SmallVector<AffineMap> dMaps{m(3, {1, 0}), id3, id3};
-  if (gated) {
-    dIns.push_back(h3);
-    dMaps.push_back(id3);
-  }
-  Value dh1 = generic(
-      loc, "input_grad", extENF, red(3, {}), dIns, dMaps, type({E, N, F}), id3,
-      Combine::None,
-      [&](OpBuilder &nb, Location l, ValueRange v) -> Value {
-        Value da = arith::MulFOp::create(nb, l, v[0], v[1]);
-        if (gated)
-          da = arith::MulFOp::create(nb, l, da, v[3]);
-        return arith::MulFOp::create(nb, l, da,
-                                     moeActivation(nb, l, act, v[2], true));
-      },
-      enf, enfNames);
-  Value dh3;
-  if (gated)
-    dh3 = generic(
-        loc, "input_grad", extENF, red(3, {}), {gates, dau, h1},
-        {m(3, {1, 0}), id3, id3}, type({E, N, F}), id3, Combine::None,
-        [&](OpBuilder &nb, Location l, ValueRange v) -> Value {
-          Value da = arith::MulFOp::create(nb, l, v[0], v[1]);
-          return arith::MulFOp::create(nb, l, da,
-                                       moeActivation(nb, l, act, v[2], false));
-        },
-        enf, enfNames);
-  // dW[e, d, f] = sum_n x[n, d] dH[e, n, f]; dx[n, d] = sum_{e, f} dH W.
-  auto weightGrad = [&](Value w, Value dh) {
-    if (!needsGrad(w))
-      return;
-    Value dw =
-        generic(loc, phaseOf(w), extENFD, red(4, {1}), {x, dh}, {xMap, hMap},
-                type({E, D, F}), wMap, Combine::Add, mulBody, enfd, efnd);
-    addAdjoint(w, dw, loc);
-  };
-  weightGrad(w1, dh1);
-  if (gated)
-    weightGrad(w3, dh3);
-  if (needsGrad(x)) {
-    auto inputGrad = [&](Value w, Value dh) {
-      Value dx =
-          generic(loc, "input_grad", extENFD, red(4, {0, 2}), {dh, w},
-                  {hMap, wMap}, xType, xMap, Combine::Add, mulBody, enfd, efnd);
-      addAdjoint(x, dx, loc);
-    };
-    inputGrad(w1, dh1);
-    if (gated)
-      inputGrad(w3, dh3);
-  }
-
-  // Router: dp = M (dG - sum_j dG G) / S, or M dG; dl = p (dp - sum p dp).
-  if (!needsGrad(router) && !needsGrad(x))
-    return success();
-  Value dp;
-  if (normalize) {
-    Value dot = generic(loc, "input_grad", {N, E}, red(2, {1}), {dg, gates},
-                        {m(2, {0, 1}), m(2, {0, 1})}, rowType, m(2, {0}),
-                        Combine::Add, mulBody, ne, names({"b", "e"}));
-    dp = generic(
-        loc, "input_grad", {N, E}, red(2, {}), {mask, dg, dot, sum},
-        {m(2, {0, 1}), m(2, {0, 1}), m(2, {0}), m(2, {0})}, type({N, E}),
-        m(2, {0, 1}), Combine::None,
-        [](OpBuilder &nb, Location l, ValueRange v) -> Value {
-          Value d = arith::SubFOp::create(nb, l, v[1], v[2]);
-          return arith::DivFOp::create(
-              nb, l, arith::MulFOp::create(nb, l, v[0], d), v[3]);
-        },
-        ne, names({"b", "e"}));
-  } else {
-    dp = generic(loc, "input_grad", {N, E}, red(2, {}), {mask, dg},
-                 {m(2, {0, 1}), m(2, {0, 1})}, type({N, E}), m(2, {0, 1}),
-                 Combine::None, mulBody, ne, names({"b", "e"}));
-  }
-  Value pdp = generic(loc, "input_grad", {N, E}, red(2, {1}), {p, dp},
-                      {m(2, {0, 1}), m(2, {0, 1})}, rowType, m(2, {0}),
-                      Combine::Add, mulBody, ne, names({"b", "e"}));
-  Value dl = generic(
-      loc, "input_grad", {N, E}, red(2, {}), {p, dp, pdp},
-      {m(2, {0, 1}), m(2, {0, 1}), m(2, {0})}, type({N, E}), m(2, {0, 1}),
-      Combine::None,
-      [](OpBuilder &nb, Location l, ValueRange v) -> Value {
-        return arith::MulFOp::create(nb, l, v[0],
-                                     arith::SubFOp::create(nb, l, v[1], v[2]));
-      },
-      ne, names({"b", "e"}));
-  if (needsGrad(router)) {
-    // dR[d, e] = sum_n x[n, d] dl[n, e]; loops (n, e, d).
-    Value dr = generic(loc, phaseOf(router), {N, E, D}, red(3, {0}), {x, dl},
-                       {m(3, {0, 2}), m(3, {0, 1})},
-                       cast<RankedTensorType>(router.getType()), m(3, {2, 1}),
-                       Combine::Add, mulBody, ne, names({"b", "e", "h"}));
-    addAdjoint(router, dr, loc);
-  }
-  if (needsGrad(x)) {
-    Value dx = generic(loc, "input_grad", {N, E, D}, red(3, {1}), {dl, router},
-                       {m(3, {0, 1}), m(3, {2, 1})}, xType, m(3, {0, 2}),
-                       Combine::Add, mulBody, ne, names({"b", "e", "h"}));
-    addAdjoint(x, dx, loc);
-  }
+  SmallVector<Type> types{x.getType(), router.getType(), w1.getType()};
+  if (w3)
+    types.push_back(w3.getType());
+  types.push_back(w2.getType());
+  auto grad = MoEGradOp::create(b, loc, types, op.getResult(), x, router, w1,
+                                w3, w2, dy, op.getTopKAttr(),
+                                op.getNormalizeAttr(), op.getActivationAttr());
+  grad->setAttr(STPDialect::kPhaseAttrName, b.getStringAttr("input_grad"));
+  if (auto spec = op->getAttr(STPDialect::kSpecAttrName))
+    grad->setAttr(STPDialect::kSpecAttrName, spec);
+  if (needsGrad(x))
+    addAdjoint(x, grad.getDTokens(), loc);
+  if (needsGrad(router))
+    addAdjoint(router, grad.getDRouter(), loc);
+  if (needsGrad(w1))
+    addAdjoint(w1, grad.getDWIn(), loc);
+  if (w3 && needsGrad(w3))
+    addAdjoint(w3, grad.getDWMul(), loc);
+  if (needsGrad(w2))
+    addAdjoint(w2, grad.getDWOut(), loc);
   return success();
 }
 

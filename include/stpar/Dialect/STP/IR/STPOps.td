@@ -237,13 +237,17 @@ def STP_MoEDispatchOp : STP_Op<"moe_dispatch", [Pure]> {
     (the token is dropped for that expert). With C >= N nothing is dropped.
     The buffer's static shape is the capacity every rank of an expert group
     agrees on before any exchange; the counts travel with it so that
-    receivers compute only the used rows.
+    receivers compute only the used rows. With `weights [N, K]` the row of
+    choice j of token n is `weights[n, j] * tokens[n]` (the backward pass
+    dispatches the output gradient times the gates this way).
   }];
-  let arguments = (ins AnyRankedTensor:$tokens, AnyRankedTensor:$experts);
+  let arguments = (ins AnyRankedTensor:$tokens, AnyRankedTensor:$experts,
+                       Optional<AnyRankedTensor>:$weights);
   let results = (outs AnyRankedTensor:$buffer, AnyRankedTensor:$counts,
                       AnyRankedTensor:$slots);
   let assemblyFormat = [{
-    $tokens `,` $experts attr-dict `:` functional-type(operands, results)
+    $tokens `,` $experts (`weighted` $weights^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -271,6 +275,118 @@ def STP_MoEExpertsOp : STP_Op<"moe_experts", [Pure]> {
   let assemblyFormat = [{
     $buffer `,` $counts `experts` $w_in (`gated` $w_mul^)? `down` $w_out
     attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_MoEGradOp : STP_Op<"moe_grad",
+    [Pure, DeclareOpInterfaceMethods<STP_PartitionableOpInterface,
+        ["getPartitionRule", "getCostRule"]>]> {
+  let summary = "The gradient of an stp.moe layer, routed as its forward pass";
+  let description = [{
+    The backward pass of `forward` (an `stp.moe` with these `tokens`,
+    `router`, `w_in`, `w_mul`, `w_out` and attributes), made by
+    -stp-training-step: with `dy [N, D]` the gradient of its result, the
+    gradients of the tokens `[N, D]`, the router `[D, E]` and the expert
+    weights (`d_w_mul` present exactly when `w_mul` is). Per choice j of
+    token n (expert e, gate g, expert output o = FFN_e(x_n)):
+    `dg[n, j] = o . dy[n]`; the expert's backward on the row `g dy[n]`;
+    the router's through the gates (softmax, top-k, renormalization).
+    `forward` ties the op to the forward layer whose routing and exchanged
+    rows it reuses.
+
+    -stp-partition expands it like the forward (docs/moe.md, "Training"):
+    `stp.moe_gate_grad` and a weighted `stp.moe_dispatch` of `dy` on the
+    tokens' ranks, the all-to-all to the experts' ranks,
+    `stp.moe_experts_grad` on the rows the forward received, the
+    all-to-all back, `stp.moe_combine`, then `stp.moe_route_grad`. Its
+    `stp.spec` is the forward's (loops tokens, model dim, experts, expert
+    hidden dim).
+  }];
+  let arguments = (ins AnyRankedTensor:$forward, AnyRankedTensor:$tokens,
+                       AnyRankedTensor:$router, AnyRankedTensor:$w_in,
+                       Optional<AnyRankedTensor>:$w_mul,
+                       AnyRankedTensor:$w_out, AnyRankedTensor:$dy,
+                       I64Attr:$top_k, UnitAttr:$normalize,
+                       StrAttr:$activation);
+  let results = (outs AnyRankedTensor:$d_tokens, AnyRankedTensor:$d_router,
+                      AnyRankedTensor:$d_w_in,
+                      Optional<AnyRankedTensor>:$d_w_mul,
+                      AnyRankedTensor:$d_w_out);
+  let assemblyFormat = [{
+    $dy `of` $forward `,` $tokens `,` $router `experts` $w_in
+    (`gated` $w_mul^)? `down` $w_out attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_MoEExpertsGradOp : STP_Op<"moe_experts_grad", [Pure]> {
+  let summary = "The local experts' backward pass on their received rows";
+  let description = [{
+    The backward of `stp.moe_experts` on the same `buffer [El, S, D]` and
+    `counts [El, P]`: `d_out [El, S, D]` holds each used row's output
+    gradient (the gate already applied). With `A = buffer @ w_in[e]`,
+    `U = buffer @ w_mul[e]` (gated), `H = act(A) (* U)`:
+    `d_w_out = H^T d_out`, `dH = d_out w_out^T`, `dA = dH (* U) act'(A)`,
+    `dU = dH act(A)`, `d_w_in = buffer^T dA`, `d_w_mul = buffer^T dU`,
+    `d_rows = dA w_in^T (+ dU w_mul^T)` (zero in unused rows). Results:
+    `d_rows [El, S, D]`, `d_w_in`, `d_w_mul` `[El, D, Fl]`,
+    `d_w_out [El, Fl, D]` (sums over the used rows only). With `Fl` a
+    slice of the hidden dim, `d_rows` holds partial sums over its axes.
+  }];
+  let arguments = (ins AnyRankedTensor:$buffer, AnyRankedTensor:$d_out,
+                       AnyRankedTensor:$counts, AnyRankedTensor:$w_in,
+                       Optional<AnyRankedTensor>:$w_mul,
+                       AnyRankedTensor:$w_out, StrAttr:$activation);
+  let results = (outs AnyRankedTensor:$d_rows, AnyRankedTensor:$d_w_in,
+                      Optional<AnyRankedTensor>:$d_w_mul,
+                      AnyRankedTensor:$d_w_out);
+  let assemblyFormat = [{
+    $d_out `of` $buffer `,` $counts `experts` $w_in (`gated` $w_mul^)?
+    `down` $w_out attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_MoEGateGradOp : STP_Op<"moe_gate_grad", [Pure]> {
+  let summary = "The gradient of each token's gates: its expert outputs dotted with the output gradient";
+  let description = [{
+    `outputs [E, C, D]` (the experts' outputs back in the dispatched rows,
+    as `stp.moe_combine` reads them), `slots`, `experts` (i64) `[N, K]`,
+    `dy [N, D]`; result `[N, K]`:
+    `outputs[experts[n, j], slots[n, j]] . dy[n]`, zero where
+    `slots[n, j] < 0`.
+  }];
+  let arguments = (ins AnyRankedTensor:$outputs, AnyRankedTensor:$slots,
+                       AnyRankedTensor:$experts, AnyRankedTensor:$dy);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $outputs `,` $slots `,` $experts `,` $dy attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_MoERouteGradOp : STP_Op<"moe_route_grad", [Pure]> {
+  let summary = "The router's backward: from the gates' gradient to the tokens' and the router's";
+  let description = [{
+    `tokens [N, D]`, `router [D, E]`, `experts [N, K]` (i64, as
+    `stp.moe_route` chose them), `d_gates [N, K]`. With
+    `p = softmax(tokens @ router)`, the gates `g_j = p[e_j] / S`
+    (`S = sum_j p[e_j]` when `normalize`, else 1):
+    `dp[e_j] = (d_gates[j] - sum_i d_gates[i] g_i) / S` (else
+    `d_gates[j]`), zero off the top k; `dl = p (dp - sum_e p dp)`;
+    results `d_tokens = dl router^T [N, D]` and
+    `d_router = tokens^T dl [D, E]`.
+  }];
+  let arguments = (ins AnyRankedTensor:$tokens, AnyRankedTensor:$router,
+                       AnyRankedTensor:$experts, AnyRankedTensor:$d_gates,
+                       UnitAttr:$normalize);
+  let results = (outs AnyRankedTensor:$d_tokens, AnyRankedTensor:$d_router);
+  let assemblyFormat = [{
+    $d_gates `of` $tokens `,` $router `,` $experts attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
