@@ -1331,7 +1331,8 @@ LogicalResult Printer::emitOp(Operation *op) {
                << dWMul << ", " << dWOut << ", " << b[0] << ", " << b[1] << ", "
                << tensorType(ex.getCounts()).getDimSize(1) << ", " << b[2]
                << ", " << tensorType(ex.getWIn()).getDimSize(2) << ", "
-               << getMoEActivationCode(ex.getActivation()) << ");\n";
+               << getMoEActivationCode(ex.getActivation()) << ", "
+               << (ex.getBf16Operands() ? "true" : "false") << ");\n";
         return success();
       })
       .Case([&](stp::MoEGateGradOp gg) {

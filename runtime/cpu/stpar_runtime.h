@@ -1191,41 +1191,60 @@ void rowMajorGemm(Context &ctx, bool transP, bool transQ, int64_t m, int64_t n,
        0, c, n, 0, 1);
 }
 
-/// stp.moe_experts_grad: the backward of moeExpertsAs (operand type T) on
-/// the same rows: per (expert, segment) pair with used rows, A and U
-/// recomputed, then dW_out += H^T dO, dH = dO W_out^T, dA = dH (* U)
-/// act'(A), dU = dH act(A), dW_in += X^T dA, dW_mul += X^T dU,
-/// dX = dA W_in^T (+ dU W_mul^T); unused rows of dX zero.
-template <typename T>
-void moeExpertsGrad(Context &ctx, const T *buffer, const T *dOut,
-                    const int64_t *counts, const T *wIn, const T *wMul,
-                    const T *wOut, T *dRows, T *dWIn, T *dWMul, T *dWOut,
-                    int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
-                    int activation) {
+/// stp.moe_experts_grad: the backward of moeExpertsAs on the same rows:
+/// per (expert, segment) pair with used rows, A and U recomputed, then
+/// dW_out += H^T dO, dH = dO W_out^T, dA = dH (* U) act'(A), dU = dH
+/// act(A), dW_in += X^T dA, dW_mul += X^T dU, dX = dA W_in^T (+ dU
+/// W_mul^T); unused rows of dX zero. Op is the GEMM operand type: T, or
+/// bf16 under -stp-mixed-precision (the rows, output gradients and weights
+/// rounded into copies, H, dA and dU rounded as they are made); the sums
+/// are f32.
+template <typename Op, typename T>
+void moeExpertsGradAs(Context &ctx, const T *buffer, const T *dOut,
+                      const int64_t *counts, const T *wIn, const T *wMul,
+                      const T *wOut, T *dRows, T *dWIn, T *dWMul, T *dWOut,
+                      int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
+                      int activation) {
   const int64_t c = s / p;
   std::vector<float> dwi(el * d * f, 0.0f), dwm(wMul ? el * d * f : 0, 0.0f),
       dwo(el * f * d, 0.0f), dx(el * s * d, 0.0f);
   std::vector<float> a, u, dh;
-  std::vector<T> h, da, du;
+  std::vector<Op> h, da, du, rows, grads, wi, wm, wo;
+  auto operand = [](const T *src, int64_t n,
+                    std::vector<Op> &dst) -> const Op * {
+    if constexpr (std::is_same_v<Op, T>) {
+      return src;
+    } else {
+      dst.resize(n);
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = static_cast<Op>(float(widen(src[i])));
+      return dst.data();
+    }
+  };
+  const Op *rows_ = operand(buffer, el * s * d, rows);
+  const Op *dOut_ = operand(dOut, el * s * d, grads);
+  const Op *wIn_ = operand(wIn, el * d * f, wi);
+  const Op *wMul_ = wMul ? operand(wMul, el * d * f, wm) : nullptr;
+  const Op *wOut_ = operand(wOut, el * f * d, wo);
   for (int64_t x = 0; x < el; ++x)
     for (int64_t g = 0; g < p; ++g) {
       int64_t n = std::min(c, counts[x * p + g]);
       if (n <= 0)
         continue;
       int64_t row = x * s + g * c;
-      const T *xr = buffer + row * d, *dO = dOut + row * d;
-      const T *w1 = wIn + x * d * f, *w2 = wOut + x * f * d;
-      const T *w3 = wMul ? wMul + x * d * f : nullptr;
+      const Op *xr = rows_ + row * d, *dO = dOut_ + row * d;
+      const Op *w1 = wIn_ + x * d * f, *w2 = wOut_ + x * f * d;
+      const Op *w3 = wMul_ ? wMul_ + x * d * f : nullptr;
       a.assign(n * f, 0.0f);
-      u.assign(wMul ? n * f : 0, 0.0f);
+      u.assign(w3 ? n * f : 0, 0.0f);
       dh.assign(n * f, 0.0f);
       rowMajorGemm(ctx, false, false, n, f, d, xr, w1, a.data());
       if (w3)
         rowMajorGemm(ctx, false, false, n, f, d, xr, w3, u.data());
       h.resize(n * f);
       for (int64_t i = 0; i < n * f; ++i)
-        h[i] = static_cast<T>(moeActivation(activation, a[i]) *
-                              (w3 ? u[i] : 1.0f));
+        h[i] = static_cast<Op>(moeActivation(activation, a[i]) *
+                               (w3 ? u[i] : 1.0f));
       rowMajorGemm(ctx, true, false, f, d, n, h.data(), dO,
                    dwo.data() + x * f * d);
       rowMajorGemm(ctx, false, true, n, f, d, dO, w2, dh.data());
@@ -1233,9 +1252,9 @@ void moeExpertsGrad(Context &ctx, const T *buffer, const T *dOut,
       du.resize(w3 ? n * f : 0);
       for (int64_t i = 0; i < n * f; ++i) {
         float grad = dh[i] * (w3 ? u[i] : 1.0f);
-        da[i] = static_cast<T>(grad * moeActivationGrad(activation, a[i]));
+        da[i] = static_cast<Op>(grad * moeActivationGrad(activation, a[i]));
         if (w3)
-          du[i] = static_cast<T>(dh[i] * moeActivation(activation, a[i]));
+          du[i] = static_cast<Op>(dh[i] * moeActivation(activation, a[i]));
       }
       rowMajorGemm(ctx, true, false, d, f, n, xr, da.data(),
                    dwi.data() + x * d * f);
@@ -1345,11 +1364,19 @@ void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
                     const Tensor<T> &wIn, const Tensor<T> *wMul,
                     const Tensor<T> &wOut, Tensor<T> &dRows, Tensor<T> &dWIn,
                     Tensor<T> *dWMul, Tensor<T> &dWOut, int64_t el, int64_t s,
-                    int64_t p, int64_t d, int64_t f, int activation) {
-  moeExpertsGrad(ctx, buffer.data(), dOut.data(), counts.data(), wIn.data(),
-                 wMul ? wMul->data() : nullptr, wOut.data(), dRows.data(),
-                 dWIn.data(), dWMul ? dWMul->data() : nullptr, dWOut.data(), el,
-                 s, p, d, f, activation);
+                    int64_t p, int64_t d, int64_t f, int activation,
+                    bool bf16Operands) {
+  auto run = [&](auto op) {
+    moeExpertsGradAs<decltype(op)>(
+        ctx, buffer.data(), dOut.data(), counts.data(), wIn.data(),
+        wMul ? wMul->data() : nullptr, wOut.data(), dRows.data(), dWIn.data(),
+        dWMul ? dWMul->data() : nullptr, dWOut.data(), el, s, p, d, f,
+        activation);
+  };
+  if (bf16Operands)
+    run(bf16());
+  else
+    run(T());
 }
 template <typename T>
 void moeGateGrad(Context &, const Tensor<T> &outputs,

@@ -1637,14 +1637,17 @@ __global__ void moeActivationGradKernel(const float *dh, const float *a,
 /// then dW_out += H^T dO, dH = dO W_out^T, dA = dH (* U) act'(A), dU =
 /// dH act(A), dW_in += X^T dA, dW_mul += X^T dU, dX = dA W_in^T (+ dU
 /// W_mul^T): one cuBLAS GEMM per pair and product (not grouped), f32 sums,
-/// the same products as the cpu target's.
-template <typename T>
-void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
-                    const Tensor<T> &dOut, const Tensor<int64_t> &counts,
-                    const Tensor<T> &wIn, const Tensor<T> *wMul,
-                    const Tensor<T> &wOut, Tensor<T> &dRows, Tensor<T> &dWIn,
-                    Tensor<T> *dWMul, Tensor<T> &dWOut, int64_t el, int64_t s,
-                    int64_t p, int64_t d, int64_t f, int activation) {
+/// the same products as the cpu target's. Op is the GEMM operand type: T,
+/// or bf16 under -stp-mixed-precision (rows, output gradients and weights
+/// rounded into temporary buffers; H, dA and dU made in bf16).
+template <typename Op, typename T>
+void moeExpertsGradAs(Context &ctx, const Tensor<T> &buffer,
+                      const Tensor<T> &dOut, const Tensor<int64_t> &counts,
+                      const Tensor<T> &wIn, const Tensor<T> *wMul,
+                      const Tensor<T> &wOut, Tensor<T> &dRows, Tensor<T> &dWIn,
+                      Tensor<T> *dWMul, Tensor<T> &dWOut, int64_t el, int64_t s,
+                      int64_t p, int64_t d, int64_t f, int activation) {
+  constexpr bool round = !std::is_same<Op, T>::value;
   const int64_t c = s / p;
   std::vector<int64_t> used(el * p);
   STP_CUDA(cudaMemcpyAsync(used.data(), counts.data(), sizeof(int64_t) * el * p,
@@ -1654,13 +1657,31 @@ void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
        dh = alloc<float>(ctx, el * s * f), dx = alloc<float>(ctx, el * s * d),
        dwi = alloc<float>(ctx, el * d * f), dwm = alloc<float>(ctx, el * d * f),
        dwo = alloc<float>(ctx, el * f * d);
-  auto h = alloc<T>(ctx, el * s * f), da = alloc<T>(ctx, el * s * f),
-       du = alloc<T>(ctx, el * s * f);
+  auto h = alloc<Op>(ctx, el * s * f), da = alloc<Op>(ctx, el * s * f),
+       du = alloc<Op>(ctx, el * s * f);
   for (auto *z : {&a, &u, &dh, &dx, &dwi, &dwm, &dwo})
     STP_CUDA(
         cudaMemsetAsync(z->data(), 0, sizeof(float) * z->size, ctx.compute));
-  const T *x_ = buffer.data(), *dO = dOut.data(), *w1 = wIn.data(),
-          *w2 = wOut.data(), *w3 = wMul ? wMul->data() : nullptr;
+  // Rounded operands (bf16 under mixed precision), else unused.
+  auto rows = alloc<Op>(ctx, round ? el * s * d : 1),
+       grads = alloc<Op>(ctx, round ? el * s * d : 1),
+       wi = alloc<Op>(ctx, round ? el * d * f : 1),
+       wm = alloc<Op>(ctx, round && wMul ? el * d * f : 1),
+       wo = alloc<Op>(ctx, round ? el * f * d : 1);
+  auto operand = [&](const T *src, int64_t n, decltype(rows) &dst) {
+    if constexpr (round) {
+      moeOperandKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(src, dst.data(),
+                                                              n);
+      return static_cast<const Op *>(dst.data());
+    } else {
+      return src;
+    }
+  };
+  const Op *x_ = operand(buffer.data(), el * s * d, rows),
+           *dO = operand(dOut.data(), el * s * d, grads),
+           *w1 = operand(wIn.data(), el * d * f, wi),
+           *w2 = operand(wOut.data(), el * f * d, wo),
+           *w3 = wMul ? operand(wMul->data(), el * d * f, wm) : nullptr;
   auto eachPair = [&](auto &&body) {
     for (int64_t x = 0; x < el; ++x)
       for (int64_t g = 0; g < p; ++g)
@@ -1680,17 +1701,22 @@ void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
       dh.data(), a.data(), w3 ? u.data() : nullptr, h.data(), da.data(),
       du.data(), el * s * f, activation);
   eachPair([&](int64_t x, int64_t row, int64_t n) {
-    rowMajorGemm(ctx, true, false, f, d, n, h.data() + row * f, dO + row * d,
+    rowMajorGemm(ctx, true, false, f, d, n,
+                 static_cast<const Op *>(h.data()) + row * f, dO + row * d,
                  dwo.data() + x * f * d);
-    rowMajorGemm(ctx, true, false, d, f, n, x_ + row * d, da.data() + row * f,
+    rowMajorGemm(ctx, true, false, d, f, n, x_ + row * d,
+                 static_cast<const Op *>(da.data()) + row * f,
                  dwi.data() + x * d * f);
-    rowMajorGemm(ctx, false, true, n, d, f, da.data() + row * f, w1 + x * d * f,
+    rowMajorGemm(ctx, false, true, n, d, f,
+                 static_cast<const Op *>(da.data()) + row * f, w1 + x * d * f,
                  dx.data() + row * d);
     if (w3) {
-      rowMajorGemm(ctx, true, false, d, f, n, x_ + row * d, du.data() + row * f,
+      rowMajorGemm(ctx, true, false, d, f, n, x_ + row * d,
+                   static_cast<const Op *>(du.data()) + row * f,
                    dwm.data() + x * d * f);
-      rowMajorGemm(ctx, false, true, n, d, f, du.data() + row * f,
-                   w3 + x * d * f, dx.data() + row * d);
+      rowMajorGemm(ctx, false, true, n, d, f,
+                   static_cast<const Op *>(du.data()) + row * f, w3 + x * d * f,
+                   dx.data() + row * d);
     }
   });
   auto store = [&](const Tensor<float> &from, T *to, int64_t n) {
@@ -1702,6 +1728,21 @@ void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
     store(dwm, dWMul->data(), el * d * f);
   store(dwo, dWOut.data(), el * f * d);
   STP_CUDA(cudaGetLastError());
+}
+template <typename T>
+void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
+                    const Tensor<T> &dOut, const Tensor<int64_t> &counts,
+                    const Tensor<T> &wIn, const Tensor<T> *wMul,
+                    const Tensor<T> &wOut, Tensor<T> &dRows, Tensor<T> &dWIn,
+                    Tensor<T> *dWMul, Tensor<T> &dWOut, int64_t el, int64_t s,
+                    int64_t p, int64_t d, int64_t f, int activation,
+                    bool bf16Operands) {
+  if (bf16Operands)
+    moeExpertsGradAs<bf16>(ctx, buffer, dOut, counts, wIn, wMul, wOut, dRows,
+                           dWIn, dWMul, dWOut, el, s, p, d, f, activation);
+  else
+    moeExpertsGradAs<T>(ctx, buffer, dOut, counts, wIn, wMul, wOut, dRows, dWIn,
+                        dWMul, dWOut, el, s, p, d, f, activation);
 }
 
 /// stp.moe_combine: one thread per output element.

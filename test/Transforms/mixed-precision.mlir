@@ -72,3 +72,13 @@ func.func @moe_experts(%rows: tensor<2x8x16xf32>, %counts: tensor<2x1xi64>, %w1:
   %o = stp.moe_experts %rows, %counts experts %w1 gated %w3 down %w2 {activation = "silu"} : (tensor<2x8x16xf32>, tensor<2x1xi64>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %o : tensor<2x8x16xf32>
 }
+
+// -----
+
+// Their backward likewise (rows, output gradients, weights, H, dA, dU).
+// CHECK-LABEL: func.func @moe_experts_grad
+// CHECK: stp.moe_experts_grad {{.*}} {activation = "silu", bf16_operands} : (tensor<2x8x16xf32>,
+func.func @moe_experts_grad(%rows: tensor<2x8x16xf32>, %d: tensor<2x8x16xf32>, %counts: tensor<2x1xi64>, %w1: tensor<2x16x8xf32>, %w3: tensor<2x16x8xf32>, %w2: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+  %dr, %dw1, %dw3, %dw2 = stp.moe_experts_grad %d of %rows, %counts experts %w1 gated %w3 down %w2 {activation = "silu"} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x1xi64>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x16x8xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>)
+  return %dr : tensor<2x8x16xf32>
+}

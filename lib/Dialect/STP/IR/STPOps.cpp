@@ -405,7 +405,7 @@ LogicalResult MoEAllToAllOp::verify() {
       failed(checkShape(*this, getResultCounts().getType(), "result counts",
                         getReverse() ? wholeCounts : localCounts)))
     return failure();
-  if (getRoutedRows() < 0)
+  if (static_cast<int64_t>(getRoutedRows()) < 0)
     return emitOpError("routed_rows must not be negative");
   int64_t g = getGroupSize(), step = getStep();
   if (g < 0 || (g > 0 && p % g != 0))

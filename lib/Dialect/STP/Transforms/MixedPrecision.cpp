@@ -114,6 +114,14 @@ struct MixedPrecisionPass
         numGemms += op.getWMul() ? 3 : 2;
       }
     });
+    // Their backward: A, dH, dW_out, dW_in, dX (and U, dW_mul, dX's
+    // second term when gated).
+    module.walk([&](MoEExpertsGradOp op) {
+      if (!op.getBf16Operands()) {
+        op.setBf16Operands(true);
+        numGemms += op.getWMul() ? 8 : 5;
+      }
+    });
     IRRewriter rewriter(&getContext());
     Type bf16 = rewriter.getBF16Type(), f32 = rewriter.getF32Type();
     // One rounded copy per value and block: a weight read by the forward

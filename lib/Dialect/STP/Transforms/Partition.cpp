@@ -1818,7 +1818,8 @@ LogicalResult Partitioner::emitMoEGrad(MoEGradOp op, const OpPlan &plan) {
     types.push_back(wOut.getType());
     auto ex = MoEExpertsGradOp::create(builder, loc, types, fwd.rows[step],
                                        dOut, fwd.rowCounts[step], wIn, wMul,
-                                       wOut, op.getActivationAttr());
+                                       wOut, op.getActivationAttr(),
+                                       /*bf16_operands=*/UnitAttr());
     SmallVector<Value> ws{ex.getDWIn()};
     if (wMul)
       ws.push_back(ex.getDWMul());

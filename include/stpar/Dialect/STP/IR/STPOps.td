@@ -334,11 +334,15 @@ def STP_MoEExpertsGradOp : STP_Op<"moe_experts_grad", [Pure]> {
     `d_rows [El, S, D]`, `d_w_in`, `d_w_mul` `[El, D, Fl]`,
     `d_w_out [El, Fl, D]` (sums over the used rows only). With `Fl` a
     slice of the hidden dim, `d_rows` holds partial sums over its axes.
+    With `bf16_operands` (-stp-mixed-precision) the operands of its GEMMs
+    (rows, output gradients, weights, H, dA, dU) are rounded to bf16 and
+    the products accumulate in f32, as `stp.moe_experts`'.
   }];
   let arguments = (ins AnyRankedTensor:$buffer, AnyRankedTensor:$d_out,
                        AnyRankedTensor:$counts, AnyRankedTensor:$w_in,
                        Optional<AnyRankedTensor>:$w_mul,
-                       AnyRankedTensor:$w_out, StrAttr:$activation);
+                       AnyRankedTensor:$w_out, StrAttr:$activation,
+                       UnitAttr:$bf16_operands);
   let results = (outs AnyRankedTensor:$d_rows, AnyRankedTensor:$d_w_in,
                       Optional<AnyRankedTensor>:$d_w_mul,
                       AnyRankedTensor:$d_w_out);
