@@ -235,15 +235,20 @@ private:
   FailureOr<OpPlan> planMoE(Operation *op, PartitionSpecAttr spec);
   void emitMoE(MoEOp op, const OpPlan &plan);
   LogicalResult emitMoEGrad(MoEGradOp op, const OpPlan &plan);
-  /// One stp.moe_all_to_all of an MoE layer's expansion over the expert
-  /// axes of `plan` (step `step` of `steps`), marked with `what`.
-  MoEAllToAllOp emitMoEExchange(Location loc, const OpPlan &plan,
-                                const std::string &label, Value rows,
-                                Value rowCounts, Value init,
-                                RankedTensorType rowsType,
-                                RankedTensorType countsType, bool reverse,
-                                int64_t routed, int64_t groupSize, int64_t step,
-                                int64_t intraNodeSize, const std::string &what);
+  /// The exchanges of an MoE layer's expansion over the expert axes of
+  /// `plan` around `runExperts` (the rows an expert rank received, their
+  /// counts and the step -> the rows to return): `buffer [E, C, D]` and
+  /// `counts [E, 1]` sent to the experts' ranks, the experts, their rows
+  /// back; in `groupSize`-device steps (FasterMoE's smart schedule: step
+  /// s + 1's dispatch is issued before step s's return) and in two levels
+  /// where `intraNodeSize` > 0. The collectives are marked with
+  /// `dispatchWhat` and `returnWhat`. Returns the rows back on the tokens'
+  /// ranks, `[E, C, D]`.
+  Value emitMoESchedule(
+      Location loc, const OpPlan &plan, const std::string &label, Value buffer,
+      Value counts, int64_t routed, int64_t groupSize, int64_t intraNodeSize,
+      function_ref<Value(Value rows, Value rowCounts, int64_t step)> runExperts,
+      const std::string &dispatchWhat, const std::string &returnWhat);
   /// What the backward of an stp.moe reuses of its forward expansion: the
   /// routing, the dispatch's slots, the outputs back on the tokens' ranks,
   /// and per exchange step the rows and counts the experts received.
@@ -1636,66 +1641,31 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
         }
   if (groupSize <= 0 || groupSize >= p || p % groupSize != 0)
     groupSize = 0;
-  int64_t steps = groupSize ? p / groupSize : 1;
-  auto exchange = [&](Value rows, Value rowCounts, Value init,
-                      RankedTensorType rowsType, RankedTensorType countsType,
-                      bool reverse, int64_t step, const std::string &what) {
-    return emitMoEExchange(loc, plan, label, rows, rowCounts, init, rowsType,
-                           countsType, reverse, routed, groupSize, step,
-                           intraNodeSize, what);
-  };
-  auto runExperts = [&](Value rows, Value rowCounts) {
-    // The local experts (partial sums over the expert hidden dim's axes).
+  MoEForward &record = moeForwards[op];
+  record.groupSize = groupSize;
+  record.intraNodeSize = intraNodeSize;
+  // 3. Each expert's used rows to the rank holding it (their counts first,
+  //    so receivers know the sizes); 4. the local experts (partial sums
+  //    over the expert hidden dim's axes); 5. the results back to the
+  //    tokens' ranks, into the dispatched rows. The backward reuses the
+  //    rows each step received.
+  auto runExperts = [&](Value rows, Value rowCounts, int64_t) -> Value {
+    record.rows.push_back(rows);
+    record.rowCounts.push_back(rowCounts);
     return MoEExpertsOp::create(builder, loc, rows.getType(), rows, rowCounts,
                                 wIn, wMul, wOut, op.getActivationAttr(),
                                 /*bf16_operands=*/UnitAttr())
         .getResult();
   };
-  MoEForward &record = moeForwards[op];
-  record.groupSize = groupSize;
-  record.intraNodeSize = intraNodeSize;
-  Value outputs;
-  if (p == 1) {
-    outputs = runExperts(buffer, counts);
-    record.rows.push_back(buffer);
-    record.rowCounts.push_back(counts);
-  } else {
-    // 3. Each expert's used rows to the rank holding it (their counts
-    //    first, so receivers know the sizes); 4. the local experts; 5. the
-    //    results back to the tokens' ranks, into the dispatched rows. Step
-    //    s + 1's rows travel while step s's experts run: dispatch s + 1 is
-    //    issued before the return of s.
-    auto dispatchStep = [&](int64_t s) {
-      return exchange(
-          buffer, counts, Value(), type({e / p, p * capacity, d}, f32),
-          type({e / p, p}, i64), false, s,
-          "all-to-all dispatching the tokens to their experts over " + group +
-              " (expert parallelism; " + std::to_string(routed) +
-              " rows per device, buffers of " + std::to_string(capacity) +
-              " rows per expert)");
-    };
-    auto returnStep = [&](Value rows, Value rowCounts, Value init, int64_t s) {
-      return exchange(rows, rowCounts, init, type({e, capacity, d}, f32),
-                      type({e, 1}, i64), true, s,
-                      "all-to-all returning the experts' outputs over " +
-                          group + " (expert parallelism)")
-          .getResultRows();
-    };
-    MoEAllToAllOp sent = dispatchStep(0);
-    record.rows.push_back(sent.getResultRows());
-    record.rowCounts.push_back(sent.getResultCounts());
-    Value done = runExperts(sent.getResultRows(), sent.getResultCounts());
-    Value doneCounts = sent.getResultCounts();
-    for (int64_t s = 1; s < steps; ++s) {
-      MoEAllToAllOp next = dispatchStep(s);
-      record.rows.push_back(next.getResultRows());
-      record.rowCounts.push_back(next.getResultCounts());
-      outputs = returnStep(done, doneCounts, outputs, s - 1);
-      done = runExperts(next.getResultRows(), next.getResultCounts());
-      doneCounts = next.getResultCounts();
-    }
-    outputs = returnStep(done, doneCounts, outputs, steps - 1);
-  }
+  Value outputs = emitMoESchedule(
+      loc, plan, label, buffer, counts, routed, groupSize, intraNodeSize,
+      runExperts,
+      "all-to-all dispatching the tokens to their experts over " + group +
+          " (expert parallelism; " + std::to_string(routed) +
+          " rows per device, buffers of " + std::to_string(capacity) +
+          " rows per expert)",
+      "all-to-all returning the experts' outputs over " + group +
+          " (expert parallelism)");
   // 6. Combine with the gates.
   auto combine = MoECombineOp::create(builder, loc, type({n, d}, f32), outputs,
                                       dispatch.getSlots(), route.getExperts(),
@@ -1718,32 +1688,59 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   state.partialReason = plan.partialReason;
 }
 
-MoEAllToAllOp Partitioner::emitMoEExchange(
-    Location loc, const OpPlan &plan, const std::string &label, Value rows,
-    Value rowCounts, Value init, RankedTensorType rowsType,
-    RankedTensorType countsType, bool reverse, int64_t routed,
-    int64_t groupSize, int64_t step, int64_t intraNodeSize,
-    const std::string &what) {
+Value Partitioner::emitMoESchedule(
+    Location loc, const OpPlan &plan, const std::string &label, Value buffer,
+    Value counts, int64_t routed, int64_t groupSize, int64_t intraNodeSize,
+    function_ref<Value(Value, Value, int64_t)> runExperts,
+    const std::string &dispatchWhat, const std::string &returnWhat) {
   int64_t p = getGroupSize(plan.moeExperts);
+  if (p == 1)
+    return runExperts(buffer, counts, 0);
   int64_t steps = groupSize ? p / groupSize : 1;
-  auto op = MoEAllToAllOp::create(
-      builder, loc, rowsType, countsType, rows, rowCounts, init,
-      FlatSymbolRefAttr::get(builder.getContext(), kGridName),
-      builder.getDenseI16ArrayAttr(plan.moeExperts),
-      builder.getI64IntegerAttr(routed),
-      reverse ? builder.getUnitAttr() : UnitAttr(),
-      builder.getI64IntegerAttr(groupSize), builder.getI64IntegerAttr(step),
-      builder.getI64IntegerAttr(intraNodeSize));
-  std::string stepText =
-      steps > 1 ? ", smart schedule step " + std::to_string(step + 1) + " of " +
-                      std::to_string(steps) + " (groups of " +
-                      std::to_string(groupSize) + ")"
-                : "";
-  if (intraNodeSize)
-    stepText += ", hierarchical (" + std::to_string(intraNodeSize) +
-                " devices per node first, then across nodes)";
-  markCollective(op, label, what + stepText);
-  return op;
+  auto whole = cast<RankedTensorType>(buffer.getType());
+  int64_t e = whole.getDimSize(0), c = whole.getDimSize(1);
+  Type i64 = builder.getI64Type();
+  auto exchange = [&](Value rows, Value rowCounts, Value init,
+                      RankedTensorType rowsType, bool reverse, int64_t step) {
+    auto countsType = RankedTensorType::get(
+        reverse ? ArrayRef<int64_t>{e, 1} : ArrayRef<int64_t>{e / p, p}, i64);
+    auto op = MoEAllToAllOp::create(
+        builder, loc, rowsType, countsType, rows, rowCounts, init,
+        FlatSymbolRefAttr::get(builder.getContext(), kGridName),
+        builder.getDenseI16ArrayAttr(plan.moeExperts),
+        builder.getI64IntegerAttr(routed),
+        reverse ? builder.getUnitAttr() : UnitAttr(),
+        builder.getI64IntegerAttr(groupSize), builder.getI64IntegerAttr(step),
+        builder.getI64IntegerAttr(intraNodeSize));
+    std::string stepText =
+        steps > 1 ? ", smart schedule step " + std::to_string(step + 1) +
+                        " of " + std::to_string(steps) + " (groups of " +
+                        std::to_string(groupSize) + ")"
+                  : "";
+    if (intraNodeSize)
+      stepText += ", hierarchical (" + std::to_string(intraNodeSize) +
+                  " devices per node first, then across nodes)";
+    markCollective(op, label, (reverse ? returnWhat : dispatchWhat) + stepText);
+    return op;
+  };
+  auto dispatchStep = [&](int64_t s) {
+    return exchange(buffer, counts, Value(),
+                    RankedTensorType::get({e / p, p * c, whole.getDimSize(2)},
+                                          whole.getElementType()),
+                    false, s);
+  };
+  Value back;
+  MoEAllToAllOp sent = dispatchStep(0);
+  Value done = runExperts(sent.getResultRows(), sent.getResultCounts(), 0);
+  Value doneCounts = sent.getResultCounts();
+  for (int64_t s = 1; s < steps; ++s) {
+    MoEAllToAllOp next = dispatchStep(s);
+    back = exchange(done, doneCounts, back, whole, true, s - 1).getResultRows();
+    done = runExperts(next.getResultRows(), next.getResultCounts(), s);
+    doneCounts = next.getResultCounts();
+  }
+  return exchange(done, doneCounts, back, whole, true, steps - 1)
+      .getResultRows();
 }
 
 /// The backward of an stp.moe (docs/moe.md, "Training"), routed like its
@@ -1808,10 +1805,10 @@ LogicalResult Partitioner::emitMoEGrad(MoEGradOp op, const OpPlan &plan) {
   auto dispatch = MoEDispatchOp::create(
       builder, loc, type({e, capacity, d}, f32), type({e, 1}, i64),
       type({n, k}, i64), dy, fwd.experts, fwd.gates);
-  Value buffer = dispatch.getBuffer(), counts = dispatch.getCounts();
-  // 2. The experts' backward on the rows they received in the forward.
+  // 2. The experts' backward on the rows they received in the forward,
+  //    through the forward's exchange steps.
   SmallVector<Value> dWeights;
-  auto runExperts = [&](Value dOut, unsigned step) {
+  auto runExperts = [&](Value dOut, Value, int64_t step) -> Value {
     SmallVector<Type> types{dOut.getType(), wIn.getType()};
     if (wMul)
       types.push_back(wMul.getType());
@@ -1832,44 +1829,13 @@ LogicalResult Partitioner::emitMoEGrad(MoEGradOp op, const OpPlan &plan) {
     return ex.getDRows();
   };
   std::string group = axesText(plan.moeExperts);
-  int64_t routed = n * k;
-  Value rowGrads;
-  if (p == 1) {
-    rowGrads = runExperts(buffer, 0);
-  } else {
-    auto exchange = [&](Value rows, Value rowCounts, Value init,
-                        RankedTensorType rowsType, RankedTensorType countsType,
-                        bool reverse, int64_t step, const std::string &what) {
-      return emitMoEExchange(loc, plan, label, rows, rowCounts, init, rowsType,
-                             countsType, reverse, routed, groupSize, step,
-                             fwd.intraNodeSize, what);
-    };
-    auto dispatchStep = [&](int64_t s) {
-      return exchange(buffer, counts, Value(),
-                      type({e / p, p * capacity, d}, f32),
-                      type({e / p, p}, i64), false, s,
-                      "all-to-all dispatching the output gradient to the "
-                      "experts over " +
-                          group + " (expert parallelism, backward)");
-    };
-    auto returnStep = [&](Value rows, Value rowCounts, Value init, int64_t s) {
-      return exchange(rows, rowCounts, init, type({e, capacity, d}, f32),
-                      type({e, 1}, i64), true, s,
-                      "all-to-all returning the tokens' gradient over " +
-                          group + " (expert parallelism, backward)")
-          .getResultRows();
-    };
-    MoEAllToAllOp sent = dispatchStep(0);
-    Value done = runExperts(sent.getResultRows(), 0);
-    Value doneCounts = sent.getResultCounts();
-    for (int64_t s = 1; s < steps; ++s) {
-      MoEAllToAllOp next = dispatchStep(s);
-      rowGrads = returnStep(done, doneCounts, rowGrads, s - 1);
-      done = runExperts(next.getResultRows(), unsigned(s));
-      doneCounts = next.getResultCounts();
-    }
-    rowGrads = returnStep(done, doneCounts, rowGrads, steps - 1);
-  }
+  Value rowGrads = emitMoESchedule(
+      loc, plan, label, dispatch.getBuffer(), dispatch.getCounts(), n * k,
+      groupSize, fwd.intraNodeSize, runExperts,
+      "all-to-all dispatching the output gradient to the experts over " +
+          group + " (expert parallelism, backward)",
+      "all-to-all returning the tokens' gradient over " + group +
+          " (expert parallelism, backward)");
   // 3. Each token's rows' gradients summed (no gates: dy carried them),
   //    plus the router's backward.
   Value ones =
