@@ -1120,6 +1120,20 @@ void gemm(Context &, bool transX, bool transY, int64_t rows, int64_t cols,
   }
 }
 
+/// `src` (n elements) as GEMM operands of type Op: itself where Op is T,
+/// else a rounded copy in `dst` (mixed precision).
+template <typename Op, typename T>
+const Op *moeOperand(const T *src, int64_t n, std::vector<Op> &dst) {
+  if constexpr (std::is_same_v<Op, T>) {
+    return src;
+  } else {
+    dst.resize(n);
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = static_cast<Op>(float(widen(src[i])));
+    return dst.data();
+  }
+}
+
 /// stp.moe_experts: el local experts, each with p segments of s / p rows
 /// of which counts[expert * p + segment] are used; wMul may be null. The
 /// products of the cuda target's three grouped GEMMs, one `gemm` (cuBLAS
@@ -1138,17 +1152,8 @@ void moeExpertsAs(Context &ctx, const T *buffer, const int64_t *counts,
   std::vector<float> a(el * s * f, 0.0f), u(wMul ? el * s * f : 0, 0.0f),
       o(el * s * d, 0.0f);
   std::vector<Op> h(el * s * f), rows, wi, wm, wo;
-  // Rounded copies only where the operand type differs (mixed precision).
-  auto operand = [](const T *src, int64_t n,
-                    std::vector<Op> &dst) -> const Op * {
-    if constexpr (std::is_same_v<Op, T>) {
-      return src;
-    } else {
-      dst.resize(n);
-      for (int64_t i = 0; i < n; ++i)
-        dst[i] = static_cast<Op>(float(widen(src[i])));
-      return dst.data();
-    }
+  auto operand = [](const T *src, int64_t n, std::vector<Op> &dst) {
+    return moeOperand<Op>(src, n, dst);
   };
   const Op *rows_ = operand(buffer, el * s * d, rows);
   const Op *wIn_ = operand(wIn, el * d * f, wi);
@@ -1210,16 +1215,8 @@ void moeExpertsGradAs(Context &ctx, const T *buffer, const T *dOut,
       dwo(el * f * d, 0.0f), dx(el * s * d, 0.0f);
   std::vector<float> a, u, dh;
   std::vector<Op> h, da, du, rows, grads, wi, wm, wo;
-  auto operand = [](const T *src, int64_t n,
-                    std::vector<Op> &dst) -> const Op * {
-    if constexpr (std::is_same_v<Op, T>) {
-      return src;
-    } else {
-      dst.resize(n);
-      for (int64_t i = 0; i < n; ++i)
-        dst[i] = static_cast<Op>(float(widen(src[i])));
-      return dst.data();
-    }
+  auto operand = [](const T *src, int64_t n, std::vector<Op> &dst) {
+    return moeOperand<Op>(src, n, dst);
   };
   const Op *rows_ = operand(buffer, el * s * d, rows);
   const Op *dOut_ = operand(dOut, el * s * d, grads);

@@ -1455,6 +1455,17 @@ __global__ void moeOperandKernel(const T *in, Op *out, int64_t n) {
   if (i < n)
     out[i] = static_cast<Op>(static_cast<float>(in[i]));
 }
+/// `src` (n elements) as GEMM operands of type Op: itself where Op is T,
+/// else rounded into `dst` on the compute stream (mixed precision).
+template <typename Op, typename T>
+const Op *moeOperand(Context &ctx, const T *src, int64_t n, Tensor<Op> &dst) {
+  if constexpr (std::is_same<Op, T>::value) {
+    return src;
+  } else {
+    moeOperandKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(src, dst.data(), n);
+    return dst.data();
+  }
+}
 /// One stage of stp.moe_experts: for every (local expert, segment) pair
 /// with used rows, C_i = A_i B_i (column-major, m_i x n_i x k_i; C zeroed
 /// beforehand, alpha 1, beta 0) as one grouped cuBLAS call
@@ -1547,14 +1558,8 @@ void moeExpertsAs(Context &ctx, const Tensor<T> &buffer,
        wi = alloc<Op>(ctx, round ? el * d * f : 1),
        wm = alloc<Op>(ctx, round && wMul ? el * d * f : 1),
        wo = alloc<Op>(ctx, round ? el * f * d : 1);
-  auto operand = [&](const T *src, int64_t n, decltype(rows) &dst) {
-    if constexpr (round) {
-      moeOperandKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(src, dst.data(),
-                                                              n);
-      return static_cast<const Op *>(dst.data());
-    } else {
-      return src;
-    }
+  auto operand = [&](const T *src, int64_t n, Tensor<Op> &dst) {
+    return moeOperand<Op>(ctx, src, n, dst);
   };
   const Op *rows_ = operand(buffer.data(), el * s * d, rows);
   const Op *wIn_ = operand(wIn.data(), el * d * f, wi);
@@ -1668,14 +1673,8 @@ void moeExpertsGradAs(Context &ctx, const Tensor<T> &buffer,
        wi = alloc<Op>(ctx, round ? el * d * f : 1),
        wm = alloc<Op>(ctx, round && wMul ? el * d * f : 1),
        wo = alloc<Op>(ctx, round ? el * f * d : 1);
-  auto operand = [&](const T *src, int64_t n, decltype(rows) &dst) {
-    if constexpr (round) {
-      moeOperandKernel<<<blocksFor(n), 256, 0, ctx.compute>>>(src, dst.data(),
-                                                              n);
-      return static_cast<const Op *>(dst.data());
-    } else {
-      return src;
-    }
+  auto operand = [&](const T *src, int64_t n, Tensor<Op> &dst) {
+    return moeOperand<Op>(ctx, src, n, dst);
   };
   const Op *x_ = operand(buffer.data(), el * s * d, rows),
            *dO = operand(dOut.data(), el * s * d, grads),

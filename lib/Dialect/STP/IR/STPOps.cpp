@@ -191,22 +191,31 @@ static LogicalResult verifyExpertWeights(Operation *op, int64_t e, int64_t d,
   return checkShape(op, wOut.getType(), "w_out", {e, f, d});
 }
 
+/// The operands of a whole MoE layer (stp.moe and its gradient): tokens
+/// [N, D], router [D, E], 1 <= top_k <= E, the expert weights.
+static LogicalResult verifyMoELayer(Operation *op, Value tokens, Value router,
+                                    Value wIn, Value wMul, Value wOut,
+                                    uint64_t topK, StringRef activation) {
+  auto t = cast<RankedTensorType>(tokens.getType());
+  if (failed(checkShape(op, t, "tokens", {-1, -1})))
+    return failure();
+  int64_t d = t.getDimSize(1);
+  if (failed(checkShape(op, router.getType(), "router", {d, -1})))
+    return failure();
+  int64_t e = cast<RankedTensorType>(router.getType()).getDimSize(1);
+  if (static_cast<int64_t>(topK) < 1 || static_cast<int64_t>(topK) > e)
+    return op->emitOpError()
+           << "top_k must be in [1, " << e << "], got " << topK;
+  return verifyExpertWeights(op, e, d, wIn, wMul, wOut, activation);
+}
+
 LogicalResult MoEOp::verify() {
+  if (failed(verifyMoELayer(*this, getTokens(), getRouter(), getWIn(),
+                            getWMul(), getWOut(), getTopK(), getActivation())))
+    return failure();
   auto tokens = getTokens().getType();
-  if (failed(checkShape(*this, tokens, "tokens", {-1, -1})))
-    return failure();
-  int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1);
-  if (failed(checkShape(*this, getRouter().getType(), "router", {d, -1})))
-    return failure();
-  int64_t e = getRouter().getType().getDimSize(1);
-  if (static_cast<int64_t>(getTopK()) < 1 ||
-      static_cast<int64_t>(getTopK()) > e)
-    return emitOpError() << "top_k must be in [1, " << e << "], got "
-                         << getTopK();
-  if (failed(verifyExpertWeights(*this, e, d, getWIn(), getWMul(), getWOut(),
-                                 getActivation())))
-    return failure();
-  return checkShape(*this, getResult().getType(), "result", {n, d});
+  return checkShape(*this, getResult().getType(), "result",
+                    {tokens.getDimSize(0), tokens.getDimSize(1)});
 }
 
 LogicalResult MoERouteOp::verify() {
@@ -274,20 +283,11 @@ LogicalResult MoEExpertsOp::verify() {
 }
 
 LogicalResult MoEGradOp::verify() {
+  if (failed(verifyMoELayer(*this, getTokens(), getRouter(), getWIn(),
+                            getWMul(), getWOut(), getTopK(), getActivation())))
+    return failure();
   auto tokens = getTokens().getType();
-  if (failed(checkShape(*this, tokens, "tokens", {-1, -1})))
-    return failure();
   int64_t n = tokens.getDimSize(0), d = tokens.getDimSize(1);
-  if (failed(checkShape(*this, getRouter().getType(), "router", {d, -1})))
-    return failure();
-  int64_t e = getRouter().getType().getDimSize(1);
-  if (static_cast<int64_t>(getTopK()) < 1 ||
-      static_cast<int64_t>(getTopK()) > e)
-    return emitOpError() << "top_k must be in [1, " << e << "], got "
-                         << getTopK();
-  if (failed(verifyExpertWeights(*this, e, d, getWIn(), getWMul(), getWOut(),
-                                 getActivation())))
-    return failure();
   if (bool(getWMul()) != bool(getDWMul()))
     return emitOpError("d_w_mul must be present exactly when w_mul is");
   for (auto [grad, of] : {std::pair{getDTokens(), getTokens()},
