@@ -1,5 +1,15 @@
-// RUN: stpar-opt %s -stp-partition | FileCheck %s
-// RUN: stpar-opt %s -stp-partition | stpar-opt > /dev/null
+// RUN: stpar-opt %s -stp-partition -split-input-file | FileCheck %s
+// RUN: stpar-opt %s -stp-partition -split-input-file | stpar-opt -split-input-file > /dev/null
+//
+// Each case run unpartitioned (stp.moe_grad densely: every expert on
+// every token, weighted by the top-k gates) and as the SPMD program on all
+// ranks (collectives simulated with numpy, Inputs/spmd-sim.py) gives the
+// same results and gradients.
+// RUN: stpar-opt %s -split-input-file --mlir-print-op-generic > %t.global.mlir
+// RUN: stpar-opt %s -split-input-file -stp-partition --mlir-print-op-generic > %t.spmd.mlir
+// RUN: %python %S/Inputs/spmd-sim.py %t.global.mlir %t.spmd.mlir 8 | FileCheck %s --check-prefix=SIM
+// SIM-COUNT-3: ok: 5 results match on 4 ranks
+// SIM-NOT: MISMATCH
 //
 // The backward of an stp.moe (stp.moe_grad, made by -stp-training-step)
 // under expert parallelism inside data parallelism on 2 x 2 (tokens over
@@ -44,6 +54,68 @@ module attributes {stp.mesh = #mesh} {
     %dx, %dr, %dw1, %dw2 = stp.moe_grad %dy of %y, %x, %r experts %w1 down %w2 {top_k = 2 : i64, activation = "gelu",
         stp.phase = "input_grad",
         stp.spec = #stp.spec<#mesh, loops = ["n" = 16 {"x0", "x1"}, "h" = 16, "e" = 4 experts {"x1"}, "f" = 8]>}
+        : (tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<16x16xf32>)
+        -> (tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) loc("/moe/grad")
+    return %y, %dx, %dr, %dw1, %dw2 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>
+  }
+}
+
+// -----
+
+// Smart scheduling (groups of 1: 4 steps) with gated experts on EP 4: the
+// backward runs the forward's steps, each step's experts on the rows that
+// step received, the weight gradients summed over the steps.
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
+// CHECK-LABEL: func.func @main(
+// CHECK: stp.moe_dispatch %arg5, %{{.*}} weighted
+// CHECK-COUNT-4: stp.moe_experts_grad
+// CHECK: stp.moe_route_grad
+// CHECK-NOT: stp.moe_experts_grad
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%x: tensor<16x16xf32>, %r: tensor<16x4xf32>, %w1: tensor<4x16x8xf32>,
+                  %w3: tensor<4x16x8xf32>, %w2: tensor<4x8x16xf32>, %dy: tensor<16x16xf32>)
+      -> (tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>) {
+    %y = stp.moe %x, %r experts %w1 gated %w3 down %w2 {top_k = 2 : i64, normalize, activation = "silu",
+        stp.spec = #stp.spec<#mesh, loops = ["n" = 16 {"x0"}, "h" = 16, "e" = 4 experts {"x0"}, "f" = 8]>,
+        stp.plan_ops = [{moe = {schedule_group_size = 1 : i64}}]}
+        : (tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<16x16xf32> loc("/moe")
+    %dx, %dr, %dw1, %dw3, %dw2 = stp.moe_grad %dy of %y, %x, %r experts %w1 gated %w3 down %w2
+        {top_k = 2 : i64, normalize, activation = "silu", stp.phase = "input_grad",
+         stp.spec = #stp.spec<#mesh, loops = ["n" = 16 {"x0"}, "h" = 16, "e" = 4 experts {"x0"}, "f" = 8]>}
+        : (tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>,
+           tensor<4x8x16xf32>, tensor<16x16xf32>)
+        -> (tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) loc("/moe/grad")
+    return %y, %dx, %dr, %dw1, %dw3 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>
+  }
+}
+
+// -----
+
+// Expert parallelism over x0 with each expert's hidden dim over x1 (EP 2 x
+// TP 2): the tokens' gradient is a partial sum over x1, reduced where it
+// is returned; the router's gradient sums over x0 and x1.
+#dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
+#cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
+  intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
+  inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
+#mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 2, "x1" = 2]>
+// CHECK-LABEL: func.func @main(
+// CHECK: stp.moe_experts_grad {{.*}} -> (tensor<2x16x16xf32>, tensor<2x16x4xf32>, tensor<2x4x16xf32>)
+// CHECK: shard.all_reduce %{{.*}} on @grid grid_axes = [1] {stp.plan_step = "/moe/grad input_grad: all-reduce of the partial sum over x1
+module attributes {stp.mesh = #mesh} {
+  func.func @main(%x: tensor<16x16xf32>, %r: tensor<16x4xf32>, %w1: tensor<4x16x8xf32>,
+                  %w2: tensor<4x8x16xf32>, %dy: tensor<16x16xf32>)
+      -> (tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) {
+    %y = stp.moe %x, %r experts %w1 down %w2 {top_k = 1 : i64, activation = "relu",
+        stp.spec = #stp.spec<#mesh, loops = ["n" = 16 {"x0"}, "h" = 16, "e" = 4 experts {"x0"}, "f" = 8 {"x1"}]>}
+        : (tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) -> tensor<16x16xf32> loc("/moe")
+    %dx, %dr, %dw1, %dw2 = stp.moe_grad %dy of %y, %x, %r experts %w1 down %w2 {top_k = 1 : i64, activation = "relu",
+        stp.phase = "input_grad",
+        stp.spec = #stp.spec<#mesh, loops = ["n" = 16 {"x0"}, "h" = 16, "e" = 4 experts {"x0"}, "f" = 8 {"x1"}]>}
         : (tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<16x16xf32>)
         -> (tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>) loc("/moe/grad")
     return %y, %dx, %dr, %dw1, %dw2 : tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x4xf32>, tensor<4x16x8xf32>, tensor<4x8x16xf32>

@@ -519,7 +519,18 @@ class Machine:
         if name == "stp.moe_dispatch":
             shape = tensor_shape(rtypes[0])
             return list(moe_dispatch_arrays(ins[0], ins[1], shape[0],
-                                            shape[1]))
+                                            shape[1],
+                                            ins[2] if len(ins) > 2 else None))
+        if name == "stp.moe_grad":
+            return moe_grad(op, ins)
+        if name == "stp.moe_gate_grad":
+            return [moe_gate_grad(*ins)]
+        if name == "stp.moe_experts_grad":
+            return moe_experts_grad(ins[0], ins[1], ins[2], ins[3:],
+                                    moe_act(op))
+        if name == "stp.moe_route_grad":
+            return list(moe_route_grad(*ins,
+                                       re.search(r"\bnormalize\b", op.text)))
         if name == "stp.moe_experts":
             return [moe_experts(ins[0], ins[1], ins[2:], moe_act(op))]
         if name == "stp.moe_combine":
@@ -711,12 +722,16 @@ def moe_dispatch(tokens, experts, capacity):
     return rows, counts, slots
 
 
-def moe_dispatch_arrays(tokens, experts, num_experts, capacity):
+def moe_dispatch_arrays(tokens, experts, num_experts, capacity, weights=None):
     rows, counts, slots = moe_dispatch(tokens, experts, capacity)
     buf = np.zeros((num_experts, capacity, tokens.shape[1]), tokens.dtype)
     cnt = np.zeros((num_experts, 1), np.int64)
     for x, c, t in rows:
         buf[x, c] = tokens[t]
+        if weights is not None:
+            j = [i for i in range(experts.shape[1])
+                 if experts[t, i] == x][0]
+            buf[x, c] *= weights[t, j]
     for x, c in counts.items():
         cnt[x, 0] = c
     return buf, cnt, slots
@@ -792,6 +807,116 @@ def moe_exchange(vals, counts, g, p, reverse, group=0, step=0, init=None):
             rows[q * el + x, :n] = vals[q][x, g * c:g * c + n]
             cnt[q * el + x, 0] = n
     return rows, cnt
+
+
+def moe_activation_grad(name, x):
+    if name == "silu":
+        s = 1 / (1 + np.exp(-x))
+        return s * (1 + x * (1 - s))
+    if name == "gelu":
+        from math import erf
+        e = np.vectorize(erf, otypes=[x.dtype])(x / np.sqrt(2))
+        return 0.5 * (1 + e) + x * np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+    if name == "gelu_tanh":
+        k = np.sqrt(2 / np.pi)
+        th = np.tanh(k * (x + 0.044715 * x ** 3))
+        return (0.5 * (1 + th) +
+                0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x))
+    return (x > 0).astype(x.dtype)
+
+
+def moe_gate_grad(outputs, slots, experts, dy):
+    n, k = slots.shape
+    dg = np.zeros((n, k), dy.dtype)
+    for t in range(n):
+        for j in range(k):
+            if slots[t, j] >= 0:
+                dg[t, j] = outputs[experts[t, j], slots[t, j]] @ dy[t]
+    return dg
+
+
+def ffn_backward(x, dout, w_in, w_mul, w_out, act):
+    """One expert's backward on rows x with output gradient dout: dx and
+    the weights' gradients."""
+    a = x @ w_in
+    u = x @ w_mul if w_mul is not None else None
+    h = moe_activation(act, a) * (u if u is not None else 1)
+    dh = dout @ w_out.T
+    da = dh * (u if u is not None else 1) * moe_activation_grad(act, a)
+    dx = da @ w_in.T
+    grads = [x.T @ da]
+    if u is not None:
+        du = dh * moe_activation(act, a)
+        dx = dx + du @ w_mul.T
+        grads.append(x.T @ du)
+    grads.append(h.T @ dout)
+    return dx, grads
+
+
+def moe_experts_grad(buffer, d_out, counts, weights, act):
+    w_in, w_out = weights[0], weights[-1]
+    w_mul = weights[1] if len(weights) == 3 else None
+    el, s, _ = buffer.shape
+    p = counts.shape[1]
+    c = s // p
+    d_rows = np.zeros_like(buffer)
+    dws = [np.zeros_like(w) for w in weights]
+    for x in range(el):
+        for g in range(p):
+            n = int(counts[x, g])
+            rows = slice(g * c, g * c + n)
+            dx, grads = ffn_backward(
+                buffer[x, rows], d_out[x, rows], w_in[x],
+                w_mul[x] if w_mul is not None else None, w_out[x], act)
+            d_rows[x, rows] = dx
+            for dw, gw in zip(dws, grads):
+                dw[x] += gw
+    return [d_rows] + dws
+
+
+def moe_route_grad(tokens, router, experts, dg, normalize):
+    logits = tokens @ router
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p = e / e.sum(axis=1, keepdims=True)
+    sel = np.take_along_axis(p, experts, axis=1)
+    s = sel.sum(axis=1, keepdims=True) if normalize else np.ones_like(sel[:, :1])
+    g = sel / s
+    dsel = (dg - (dg * g).sum(axis=1, keepdims=True)) / s if normalize else dg
+    dp = np.zeros_like(p)
+    np.put_along_axis(dp, experts, dsel, axis=1)
+    dl = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+    return dl @ router.T, tokens.T @ dl
+
+
+def moe_grad(op, ins):
+    """stp.moe_grad on the whole layer, densely: every expert on every
+    token, weighted by the top-k gates (zero elsewhere)."""
+    tokens, router, dy = ins[1], ins[2], ins[-1]
+    weights = ins[3:-1]
+    w_in, w_out = weights[0], weights[-1]
+    w_mul = weights[1] if len(weights) == 3 else None
+    act = moe_act(op)
+    normalize = re.search(r"\bnormalize\b", op.text)
+    gates, experts = moe_route(tokens, router, int_attr(op, "top_k"),
+                               normalize)
+    dx = np.zeros_like(tokens)
+    dws = [np.zeros_like(w) for w in weights]
+    dg = np.zeros_like(gates)
+    for x in range(router.shape[1]):
+        a = tokens @ w_in[x]
+        h = moe_activation(act, a) * (tokens @ w_mul[x] if w_mul is not None
+                                      else 1)
+        out = h @ w_out[x]
+        gx = np.where(experts == x, gates, 0).sum(axis=1, keepdims=True)
+        dg += np.where(experts == x, (out * dy).sum(axis=1, keepdims=True), 0)
+        dxe, grads = ffn_backward(tokens, gx * dy, w_in[x],
+                                  w_mul[x] if w_mul is not None else None,
+                                  w_out[x], act)
+        dx += dxe
+        for dw, gw in zip(dws, grads):
+            dw[x] += gw
+    dxr, dr = moe_route_grad(tokens, router, experts, dg, normalize)
+    return [dx + dxr, dr] + dws
 
 
 def moe(op, ins):
