@@ -1304,12 +1304,18 @@ LogicalResult Printer::emitOp(Operation *op) {
         std::string mul = ex.getWMul() ? "&" + name(ex.getWMul())
                                        : typedNull(tensorType(ex.getWIn()));
         std::string out = newTensor(ex.getResult());
+        // The kept A and U (training), else null.
+        std::string kept[2];
+        for (unsigned i = 0; i < 2; ++i)
+          kept[i] = i < ex.getHidden().size()
+                        ? "&" + newTensor(ex.getHidden()[i])
+                        : typedNullResult(tensorType(ex.getWIn()));
         line() << "stpar_rt::moeExperts(ctx, " << name(ex.getBuffer()) << ", "
                << name(ex.getCounts()) << ", " << name(ex.getWIn()) << ", "
                << mul << ", " << name(ex.getWOut()) << ", " << out << ", "
-               << b[0] << ", " << b[1] << ", "
-               << tensorType(ex.getCounts()).getDimSize(1) << ", " << b[2]
-               << ", " << tensorType(ex.getWIn()).getDimSize(2) << ", "
+               << kept[0] << ", " << kept[1] << ", " << b[0] << ", " << b[1]
+               << ", " << tensorType(ex.getCounts()).getDimSize(1) << ", "
+               << b[2] << ", " << tensorType(ex.getWIn()).getDimSize(2) << ", "
                << activation << ", "
                << (ex.getBf16Operands() ? "true" : "false") << ");\n";
         return success();
@@ -1324,11 +1330,18 @@ LogicalResult Printer::emitOp(Operation *op) {
                                 ? "&" + newTensor(ex.getDWMul())
                                 : typedNullResult(tensorType(ex.getWIn()));
         std::string dWOut = newTensor(ex.getDWOut());
+        // A and U as the forward kept them, else null (recomputed).
+        std::string kept[2];
+        for (unsigned i = 0; i < 2; ++i)
+          kept[i] = i < ex.getHidden().size()
+                        ? "&" + name(ex.getHidden()[i])
+                        : typedNull(tensorType(ex.getWIn()));
         line() << "stpar_rt::moeExpertsGrad(ctx, " << name(ex.getBuffer())
                << ", " << name(ex.getDOut()) << ", " << name(ex.getCounts())
                << ", " << name(ex.getWIn()) << ", " << mul << ", "
-               << name(ex.getWOut()) << ", " << dRows << ", " << dWIn << ", "
-               << dWMul << ", " << dWOut << ", " << b[0] << ", " << b[1] << ", "
+               << name(ex.getWOut()) << ", " << kept[0] << ", " << kept[1]
+               << ", " << dRows << ", " << dWIn << ", " << dWMul << ", "
+               << dWOut << ", " << b[0] << ", " << b[1] << ", "
                << tensorType(ex.getCounts()).getDimSize(1) << ", " << b[2]
                << ", " << tensorType(ex.getWIn()).getDimSize(2) << ", "
                << getMoEActivationCode(ex.getActivation()) << ", "

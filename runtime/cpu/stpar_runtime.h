@@ -1143,11 +1143,13 @@ const Op *moeOperand(const T *src, int64_t n, std::vector<Op> &dst) {
 /// and O laid out like the buffer, unused rows zero. Op is the GEMM
 /// operand type: T, or bf16 under -stp-mixed-precision (rows and weights
 /// rounded into copies first; with Op = T they are read in place).
+/// `keptA`, `keptU` (training; may be null): A and U stored for the
+/// backward.
 template <typename Op, typename T>
 void moeExpertsAs(Context &ctx, const T *buffer, const int64_t *counts,
-                  const T *wIn, const T *wMul, const T *wOut, T *out,
-                  int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
-                  int activation) {
+                  const T *wIn, const T *wMul, const T *wOut, T *out, T *keptA,
+                  T *keptU, int64_t el, int64_t s, int64_t p, int64_t d,
+                  int64_t f, int activation) {
   const int64_t c = s / p;
   std::vector<float> a(el * s * f, 0.0f), u(wMul ? el * s * f : 0, 0.0f),
       o(el * s * d, 0.0f);
@@ -1184,6 +1186,10 @@ void moeExpertsAs(Context &ctx, const T *buffer, const int64_t *counts,
   });
   for (int64_t i = 0; i < el * s * d; ++i)
     out[i] = static_cast<T>(o[i]);
+  for (int64_t i = 0; keptA && i < el * s * f; ++i)
+    keptA[i] = static_cast<T>(a[i]);
+  for (int64_t i = 0; keptU && wMul_ && i < el * s * f; ++i)
+    keptU[i] = static_cast<T>(u[i]);
 }
 
 /// Row-major C[m, n] += op(P)[m, k] op(Q)[k, n] through the column-major
@@ -1203,13 +1209,14 @@ void rowMajorGemm(Context &ctx, bool transP, bool transQ, int64_t m, int64_t n,
 /// W_mul^T); unused rows of dX zero. Op is the GEMM operand type: T, or
 /// bf16 under -stp-mixed-precision (the rows, output gradients and weights
 /// rounded into copies, H, dA and dU rounded as they are made); the sums
-/// are f32.
+/// are f32. With `keptA` (and `keptU`), A and U are read as the forward
+/// kept them instead of recomputed.
 template <typename Op, typename T>
 void moeExpertsGradAs(Context &ctx, const T *buffer, const T *dOut,
                       const int64_t *counts, const T *wIn, const T *wMul,
-                      const T *wOut, T *dRows, T *dWIn, T *dWMul, T *dWOut,
-                      int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
-                      int activation) {
+                      const T *wOut, const T *keptA, const T *keptU, T *dRows,
+                      T *dWIn, T *dWMul, T *dWOut, int64_t el, int64_t s,
+                      int64_t p, int64_t d, int64_t f, int activation) {
   const int64_t c = s / p;
   std::vector<float> dwi(el * d * f, 0.0f), dwm(wMul ? el * d * f : 0, 0.0f),
       dwo(el * f * d, 0.0f), dx(el * s * d, 0.0f);
@@ -1235,8 +1242,17 @@ void moeExpertsGradAs(Context &ctx, const T *buffer, const T *dOut,
       a.assign(n * f, 0.0f);
       u.assign(w3 ? n * f : 0, 0.0f);
       dh.assign(n * f, 0.0f);
-      rowMajorGemm(ctx, false, false, n, f, d, xr, w1, a.data());
-      if (w3)
+      auto recall = [&](const T *kept, std::vector<float> &to) {
+        for (int64_t i = 0; i < n * f; ++i)
+          to[i] = float(widen(kept[row * f + i]));
+      };
+      if (keptA)
+        recall(keptA, a);
+      else
+        rowMajorGemm(ctx, false, false, n, f, d, xr, w1, a.data());
+      if (w3 && keptU)
+        recall(keptU, u);
+      else if (w3)
         rowMajorGemm(ctx, false, false, n, f, d, xr, w3, u.data());
       h.resize(n * f);
       for (int64_t i = 0; i < n * f; ++i)
@@ -1359,16 +1375,18 @@ template <typename T>
 void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
                     const Tensor<T> &dOut, const Tensor<int64_t> &counts,
                     const Tensor<T> &wIn, const Tensor<T> *wMul,
-                    const Tensor<T> &wOut, Tensor<T> &dRows, Tensor<T> &dWIn,
+                    const Tensor<T> &wOut, const Tensor<T> *keptA,
+                    const Tensor<T> *keptU, Tensor<T> &dRows, Tensor<T> &dWIn,
                     Tensor<T> *dWMul, Tensor<T> &dWOut, int64_t el, int64_t s,
                     int64_t p, int64_t d, int64_t f, int activation,
                     bool bf16Operands) {
   auto run = [&](auto op) {
     moeExpertsGradAs<decltype(op)>(
         ctx, buffer.data(), dOut.data(), counts.data(), wIn.data(),
-        wMul ? wMul->data() : nullptr, wOut.data(), dRows.data(), dWIn.data(),
-        dWMul ? dWMul->data() : nullptr, dWOut.data(), el, s, p, d, f,
-        activation);
+        wMul ? wMul->data() : nullptr, wOut.data(),
+        keptA ? keptA->data() : nullptr, keptU ? keptU->data() : nullptr,
+        dRows.data(), dWIn.data(), dWMul ? dWMul->data() : nullptr,
+        dWOut.data(), el, s, p, d, f, activation);
   };
   if (bf16Operands)
     run(bf16());
@@ -1395,16 +1413,20 @@ template <typename T>
 void moeExperts(Context &ctx, const Tensor<T> &buffer,
                 const Tensor<int64_t> &counts, const Tensor<T> &wIn,
                 const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
-                int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
-                int activation, bool bf16Operands) {
+                Tensor<T> *keptA, Tensor<T> *keptU, int64_t el, int64_t s,
+                int64_t p, int64_t d, int64_t f, int activation,
+                bool bf16Operands) {
+  auto run = [&](auto op) {
+    moeExpertsAs<decltype(op)>(ctx, buffer.data(), counts.data(), wIn.data(),
+                               wMul ? wMul->data() : nullptr, wOut.data(),
+                               out.data(), keptA ? keptA->data() : nullptr,
+                               keptU ? keptU->data() : nullptr, el, s, p, d, f,
+                               activation);
+  };
   if (bf16Operands)
-    moeExpertsAs<bf16>(ctx, buffer.data(), counts.data(), wIn.data(),
-                       wMul ? wMul->data() : nullptr, wOut.data(), out.data(),
-                       el, s, p, d, f, activation);
+    run(bf16());
   else
-    moeExpertsAs<T>(ctx, buffer.data(), counts.data(), wIn.data(),
-                    wMul ? wMul->data() : nullptr, wOut.data(), out.data(), el,
-                    s, p, d, f, activation);
+    run(T());
 }
 template <typename T>
 void moeCombine(Context &, const Tensor<T> &outputs,

@@ -1536,13 +1536,14 @@ void moeGroupedGemm(Context &ctx, const std::vector<int> &m,
 /// GEMM operand type: T, or bf16 under -stp-mixed-precision (the rows and
 /// weights rounded into temporary buffers first; the products accumulate
 /// in f32). The row counts are copied to the host first (a compute stream
-/// synchronization: they size the GEMMs).
+/// synchronization: they size the GEMMs). `keptA`, `keptU` (training; may
+/// be null): A and U stored for the backward.
 template <typename Op, typename T>
 void moeExpertsAs(Context &ctx, const Tensor<T> &buffer,
                   const Tensor<int64_t> &counts, const Tensor<T> &wIn,
                   const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
-                  int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
-                  int activation) {
+                  Tensor<T> *keptA, Tensor<T> *keptU, int64_t el, int64_t s,
+                  int64_t p, int64_t d, int64_t f, int activation) {
   constexpr bool round = !std::is_same<Op, T>::value;
   const int64_t c = s / p;
   std::vector<int64_t> used(el * p);
@@ -1604,20 +1605,27 @@ void moeExpertsAs(Context &ctx, const Tensor<T> &buffer,
   moeGroupedGemm<Op>(ctx, dm, ns, fk, wos, dm, hs, fk, os, dm);
   moeStoreKernel<<<blocksFor(el * s * d), 256, 0, ctx.compute>>>(
       o.data(), out.data(), el * s * d);
+  if (keptA)
+    moeStoreKernel<<<blocksFor(el * s * f), 256, 0, ctx.compute>>>(
+        a.data(), keptA->data(), el * s * f);
+  if (keptU && wMul_)
+    moeStoreKernel<<<blocksFor(el * s * f), 256, 0, ctx.compute>>>(
+        u.data(), keptU->data(), el * s * f);
   STP_CUDA(cudaGetLastError());
 }
 template <typename T>
 void moeExperts(Context &ctx, const Tensor<T> &buffer,
                 const Tensor<int64_t> &counts, const Tensor<T> &wIn,
                 const Tensor<T> *wMul, const Tensor<T> &wOut, Tensor<T> &out,
-                int64_t el, int64_t s, int64_t p, int64_t d, int64_t f,
-                int activation, bool bf16Operands) {
+                Tensor<T> *keptA, Tensor<T> *keptU, int64_t el, int64_t s,
+                int64_t p, int64_t d, int64_t f, int activation,
+                bool bf16Operands) {
   if (bf16Operands)
-    moeExpertsAs<bf16>(ctx, buffer, counts, wIn, wMul, wOut, out, el, s, p, d,
-                       f, activation);
+    moeExpertsAs<bf16>(ctx, buffer, counts, wIn, wMul, wOut, out, keptA, keptU,
+                       el, s, p, d, f, activation);
   else
-    moeExpertsAs<T>(ctx, buffer, counts, wIn, wMul, wOut, out, el, s, p, d, f,
-                    activation);
+    moeExpertsAs<T>(ctx, buffer, counts, wIn, wMul, wOut, out, keptA, keptU, el,
+                    s, p, d, f, activation);
 }
 
 /// stp.moe_experts_grad's element-wise step: from dH (f32) and the
@@ -1644,12 +1652,14 @@ __global__ void moeActivationGradKernel(const float *dh, const float *a,
 /// W_mul^T): one cuBLAS GEMM per pair and product (not grouped), f32 sums,
 /// the same products as the cpu target's. Op is the GEMM operand type: T,
 /// or bf16 under -stp-mixed-precision (rows, output gradients and weights
-/// rounded into temporary buffers; H, dA and dU made in bf16).
+/// rounded into temporary buffers; H, dA and dU made in bf16). With
+/// `keptA` (and `keptU`) A and U are read as the forward kept them.
 template <typename Op, typename T>
 void moeExpertsGradAs(Context &ctx, const Tensor<T> &buffer,
                       const Tensor<T> &dOut, const Tensor<int64_t> &counts,
                       const Tensor<T> &wIn, const Tensor<T> *wMul,
-                      const Tensor<T> &wOut, Tensor<T> &dRows, Tensor<T> &dWIn,
+                      const Tensor<T> &wOut, const Tensor<T> *keptA,
+                      const Tensor<T> *keptU, Tensor<T> &dRows, Tensor<T> &dWIn,
                       Tensor<T> *dWMul, Tensor<T> &dWOut, int64_t el, int64_t s,
                       int64_t p, int64_t d, int64_t f, int activation) {
   constexpr bool round = !std::is_same<Op, T>::value;
@@ -1687,10 +1697,17 @@ void moeExpertsGradAs(Context &ctx, const Tensor<T> &buffer,
         if (int64_t n = std::min(c, used[x * p + g]); n > 0)
           body(x, x * s + g * c, n);
   };
+  if (keptA)
+    moeOperandKernel<<<blocksFor(el * s * f), 256, 0, ctx.compute>>>(
+        keptA->data(), a.data(), el * s * f);
+  if (keptU && w3)
+    moeOperandKernel<<<blocksFor(el * s * f), 256, 0, ctx.compute>>>(
+        keptU->data(), u.data(), el * s * f);
   eachPair([&](int64_t x, int64_t row, int64_t n) {
-    rowMajorGemm(ctx, false, false, n, f, d, x_ + row * d, w1 + x * d * f,
-                 a.data() + row * f);
-    if (w3)
+    if (!keptA)
+      rowMajorGemm(ctx, false, false, n, f, d, x_ + row * d, w1 + x * d * f,
+                   a.data() + row * f);
+    if (w3 && !keptU)
       rowMajorGemm(ctx, false, false, n, f, d, x_ + row * d, w3 + x * d * f,
                    u.data() + row * f);
     rowMajorGemm(ctx, false, true, n, f, d, dO + row * d, w2 + x * f * d,
@@ -1732,16 +1749,19 @@ template <typename T>
 void moeExpertsGrad(Context &ctx, const Tensor<T> &buffer,
                     const Tensor<T> &dOut, const Tensor<int64_t> &counts,
                     const Tensor<T> &wIn, const Tensor<T> *wMul,
-                    const Tensor<T> &wOut, Tensor<T> &dRows, Tensor<T> &dWIn,
+                    const Tensor<T> &wOut, const Tensor<T> *keptA,
+                    const Tensor<T> *keptU, Tensor<T> &dRows, Tensor<T> &dWIn,
                     Tensor<T> *dWMul, Tensor<T> &dWOut, int64_t el, int64_t s,
                     int64_t p, int64_t d, int64_t f, int activation,
                     bool bf16Operands) {
   if (bf16Operands)
-    moeExpertsGradAs<bf16>(ctx, buffer, dOut, counts, wIn, wMul, wOut, dRows,
-                           dWIn, dWMul, dWOut, el, s, p, d, f, activation);
+    moeExpertsGradAs<bf16>(ctx, buffer, dOut, counts, wIn, wMul, wOut, keptA,
+                           keptU, dRows, dWIn, dWMul, dWOut, el, s, p, d, f,
+                           activation);
   else
-    moeExpertsGradAs<T>(ctx, buffer, dOut, counts, wIn, wMul, wOut, dRows, dWIn,
-                        dWMul, dWOut, el, s, p, d, f, activation);
+    moeExpertsGradAs<T>(ctx, buffer, dOut, counts, wIn, wMul, wOut, keptA,
+                        keptU, dRows, dWIn, dWMul, dWOut, el, s, p, d, f,
+                        activation);
 }
 
 /// stp.moe_combine: one thread per output element.

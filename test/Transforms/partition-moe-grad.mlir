@@ -25,12 +25,13 @@
 // CHECK: %[[G:[a-z0-9_]+]], %[[E:[a-z0-9_]+]] = stp.moe_route
 // CHECK: %{{.*}}, %{{.*}}, %[[S:[a-z0-9_]+]] = stp.moe_dispatch
 // CHECK: %[[ROWS:[a-z0-9_]+]], %[[COUNTS:[a-z0-9_]+]] = stp.moe_all_to_all
+// CHECK: %{{.*}}, %[[A:[a-z0-9_]+]] = stp.moe_experts %[[ROWS]], %[[COUNTS]] {{.*}} -> (tensor<2x8x16xf32>, tensor<2x8x8xf32>)
 // CHECK: %[[BACK:[a-z0-9_]+]], %{{.*}} = stp.moe_all_to_all {{.*}}reverse
 // CHECK: stp.moe_combine %[[BACK]], %[[S]], %[[E]], %[[G]]
 // CHECK-NEXT: %[[DG:[0-9]+]] = stp.moe_gate_grad %[[BACK]], %[[S]], %[[E]], %[[DY:arg4]]
 // CHECK-NEXT: %[[DB:[a-z0-9_]+]], %[[DC:[a-z0-9_]+]], %{{.*}} = stp.moe_dispatch %[[DY]], %[[E]] weighted %[[G]]
 // CHECK-NEXT: %[[DR:[a-z0-9_]+]], %[[DRC:[a-z0-9_]+]] = stp.moe_all_to_all %[[DB]], %[[DC]] on @grid grid_axes = [1] {routed_rows = 8 : i64, stp.plan_step = "/moe/grad input_grad: all-to-all dispatching the output gradient to the experts over x1 (expert parallelism, backward)"}
-// CHECK-NEXT: %[[DROWS:[a-z0-9_]+]], %[[DW1:[a-z0-9_]+]], %[[DW2:[a-z0-9_]+]] = stp.moe_experts_grad %[[DR]] of %[[ROWS]], %[[COUNTS]] experts %arg2 down %arg3 {activation = "gelu"} : {{.*}} -> (tensor<2x8x16xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>)
+// CHECK-NEXT: %[[DROWS:[a-z0-9_]+]], %[[DW1:[a-z0-9_]+]], %[[DW2:[a-z0-9_]+]] = stp.moe_experts_grad %[[DR]] of %[[ROWS]], %[[COUNTS]] experts %arg2 down %arg3 hidden %[[A]] {activation = "gelu"} : {{.*}} -> (tensor<2x8x16xf32>, tensor<2x16x8xf32>, tensor<2x8x16xf32>)
 // CHECK-NEXT: %[[DBACK:[a-z0-9_]+]], %{{.*}} = stp.moe_all_to_all %[[DROWS]], %[[DRC]] on @grid grid_axes = [1] {reverse
 // CHECK: %[[DXE:[0-9]+]] = stp.moe_combine %[[DBACK]], %[[S]], %[[E]], %{{[0-9]+}}
 // CHECK-NEXT: %[[DX:[a-z0-9_]+]], %[[DRT:[a-z0-9_]+]] = stp.moe_route_grad %[[DG]] of %arg0, %arg1, %[[E]]
@@ -64,15 +65,17 @@ module attributes {stp.mesh = #mesh} {
 
 // Smart scheduling (groups of 1: 4 steps) with gated experts on EP 4: the
 // backward runs the forward's steps, each step's experts on the rows that
-// step received, the weight gradients summed over the steps.
+// step received and the A and U it kept, the weight gradients summed over
+// the steps.
 #dev = #stp.device<fp32 = 1.95e13, hbm_capacity = 85899345920, hbm_bandwidth = 2.039e12>
 #cl = #stp.cluster<nodes = 1, devices_per_node = 4, device = #dev,
   intra_node = <bandwidth = 3.0e11, latency = 5.0e-6>,
   inter_node = <bandwidth = 2.5e10, latency = 1.0e-5>>
 #mesh = #stp.mesh<#cl, ["pp" = 1, "x0" = 4]>
 // CHECK-LABEL: func.func @main(
+// CHECK-COUNT-4: %{{.*}}, %{{.*}}:2 = stp.moe_experts
 // CHECK: stp.moe_dispatch %arg5, %{{.*}} weighted
-// CHECK-COUNT-4: stp.moe_experts_grad
+// CHECK-COUNT-4: stp.moe_experts_grad {{.*}} hidden %{{.*}}#0, %{{.*}}#1
 // CHECK: stp.moe_route_grad
 // CHECK-NOT: stp.moe_experts_grad
 module attributes {stp.mesh = #mesh} {

@@ -526,13 +526,21 @@ class Machine:
         if name == "stp.moe_gate_grad":
             return [moe_gate_grad(*ins)]
         if name == "stp.moe_experts_grad":
-            return moe_experts_grad(ins[0], ins[1], ins[2], ins[3:],
+            # Operand groups: buffer, d_out, counts, w_in, w_mul, w_out,
+            # hidden (kept A and U: recomputed here, the same values).
+            sizes = [int(v) for v in re.search(
+                r"operandSegmentSizes = array<i32: ([0-9, ]+)>",
+                op.text).group(1).split(",")]
+            weights = ins[3:3 + sum(sizes[3:6])]
+            return moe_experts_grad(ins[0], ins[1], ins[2], weights,
                                     moe_act(op))
         if name == "stp.moe_route_grad":
             return list(moe_route_grad(*ins,
                                        re.search(r"\bnormalize\b", op.text)))
         if name == "stp.moe_experts":
-            return [moe_experts(ins[0], ins[1], ins[2:], moe_act(op))]
+            out = moe_experts(ins[0], ins[1], ins[2:], moe_act(op))
+            # The kept A (and U) of a training step's experts.
+            return [out] + moe_hidden(ins[0], ins[1], ins[2:])[:len(rtypes) - 1]
         if name == "stp.moe_combine":
             return [moe_combine(*ins)]
         if name == "stp.topk":
@@ -764,6 +772,22 @@ def moe_experts(buffer, counts, weights, act):
                 h = h * (rows @ w_mul[x])
             out[x, g * c:g * c + len(rows)] = h @ w_out[x]
     return out
+
+
+def moe_hidden(buffer, counts, weights):
+    """A = rows @ w_in and, gated, U = rows @ w_mul per used row (zero
+    elsewhere): what stp.moe_experts keeps for the backward."""
+    el, s, _ = buffer.shape
+    p = counts.shape[1]
+    c = s // p
+    mats = [weights[0]] + ([weights[1]] if len(weights) == 3 else [])
+    kept = [np.zeros((el, s, m.shape[2]), buffer.dtype) for m in mats]
+    for x in range(el):
+        for g in range(p):
+            rows = buffer[x, g * c:g * c + int(counts[x, g])]
+            for k, m in zip(kept, mats):
+                k[x, g * c:g * c + len(rows)] = rows @ m[x]
+    return kept
 
 
 def moe_combine(outputs, slots, experts, gates):

@@ -259,6 +259,29 @@ LogicalResult MoEDispatchOp::verify() {
   return success();
 }
 
+/// The kept pre-activation products of stp.moe_experts(_grad): none, or
+/// A (and U when gated), each [El, S, Fl] of the buffer's element type.
+static LogicalResult verifyHidden(Operation *op, TypeRange hidden,
+                                  RankedTensorType buffer, Value wIn,
+                                  Value wMul) {
+  if (hidden.empty())
+    return success();
+  size_t want = wMul ? 2 : 1;
+  if (hidden.size() != want)
+    return op->emitOpError()
+           << "hidden must be empty or hold " << want << " tensor(s) (A"
+           << (wMul ? " and U" : "") << "), got " << hidden.size();
+  auto w = cast<RankedTensorType>(wIn.getType());
+  auto type = RankedTensorType::get(
+      {buffer.getDimSize(0), buffer.getDimSize(1), w.getDimSize(2)},
+      buffer.getElementType());
+  for (Type t : hidden)
+    if (t != type)
+      return op->emitOpError()
+             << "hidden tensors must be " << type << ", got " << t;
+  return success();
+}
+
 LogicalResult MoEExpertsOp::verify() {
   auto buffer = getBuffer().getType();
   if (failed(checkShape(*this, buffer, "buffer", {-1, -1, -1})))
@@ -279,7 +302,8 @@ LogicalResult MoEExpertsOp::verify() {
     return failure();
   if (getResult().getType() != buffer)
     return emitOpError("result type must equal the buffer type");
-  return success();
+  return verifyHidden(*this, getHidden().getTypes(), buffer, getWIn(),
+                      getWMul());
 }
 
 LogicalResult MoEGradOp::verify() {
@@ -329,7 +353,8 @@ LogicalResult MoEExpertsGradOp::verify() {
       getDWOut().getType() != getWOut().getType() ||
       (getWMul() && getDWMul().getType() != getWMul().getType()))
     return emitOpError("each weight gradient must have its weight's type");
-  return success();
+  return verifyHidden(*this, getHidden().getTypes(), buffer, getWIn(),
+                      getWMul());
 }
 
 LogicalResult MoEGateGradOp::verify() {

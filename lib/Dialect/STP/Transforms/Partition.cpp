@@ -255,6 +255,8 @@ private:
   struct MoEForward {
     Value gates, experts, slots, outputs;
     SmallVector<Value> rows, rowCounts;
+    /// Per step, the experts' kept pre-activation products (A, U).
+    SmallVector<SmallVector<Value, 2>> hidden;
     int64_t groupSize = 0, intraNodeSize = 0;
   };
   DenseMap<Operation *, MoEForward> moeForwards;
@@ -1649,13 +1651,26 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   //    over the expert hidden dim's axes); 5. the results back to the
   //    tokens' ranks, into the dispatched rows. The backward reuses the
   //    rows each step received.
+  // A training step's experts keep A (and U) for their backward.
+  bool keep = llvm::any_of(
+      op->getUsers(), [](Operation *user) { return isa<MoEGradOp>(user); });
   auto runExperts = [&](Value rows, Value rowCounts, int64_t) -> Value {
     record.rows.push_back(rows);
     record.rowCounts.push_back(rowCounts);
-    return MoEExpertsOp::create(builder, loc, rows.getType(), rows, rowCounts,
-                                wIn, wMul, wOut, op.getActivationAttr(),
-                                /*bf16_operands=*/UnitAttr())
-        .getResult();
+    auto rowsType = cast<RankedTensorType>(rows.getType());
+    SmallVector<Type> hidden;
+    if (keep)
+      hidden.assign(
+          wMul ? 2 : 1,
+          RankedTensorType::get({rowsType.getDimSize(0), rowsType.getDimSize(1),
+                                 getRankedTensor(wIn).getDimSize(2)},
+                                rowsType.getElementType()));
+    auto experts = MoEExpertsOp::create(
+        builder, loc, rows.getType(), hidden, rows, rowCounts, wIn, wMul, wOut,
+        op.getActivationAttr(), /*bf16_operands=*/UnitAttr());
+    record.hidden.emplace_back(experts.getHidden().begin(),
+                               experts.getHidden().end());
+    return experts.getResult();
   };
   Value outputs = emitMoESchedule(
       loc, plan, label, buffer, counts, routed, groupSize, intraNodeSize,
@@ -1813,10 +1828,10 @@ LogicalResult Partitioner::emitMoEGrad(MoEGradOp op, const OpPlan &plan) {
     if (wMul)
       types.push_back(wMul.getType());
     types.push_back(wOut.getType());
-    auto ex = MoEExpertsGradOp::create(builder, loc, types, fwd.rows[step],
-                                       dOut, fwd.rowCounts[step], wIn, wMul,
-                                       wOut, op.getActivationAttr(),
-                                       /*bf16_operands=*/UnitAttr());
+    auto ex = MoEExpertsGradOp::create(
+        builder, loc, types, fwd.rows[step], dOut, fwd.rowCounts[step], wIn,
+        wMul, wOut, fwd.hidden[step], op.getActivationAttr(),
+        /*bf16_operands=*/UnitAttr());
     SmallVector<Value> ws{ex.getDWIn()};
     if (wMul)
       ws.push_back(ex.getDWMul());

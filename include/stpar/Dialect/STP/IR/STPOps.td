@@ -266,12 +266,17 @@ def STP_MoEExpertsOp : STP_Op<"moe_experts", [Pure]> {
     operands of the three GEMMs (the rows, the weights and the activation)
     are rounded to bf16 and the products accumulate in f32, as for every
     other GEMM of a mixed-precision program.
+
+    `hidden` (none, or `A = x @ w_in[e]` and, gated, `U = x @ w_mul[e]`,
+    each `[El, S, Fl]`, zero in unused rows): the pre-activation products
+    a training step keeps for `stp.moe_experts_grad`.
   }];
   let arguments = (ins AnyRankedTensor:$buffer, AnyRankedTensor:$counts,
                        AnyRankedTensor:$w_in, Optional<AnyRankedTensor>:$w_mul,
                        AnyRankedTensor:$w_out, StrAttr:$activation,
                        UnitAttr:$bf16_operands);
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs AnyRankedTensor:$result,
+                      Variadic<AnyRankedTensor>:$hidden);
   let assemblyFormat = [{
     $buffer `,` $counts `experts` $w_in (`gated` $w_mul^)? `down` $w_out
     attr-dict `:` functional-type(operands, results)
@@ -321,7 +326,8 @@ def STP_MoEGradOp : STP_Op<"moe_grad",
   let hasVerifier = 1;
 }
 
-def STP_MoEExpertsGradOp : STP_Op<"moe_experts_grad", [Pure]> {
+def STP_MoEExpertsGradOp : STP_Op<"moe_experts_grad",
+    [Pure, AttrSizedOperandSegments]> {
   let summary = "The local experts' backward pass on their received rows";
   let description = [{
     The backward of `stp.moe_experts` on the same `buffer [El, S, D]` and
@@ -336,19 +342,24 @@ def STP_MoEExpertsGradOp : STP_Op<"moe_experts_grad", [Pure]> {
     slice of the hidden dim, `d_rows` holds partial sums over its axes.
     With `bf16_operands` (-stp-mixed-precision) the operands of its GEMMs
     (rows, output gradients, weights, H, dA, dU) are rounded to bf16 and
-    the products accumulate in f32, as `stp.moe_experts`'.
+    the products accumulate in f32, as `stp.moe_experts`'. With `hidden`
+    (A and, gated, U as the forward's `stp.moe_experts` kept them) they
+    are read instead of recomputed: the backward's GEMMs are then twice
+    the forward's.
   }];
   let arguments = (ins AnyRankedTensor:$buffer, AnyRankedTensor:$d_out,
                        AnyRankedTensor:$counts, AnyRankedTensor:$w_in,
                        Optional<AnyRankedTensor>:$w_mul,
-                       AnyRankedTensor:$w_out, StrAttr:$activation,
+                       AnyRankedTensor:$w_out,
+                       Variadic<AnyRankedTensor>:$hidden, StrAttr:$activation,
                        UnitAttr:$bf16_operands);
   let results = (outs AnyRankedTensor:$d_rows, AnyRankedTensor:$d_w_in,
                       Optional<AnyRankedTensor>:$d_w_mul,
                       AnyRankedTensor:$d_w_out);
   let assemblyFormat = [{
     $d_out `of` $buffer `,` $counts `experts` $w_in (`gated` $w_mul^)?
-    `down` $w_out attr-dict `:` functional-type(operands, results)
+    `down` $w_out (`hidden` $hidden^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
