@@ -259,6 +259,28 @@ LogicalResult MoEDispatchOp::verify() {
   return success();
 }
 
+/// The rows and weights of stp.moe_experts(_grad): `buffer [El, S, D]`,
+/// `counts [El, P]` (i64, P dividing S), the experts' weights.
+static LogicalResult verifyExpertRows(Operation *op, RankedTensorType buffer,
+                                      Value counts, Value wIn, Value wMul,
+                                      Value wOut, StringRef activation) {
+  if (failed(checkShape(op, buffer, "buffer", {-1, -1, -1})))
+    return failure();
+  int64_t e = buffer.getDimSize(0), s = buffer.getDimSize(1),
+          d = buffer.getDimSize(2);
+  auto countsType = cast<RankedTensorType>(counts.getType());
+  if (failed(checkShape(op, countsType, "counts", {e, -1})))
+    return failure();
+  int64_t p = countsType.getDimSize(1);
+  if (p < 1 || s % p != 0)
+    return op->emitOpError()
+           << "buffer rows (" << s << ") must split evenly into the " << p
+           << " segments of counts";
+  if (!countsType.getElementType().isInteger(64))
+    return op->emitOpError("counts must be a tensor of i64");
+  return verifyExpertWeights(op, e, d, wIn, wMul, wOut, activation);
+}
+
 /// The kept pre-activation products of stp.moe_experts(_grad): none, or
 /// A (and U when gated), each [El, S, Fl] of the buffer's element type.
 static LogicalResult verifyHidden(Operation *op, TypeRange hidden,
@@ -284,21 +306,8 @@ static LogicalResult verifyHidden(Operation *op, TypeRange hidden,
 
 LogicalResult MoEExpertsOp::verify() {
   auto buffer = getBuffer().getType();
-  if (failed(checkShape(*this, buffer, "buffer", {-1, -1, -1})))
-    return failure();
-  int64_t e = buffer.getDimSize(0), s = buffer.getDimSize(1),
-          d = buffer.getDimSize(2);
-  if (failed(checkShape(*this, getCounts().getType(), "counts", {e, -1})))
-    return failure();
-  int64_t p = getCounts().getType().getDimSize(1);
-  if (p < 1 || s % p != 0)
-    return emitOpError() << "buffer rows (" << s
-                         << ") must split evenly into the " << p
-                         << " segments of counts";
-  if (!getCounts().getType().getElementType().isInteger(64))
-    return emitOpError("counts must be a tensor of i64");
-  if (failed(verifyExpertWeights(*this, e, d, getWIn(), getWMul(), getWOut(),
-                                 getActivation())))
+  if (failed(verifyExpertRows(*this, buffer, getCounts(), getWIn(), getWMul(),
+                              getWOut(), getActivation())))
     return failure();
   if (getResult().getType() != buffer)
     return emitOpError("result type must equal the buffer type");
@@ -329,24 +338,11 @@ LogicalResult MoEGradOp::verify() {
 
 LogicalResult MoEExpertsGradOp::verify() {
   auto buffer = getBuffer().getType();
-  if (failed(checkShape(*this, buffer, "buffer", {-1, -1, -1})))
+  if (failed(verifyExpertRows(*this, buffer, getCounts(), getWIn(), getWMul(),
+                              getWOut(), getActivation())))
     return failure();
-  int64_t e = buffer.getDimSize(0), s = buffer.getDimSize(1),
-          d = buffer.getDimSize(2);
   if (getDOut().getType() != buffer || getDRows().getType() != buffer)
     return emitOpError("d_out and d_rows must have the buffer's type");
-  if (failed(checkShape(*this, getCounts().getType(), "counts", {e, -1})))
-    return failure();
-  int64_t p = getCounts().getType().getDimSize(1);
-  if (p < 1 || s % p != 0)
-    return emitOpError() << "buffer rows (" << s
-                         << ") must split evenly into the " << p
-                         << " segments of counts";
-  if (!getCounts().getType().getElementType().isInteger(64))
-    return emitOpError("counts must be a tensor of i64");
-  if (failed(verifyExpertWeights(*this, e, d, getWIn(), getWMul(), getWOut(),
-                                 getActivation())))
-    return failure();
   if (bool(getWMul()) != bool(getDWMul()))
     return emitOpError("d_w_mul must be present exactly when w_mul is");
   if (getDWIn().getType() != getWIn().getType() ||
