@@ -1668,12 +1668,15 @@ void moeExpertsGradAs(Context &ctx, const Tensor<T> &buffer,
   STP_CUDA(cudaMemcpyAsync(used.data(), counts.data(), sizeof(int64_t) * el * p,
                            cudaMemcpyDeviceToHost, ctx.compute));
   STP_CUDA(cudaStreamSynchronize(ctx.compute));
-  auto a = alloc<float>(ctx, el * s * f), u = alloc<float>(ctx, el * s * f),
+  // U, dU and dW_mul only for gated experts (else one unused element).
+  const int64_t gatedRows = wMul ? el * s * f : 1;
+  auto a = alloc<float>(ctx, el * s * f), u = alloc<float>(ctx, gatedRows),
        dh = alloc<float>(ctx, el * s * f), dx = alloc<float>(ctx, el * s * d),
-       dwi = alloc<float>(ctx, el * d * f), dwm = alloc<float>(ctx, el * d * f),
+       dwi = alloc<float>(ctx, el * d * f),
+       dwm = alloc<float>(ctx, wMul ? el * d * f : 1),
        dwo = alloc<float>(ctx, el * f * d);
   auto h = alloc<Op>(ctx, el * s * f), da = alloc<Op>(ctx, el * s * f),
-       du = alloc<Op>(ctx, el * s * f);
+       du = alloc<Op>(ctx, gatedRows);
   for (auto *z : {&a, &u, &dh, &dx, &dwi, &dwm, &dwo})
     STP_CUDA(
         cudaMemsetAsync(z->data(), 0, sizeof(float) * z->size, ctx.compute));

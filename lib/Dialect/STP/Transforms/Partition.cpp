@@ -88,6 +88,9 @@ struct ValueState {
   std::string producer;
   /// Why the value is a partial result.
   std::string partialReason;
+  /// The training-step phase that made the value where it differs from its
+  /// op's `stp.phase` (an op making B and G values); empty: the op's.
+  std::string phase;
   /// A tensor.empty, a fill of one or a splat constant: created on demand,
   /// directly in the layout a user wants.
   bool lazy = false;
@@ -185,7 +188,6 @@ static std::optional<Sharding> shardingThroughMap(AffineMap map,
   return s;
 }
 
-/// Whether `v` is a tensor of zeros (a fill of 0 or a zero splat).
 /// Whether one of `axes` splits an entry of `lists` other than `self`
 /// (a grid axis splits at most one loop or dim).
 static bool usedElsewhere(ArrayRef<AxisList> lists, size_t self,
@@ -197,6 +199,23 @@ static bool usedElsewhere(ArrayRef<AxisList> lists, size_t self,
   });
 }
 
+/// `a + b` element-wise (same types) as a local linalg.generic.
+static Value addTensors(OpBuilder &builder, Location loc, Value a, Value b) {
+  auto type = cast<RankedTensorType>(a.getType());
+  AffineMap id = builder.getMultiDimIdentityMap(type.getRank());
+  return linalg::GenericOp::create(
+             builder, loc, TypeRange{type}, ValueRange{a}, ValueRange{b},
+             ArrayRef<AffineMap>{id, id},
+             SmallVector<utils::IteratorType>(type.getRank(),
+                                              utils::IteratorType::parallel),
+             [&](OpBuilder &nb, Location l, ValueRange args) {
+               Value sum = arith::AddFOp::create(nb, l, args[0], args[1]);
+               linalg::YieldOp::create(nb, l, sum);
+             })
+      .getResult(0);
+}
+
+/// Whether `v` is a tensor of zeros (a fill of 0 or a zero splat).
 static bool isZeroTensor(Value v) {
   if (auto fill = v.getDefiningOp<linalg::FillOp>())
     return matchPattern(fill.getInputs()[0], m_AnyZeroFloat()) ||
@@ -574,15 +593,13 @@ Value Partitioner::getAs(Value old, const Sharding &to, const std::string &user,
     return state.value;
   // The phase of the op that made `old` (the training step's ops carry
   // it; arguments and the rest are the forward pass).
-  StringRef phase = "forward";
+  // (A copy: `state` lives in `states`, which the re-layout may grow.)
+  std::string phase = "forward";
   if (Operation *def = old.getDefiningOp())
     if (auto p = def->getAttrOfType<StringAttr>(STPDialect::kPhaseAttrName))
-      phase = p.getValue();
-  // stp.moe_grad makes B (the tokens' gradient) and G (the router's and
-  // the experts' weights' gradients) in one op.
-  if (auto grad = old.getDefiningOp<MoEGradOp>();
-      grad && old != grad.getDTokens())
-    phase = "weight_grad";
+      phase = p.getValue().str();
+  if (!state.phase.empty())
+    phase = state.phase;
   // (A re-layout made inside the micro-batch loop serves only the loop.)
   for (auto &[sharding, value] : cache[old])
     if (sharding == to && (inLoop || !isDefinedInLoop(value)))
@@ -1797,22 +1814,7 @@ LogicalResult Partitioner::emitMoEGrad(MoEGradOp op, const OpPlan &plan) {
   auto type = [&](ArrayRef<int64_t> shape, Type elem) {
     return RankedTensorType::get(shape, elem);
   };
-  auto add = [&](Value a, Value b) -> Value {
-    auto t = cast<RankedTensorType>(a.getType());
-    AffineMap id = builder.getMultiDimIdentityMap(t.getRank());
-    return linalg::GenericOp::create(
-               builder, loc, TypeRange{t}, ValueRange{a}, ValueRange{b},
-               ArrayRef<AffineMap>{id, id},
-               SmallVector<utils::IteratorType>(t.getRank(),
-                                                utils::IteratorType::parallel),
-               [&](OpBuilder &nb, Location l, ValueRange args) {
-                 linalg::YieldOp::create(
-                     nb, l,
-                     arith::AddFOp::create(nb, l, args[0], args[1])
-                         .getResult());
-               })
-        .getResult(0);
-  };
+  auto add = [&](Value a, Value b) { return addTensors(builder, loc, a, b); };
   // 1. The gates' gradient and dy times the gates, on the tokens' ranks.
   auto gateGrad = MoEGateGradOp::create(
       builder, loc, type({n, k}, f32), fwd.outputs, fwd.slots, fwd.experts, dy);
@@ -1881,6 +1883,10 @@ LogicalResult Partitioner::emitMoEGrad(MoEGradOp op, const OpPlan &plan) {
     state.value = results[i];
     state.sharding = plan.results[i];
     state.producer = label;
+    // The op makes B (the tokens' gradient) and G (the router's and the
+    // experts' weights' gradients).
+    if (i > 0)
+      state.phase = "weight_grad";
     if (!plan.results[i].partial.empty())
       state.partialReason =
           i == 0 ? plan.partialReason
@@ -2255,18 +2261,7 @@ void Partitioner::emitTemporal(linalg::LinalgOp op, OpPlan &plan) {
     }
     Value out = compute(builder, bufs[0], bufs[1], into);
     if (moving) {
-      auto type = cast<RankedTensorType>(out.getType());
-      AffineMap id = builder.getMultiDimIdentityMap(type.getRank());
-      out = linalg::GenericOp::create(
-                builder, loc, TypeRange{type}, ValueRange{moving},
-                ValueRange{out}, ArrayRef<AffineMap>{id, id},
-                SmallVector<utils::IteratorType>(type.getRank(),
-                                                 utils::IteratorType::parallel),
-                [&](OpBuilder &b, Location l, ValueRange args) {
-                  Value sum = arith::AddFOp::create(b, l, args[0], args[1]);
-                  linalg::YieldOp::create(b, l, sum);
-                })
-                .getResult(0);
+      out = addTensors(builder, loc, moving, out);
       moving = nullptr;
     }
     if (next && !isIdentity((*next)[2])) {
