@@ -26,6 +26,10 @@ llvm::StringRef getCollectiveName(Collective kind) {
     return "ring-shift";
   case Collective::PointToPoint:
     return "point-to-point";
+  case Collective::Broadcast:
+    return "broadcast";
+  case Collective::Reduce:
+    return "reduce";
   }
   return "?";
 }
@@ -43,6 +47,8 @@ double getRingVolume(Collective kind, double bytes, int64_t p) {
     return frac * bytes;
   case Collective::RingShift:
   case Collective::PointToPoint:
+  case Collective::Broadcast:
+  case Collective::Reduce:
     return bytes;
   }
   return 0;
@@ -57,6 +63,8 @@ int64_t getRingSteps(Collective kind, int64_t p) {
   case Collective::AllGather:
   case Collective::ReduceScatter:
   case Collective::AllToAll:
+  case Collective::Broadcast:
+  case Collective::Reduce:
     return p - 1;
   case Collective::RingShift:
   case Collective::PointToPoint:
@@ -105,6 +113,9 @@ double getCollectiveTime(Collective kind, double bytes, const AxisPlacement &pl,
   case Collective::RingShift:
   case Collective::PointToPoint:
     return out.latency + bytes / out.bandwidth;
+  case Collective::Broadcast:
+  case Collective::Reduce:
+    return getFlatCollectiveTime(kind, bytes, a * n, out);
   }
   return 0;
 }

@@ -487,6 +487,24 @@ static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
                    : "the gradients of the dispatch and the combine";
       cost.communication.push_back(std::move(c));
     }
+  // Shadowing (FasterMoE Sec. 4.1): the owners broadcast the shadowed
+  // experts' weights in F and the gradients are reduced to them in G.
+  if (shadowed > 0 && group > 1)
+    for (Phase phase : {Phase::Forward, Phase::WeightGrad}) {
+      Communication c;
+      c.phase = phase;
+      c.kind =
+          phase == Phase::Forward ? Collective::Broadcast : Collective::Reduce;
+      c.axes = expertLoop.axes;
+      c.bytes =
+          shadowed * layer.getExpertParams() *
+          (phase == Phase::Forward ? layer.weightBytes : layer.gradientBytes);
+      c.elementBytes = weight->elementBytes;
+      c.what = phase == Phase::Forward
+                   ? "the shadowed experts' weights from their owners"
+                   : "the shadowed experts' gradients to their owners";
+      cost.communication.push_back(std::move(c));
+    }
   OperatorCost::MoEChoice m;
   m.expertParallel = group;
   m.hierarchical = chosen.hierarchical;

@@ -918,6 +918,55 @@ void moeAllToAll(Context &ctx, int64_t, int64_t, const Shape &axes, int64_t e,
   moeAllToAll(ctx, axes, e, c, d, reverse, g, step, intraNodeSize, rows.data(),
               counts.data(), init.data(), outRows.data(), outCounts.data());
 }
+/// stp.moe_shadow_broadcast (FasterMoE Sec. 4.1): row i of `out`
+/// [S, A, B] becomes shadowed expert experts[i]'s weights, broadcast from
+/// its owner (member experts[i] / El of the group, El = the rows of
+/// `weights` [El, A, B]; MPI_Bcast per expert, blocking).
+template <typename T>
+void moeShadowBroadcast(Context &ctx, int64_t, int64_t, const Shape &axes,
+                        int64_t, const Shape &experts, const Tensor<T> &weights,
+                        const Tensor<T> &out) {
+  const int64_t s = static_cast<int64_t>(experts.size());
+  const int64_t n = out.size / s, el = weights.size / n;
+  MPI_Comm comm = ctx.comm(axes);
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  for (int64_t i = 0; i < s; ++i) {
+    const int owner = static_cast<int>(experts[i] / el);
+    T *row = out.data() + i * n;
+    if (owner == me)
+      std::copy_n(weights.data() + (experts[i] % el) * n, n, row);
+    MPI_Bcast(row, static_cast<int>(n * sizeof(T)), MPI_BYTE, owner, comm);
+  }
+}
+/// stp.moe_shadow_reduce: `out` = `local` [El, A, B] plus, in the row of
+/// each shadowed expert this device owns, the group's sum of that
+/// expert's `partial` row (MPI_Reduce rooted at the owner, blocking; in
+/// float for 16-bit types, as allReduce).
+template <typename T>
+void moeShadowReduce(Context &ctx, int64_t, int64_t, const Shape &axes, int64_t,
+                     const Shape &experts, const Tensor<T> &partial,
+                     const Tensor<T> &local, const Tensor<T> &out) {
+  const int64_t s = static_cast<int64_t>(experts.size());
+  const int64_t n = partial.size / s, el = local.size / n;
+  MPI_Comm comm = ctx.comm(axes);
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  if (out.data() != local.data())
+    std::copy_n(local.data(), local.size, out.data());
+  std::vector<double> in(n), sum(n);
+  for (int64_t i = 0; i < s; ++i) {
+    const int owner = static_cast<int>(experts[i] / el);
+    std::copy_n(partial.data() + i * n, n, in.data());
+    MPI_Reduce(in.data(), sum.data(), static_cast<int>(n), MPI_DOUBLE, MPI_SUM,
+               owner, comm);
+    if (owner != me)
+      continue;
+    T *row = out.data() + (experts[i] % el) * n;
+    for (int64_t j = 0; j < n; ++j)
+      row[j] = static_cast<T>(static_cast<double>(row[j]) + sum[j]);
+  }
+}
 /// shard.all_slice: a local copy of this device's block.
 template <typename T>
 void allSlice(Context &ctx, const Shape &axes, const Shape &shape,

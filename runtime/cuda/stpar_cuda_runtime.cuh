@@ -915,6 +915,66 @@ void moeAllToAll(Context &ctx, int64_t ready, int64_t done, const Shape &axes,
                   intraNodeSize, rows, counts, init.data(), outRows, outCounts);
 }
 
+template <typename T>
+__global__ void moeAddKernel(T *out, const T *in, int64_t n) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n)
+    out[i] = T(float(out[i]) + float(in[i]));
+}
+
+/// stp.moe_shadow_broadcast (FasterMoE Sec. 4.1): row i of `out`
+/// [S, A, B] becomes shadowed expert experts[i]'s weights from its owner
+/// (member experts[i] / El, El = the rows of `weights` [El, A, B]): one
+/// ncclBroadcast per expert, grouped, on the communication stream.
+template <typename T>
+void moeShadowBroadcast(Context &ctx, int64_t ready, int64_t done,
+                        const Shape &axes, int64_t, const Shape &experts,
+                        const Tensor<T> &weights, const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  const int64_t s = static_cast<int64_t>(experts.size());
+  const int64_t n = out.size / s, el = weights.size / n;
+  ncclComm_t comm = ctx.nccl(axes);
+  STP_NCCL(ncclGroupStart());
+  for (int64_t i = 0; i < s; ++i)
+    STP_NCCL(ncclBroadcast(weights.data() + (experts[i] % el) * n,
+                           out.data() + i * n, n, NcclType<T>::value,
+                           static_cast<int>(experts[i] / el), comm, ctx.comm));
+  STP_NCCL(ncclGroupEnd());
+  transferEnd(ctx, done);
+}
+/// stp.moe_shadow_reduce: `out` = `local` [El, A, B] plus, in the row of
+/// each shadowed expert this device owns, the group's sum of its
+/// `partial` row (ncclReduce rooted at the owner, grouped, then an add on
+/// the communication stream).
+template <typename T>
+void moeShadowReduce(Context &ctx, int64_t ready, int64_t done,
+                     const Shape &axes, int64_t, const Shape &experts,
+                     const Tensor<T> &partial, const Tensor<T> &local,
+                     const Tensor<T> &out) {
+  transferBegin(ctx, ready);
+  {
+    const int64_t s = static_cast<int64_t>(experts.size());
+    const int64_t n = partial.size / s, el = local.size / n;
+    const int64_t me = ctx.groupIndex(axes);
+    ncclComm_t comm = ctx.nccl(axes);
+    auto sums = scratch<T>(ctx, s * n);
+    if (out.data() != local.data())
+      STP_CUDA(cudaMemcpyAsync(out.data(), local.data(), sizeof(T) * local.size,
+                               cudaMemcpyDeviceToDevice, ctx.comm));
+    STP_NCCL(ncclGroupStart());
+    for (int64_t i = 0; i < s; ++i)
+      STP_NCCL(ncclReduce(partial.data() + i * n, sums.data() + i * n, n,
+                          NcclType<T>::value, ncclSum,
+                          static_cast<int>(experts[i] / el), comm, ctx.comm));
+    STP_NCCL(ncclGroupEnd());
+    for (int64_t i = 0; i < s; ++i)
+      if (experts[i] / el == me)
+        moeAddKernel<<<blocksFor(n), 256, 0, ctx.comm>>>(
+            out.data() + (experts[i] % el) * n, sums.data() + i * n, n);
+  }
+  transferEnd(ctx, done);
+}
+
 /// shard.shift: the value at position p along `axis` moves to p + offset
 /// (grouped ncclSend/ncclRecv on the world communicator).
 template <typename T>

@@ -17,6 +17,9 @@
 //   all-to-all        (p-1)/p S   in   (p-1) steps  (S = send buffer)
 //   ring shift            S       in 1 step
 //   point-to-point        S       in 1 step
+//   broadcast, reduce     S       in   (p-1) steps  (a pipelined chain from
+//                                                    or to the root; S =
+//                                                    the buffer)
 //
 // An axis that spans a nodes' worth of devices in each of n nodes
 // (AxisPlacement) is costed hierarchically, as NCCL's tree/ring hybrids and
@@ -25,7 +28,8 @@
 // the node (S); all-gather = across nodes (S/a) then inside (S);
 // reduce-scatter = inside (S) then across (S/a); all-to-all = the intra-node
 // share (a-1)/(a n) S over NVLink plus the inter-node share (n-1)/n S over
-// the network; shift and point-to-point use the slowest level crossed.
+// the network; shift, point-to-point, broadcast and reduce use the slowest
+// level crossed.
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,6 +48,10 @@ enum class Collective {
   AllToAll,
   RingShift,
   PointToPoint,
+  /// From one root to every device (FasterMoE's shadowed expert weights).
+  Broadcast,
+  /// Summed onto one root (the shadowed experts' gradients).
+  Reduce,
 };
 
 llvm::StringRef getCollectiveName(Collective kind);

@@ -605,12 +605,10 @@ void Converter::convertMoE(stp::MoEOp op) {
   spec.ffnLoop = 3;
   spec.topK = int64_t(op.getTopK());
   spec.ffnMatrices = op.getWMul() ? 3 : 2;
-  // The generated program runs FasterMoE's smart scheduling (the group
-  // size the cost chooses) and BaGuaLu's hierarchical all-to-all where the
-  // cost chooses it (-stp-partition), not yet FasterMoE's shadowing
-  // (docs/moe.md): the plan must not count on it.
-  spec.smartSchedule = spec.hierarchical = true;
-  spec.shadowing = false;
+  // The generated program runs what the cost chooses (-stp-partition,
+  // docs/moe.md): FasterMoE's smart scheduling (its group size) and
+  // dynamic shadowing (its experts), BaGuaLu's hierarchical all-to-all.
+  spec.smartSchedule = spec.hierarchical = spec.shadowing = true;
   o.moe = std::move(spec);
   layer.tensors.push_back(xt);
   layer.tensorDimLoops.push_back({0, 1});
@@ -631,12 +629,6 @@ void Converter::convertMoE(stp::MoEOp op) {
                                      ? OperandRole::Output
                                      : OperandRole::Input,
                                  layer.tensorDimLoops[i]));
-  std::string note = "stp.moe: expert parallelism costed with FasterMoE's "
-                     "smart scheduling and the hierarchical all-to-all but "
-                     "without FasterMoE's shadowing (the generated program "
-                     "has no shadowing yet)";
-  if (!llvm::is_contained(graph.notes, note))
-    graph.notes.push_back(note);
   addOperator(std::move(layer), {Value(op.getResult())});
 
   // The router: logits [n, e] = tokens [n, h] @ router [h, e], split over

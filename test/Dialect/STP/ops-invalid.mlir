@@ -176,3 +176,30 @@ func.func @f(%x: tensor<16x32xf32>, %e: tensor<16x2xi64>, %w: tensor<16x3xf32>) 
   %b, %c, %s = stp.moe_dispatch %x, %e weighted %w : (tensor<16x32xf32>, tensor<16x2xi64>, tensor<16x3xf32>) -> (tensor<4x16x32xf32>, tensor<4x1xi64>, tensor<16x2xi64>)
   return %b : tensor<4x16x32xf32>
 }
+
+// -----
+
+func.func @f(%w: tensor<2x32x64xf32>) -> tensor<2x32x64xf32> {
+  // expected-error @+1 {{'stp.moe_shadow_broadcast' op experts must ascend and lie in [0, 4), got 0}}
+  %s = stp.moe_shadow_broadcast %w on @grid grid_axes = [0] experts = [3, 0] {num_experts = 4 : i64}
+      : (tensor<2x32x64xf32>) -> tensor<2x32x64xf32>
+  return %s : tensor<2x32x64xf32>
+}
+
+// -----
+
+func.func @f(%w: tensor<2x32x64xf32>) -> tensor<1x32x64xf32> {
+  // expected-error @+1 {{'stp.moe_shadow_broadcast' op shadowed experts dim 0 must be 2, got 'tensor<1x32x64xf32>'}}
+  %s = stp.moe_shadow_broadcast %w on @grid grid_axes = [0] experts = [0, 3] {num_experts = 4 : i64}
+      : (tensor<2x32x64xf32>) -> tensor<1x32x64xf32>
+  return %s : tensor<1x32x64xf32>
+}
+
+// -----
+
+func.func @f(%p: tensor<1x32x64xf32>, %dw: tensor<2x32x64xf32>) -> tensor<2x32x64xf32> {
+  // expected-error @+1 {{'stp.moe_shadow_reduce' op num_experts 3 is not a multiple of the 2 local experts}}
+  %r = stp.moe_shadow_reduce %p into %dw on @grid grid_axes = [0] experts = [1] {num_experts = 3 : i64}
+      : (tensor<1x32x64xf32>, tensor<2x32x64xf32>) -> tensor<2x32x64xf32>
+  return %r : tensor<2x32x64xf32>
+}

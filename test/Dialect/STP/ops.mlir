@@ -127,3 +127,16 @@ func.func @moe_backward_per_rank(%x: tensor<16x32xf32>, %r: tensor<32x4xf32>, %e
   return %buf, %drows, %dw1, %dw2, %dx, %dr : tensor<4x16x32xf32>, tensor<2x32x32xf32>, tensor<2x32x64xf32>,
       tensor<2x64x32xf32>, tensor<16x32xf32>, tensor<32x4xf32>
 }
+
+// FasterMoE's shadowing: experts 0 and 3 of 4 (2 per device) broadcast from
+// their owners; their gradients reduced to them.
+// CHECK-LABEL: func.func @moe_shadowing
+func.func @moe_shadowing(%w: tensor<2x32x64xf32>, %dw: tensor<2x32x64xf32>) -> tensor<2x32x64xf32> {
+  // CHECK: stp.moe_shadow_broadcast %{{.*}} on @grid grid_axes = [0] experts = [0, 3] {num_experts = 4 : i64}
+  %s = stp.moe_shadow_broadcast %w on @grid grid_axes = [0] experts = [0, 3] {num_experts = 4 : i64}
+      : (tensor<2x32x64xf32>) -> tensor<2x32x64xf32>
+  // CHECK: stp.moe_shadow_reduce %{{.*}} into %{{.*}} on @grid grid_axes = [0] experts = [0, 3] {num_experts = 4 : i64}
+  %r = stp.moe_shadow_reduce %s into %dw on @grid grid_axes = [0] experts = [0, 3] {num_experts = 4 : i64}
+      : (tensor<2x32x64xf32>, tensor<2x32x64xf32>) -> tensor<2x32x64xf32>
+  return %r : tensor<2x32x64xf32>
+}

@@ -294,7 +294,8 @@ class Machine:
                 yield from self.point_to_point(op, envs, active)
                 continue
             if op.name.startswith("shard.") or op.name in (
-                    "stp.grid_permute", "stp.moe_all_to_all"):
+                    "stp.grid_permute", "stp.moe_all_to_all",
+                    "stp.moe_shadow_broadcast", "stp.moe_shadow_reduce"):
                 self.collective(op, envs, active)
                 continue
             if op.name == "scf.for":
@@ -434,6 +435,21 @@ class Machine:
                     vals, counts, g, n, re.search(r"\breverse\b", op.text),
                     int(gs.group(1)) if gs else 0,
                     int(st.group(1)) if st else 0, init))
+            elif name in ("stp.moe_shadow_broadcast", "stp.moe_shadow_reduce"):
+                # FasterMoE's shadowing: expert e's weights from (or its
+                # gradient summed onto) member e // El.
+                experts = i64_array(op, "experts")
+                if name == "stp.moe_shadow_broadcast":
+                    el = vals[0].shape[0]
+                    out.append(np.stack([vals[e // el][e % el]
+                                         for e in experts]))
+                else:
+                    res = env[op.operands[1]].copy()
+                    el = res.shape[0]
+                    for i, e in enumerate(experts):
+                        if e // el == g:
+                            res[e % el] += sum(v[i] for v in vals)
+                    out.append(res)
             elif name == "shard.shift":
                 a = int_attr(op, "shift_axis")
                 k = int_attr(op, "offset")

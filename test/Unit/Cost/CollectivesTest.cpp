@@ -91,3 +91,19 @@ TEST(CollectivesTest, IrregularIsInterNode) {
   EXPECT_EQ(getCollectiveTime(Collective::AllReduce, 3e8, place(1, 1), dgx()),
             0);
 }
+
+TEST(CollectivesTest, BroadcastAndReduceAreChains) {
+  // FasterMoE's shadowing (Sec. 4.1) moves a shadowed expert's weights from
+  // its owner and its gradient back as pipelined chains: every device
+  // sends S once, P - 1 start-ups. 1e8 B over 4 GPUs of a node:
+  // 3 * 5 us + 1e8 / 3e11 = 3.483333e-4 s; over 4 x 2 (slowest level):
+  // 7 * 10 us + 1e8 / 2.5e10 = 4.07e-3 s.
+  EXPECT_DOUBLE_EQ(getRingVolume(Collective::Broadcast, 1000, 4), 1000);
+  EXPECT_DOUBLE_EQ(getRingVolume(Collective::Reduce, 1000, 4), 1000);
+  EXPECT_EQ(getRingSteps(Collective::Broadcast, 4), 3);
+  EXPECT_NEAR(getCollectiveTime(Collective::Broadcast, 1e8, place(4, 1), dgx()),
+              3.483333e-4, 1e-9);
+  EXPECT_NEAR(getCollectiveTime(Collective::Reduce, 1e8, place(4, 2), dgx()),
+              4.07e-3, 1e-9);
+  EXPECT_EQ(getCollectiveName(Collective::Reduce), "reduce");
+}

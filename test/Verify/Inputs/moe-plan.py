@@ -5,11 +5,13 @@
 #
 #   moe-plan.py IN.json OUT.json [--tokens x0,x1 --experts x1 [--ffn x1]]
 #               [--schedule-group G] [--all-to-all flat|hierarchical]
+#               [--shadow E0,E1]
 #
 # --schedule-group sets the smart schedule's group size the program follows
 # (operators[].moe.schedule_group_size; FasterMoE Sec. 4.2), --all-to-all
 # the exchange (operators[].moe.all_to_all; hierarchical: BaGuaLu's two
-# levels where the expert group spans nodes).
+# levels where the expert group spans nodes), --shadow the experts
+# FasterMoE's shadowing broadcasts (operators[].moe.shadowed_experts).
 #
 # The plan's other operators keep their specs; its predicted communication
 # is the input plan's (stpar verify's plan check reports the difference).
@@ -31,6 +33,7 @@ def main():
     ap.add_argument("--ffn", type=axes, default=[])
     ap.add_argument("--schedule-group", type=int)
     ap.add_argument("--all-to-all", choices=["flat", "hierarchical"])
+    ap.add_argument("--shadow", type=lambda t: [int(x) for x in axes(t)])
     args = ap.parse_args()
     plan = json.load(open(args.input))
     layers = 0
@@ -43,6 +46,8 @@ def main():
             op.setdefault("moe", {})["schedule_group_size"] = args.schedule_group
         if args.all_to_all is not None:
             op.setdefault("moe", {})["all_to_all"] = args.all_to_all
+        if args.shadow is not None:
+            op.setdefault("moe", {})["shadowed_experts"] = args.shadow
         if args.tokens is None:
             continue
         loops[0]["axes"] = args.tokens
@@ -59,7 +64,7 @@ def main():
     json.dump(plan, open(args.output, "w"), indent=2)
     print(f"moe-plan.py: {layers} MoE layer(s): tokens {args.tokens}, "
           f"experts {args.experts}, ffn {args.ffn}, schedule group "
-          f"{args.schedule_group}")
+          f"{args.schedule_group}, shadowed experts {args.shadow}")
 
 
 if __name__ == "__main__":

@@ -406,6 +406,51 @@ LogicalResult MoECombineOp::verify() {
   return success();
 }
 
+/// The shadowed experts of stp.moe_shadow_broadcast / _reduce: ascending
+/// indices below E, E a multiple of the El local experts of `local`.
+static LogicalResult verifyShadowedExperts(Operation *op,
+                                           RankedTensorType local,
+                                           RankedTensorType shadow,
+                                           int64_t numExperts,
+                                           ArrayRef<int64_t> experts) {
+  if (failed(checkShape(op, local, "local experts", {-1, -1, -1})))
+    return failure();
+  int64_t el = local.getDimSize(0);
+  if (el < 1 || numExperts < el || numExperts % el != 0)
+    return op->emitOpError()
+           << "num_experts " << numExperts << " is not a multiple of the " << el
+           << " local experts";
+  if (experts.empty())
+    return op->emitOpError("has no shadowed experts");
+  for (auto [i, e] : llvm::enumerate(experts))
+    if (e < 0 || e >= numExperts || (i > 0 && e <= experts[i - 1]))
+      return op->emitOpError() << "experts must ascend and lie in [0, "
+                               << numExperts << "), got " << e;
+  return checkShape(
+      op, shadow, "shadowed experts",
+      {int64_t(experts.size()), local.getDimSize(1), local.getDimSize(2)});
+}
+
+LogicalResult MoEShadowBroadcastOp::verify() {
+  if (getWeights().getType().getElementType() !=
+      getResult().getType().getElementType())
+    return emitOpError("weights and result differ in element type");
+  return verifyShadowedExperts(*this, getWeights().getType(),
+                               getResult().getType(), getNumExperts(),
+                               getExperts());
+}
+
+LogicalResult MoEShadowReduceOp::verify() {
+  if (getLocal().getType() != getResult().getType())
+    return emitOpError("result must have the type of local");
+  if (getPartial().getType().getElementType() !=
+      getLocal().getType().getElementType())
+    return emitOpError("partial and local differ in element type");
+  return verifyShadowedExperts(*this, getLocal().getType(),
+                               getPartial().getType(), getNumExperts(),
+                               getExperts());
+}
+
 LogicalResult MoEAllToAllOp::verify() {
   auto in = getRows().getType(), out = getResultRows().getType();
   if (failed(checkShape(*this, in, "rows", {-1, -1, -1})) ||

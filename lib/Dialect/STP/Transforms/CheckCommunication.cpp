@@ -107,6 +107,17 @@ stpar::stp::getProgramCommunication(Operation *op,
           c.elements *= double(g) / double(p);
         }
       })
+      .Case([&](MoEShadowBroadcastOp o) {
+        // The shadowed experts' weights each device receives.
+        c.kind = Collective::Broadcast;
+        axes = o.getGridAxes();
+        c.elements = outElements;
+      })
+      .Case([&](MoEShadowReduceOp o) {
+        c.kind = Collective::Reduce;
+        axes = o.getGridAxes();
+        c.elements = inElements;
+      })
       .Case([&](shard::ShiftOp o) {
         c.kind = Collective::RingShift;
         axes = o.getGridAxes();

@@ -27,15 +27,19 @@ bool stpar::stp::isCommunicatingCollective(Operation *op) {
     return kind.getValue() != shard::AllSliceOp::getOperationName();
   return isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
              shard::AllToAllOp, shard::ShiftOp, shard::SendOp, shard::RecvOp,
-             stpar::stp::GridPermuteOp, stpar::stp::MoEAllToAllOp>(op);
+             stpar::stp::GridPermuteOp, stpar::stp::MoEAllToAllOp,
+             stpar::stp::MoEShadowBroadcastOp, stpar::stp::MoEShadowReduceOp>(
+      op);
 }
 
 std::optional<ArrayRef<int16_t>>
 stpar::stp::getCommunicatorAxes(Operation *op) {
   return llvm::TypeSwitch<Operation *, std::optional<ArrayRef<int16_t>>>(op)
       .Case<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
-            shard::AllToAllOp, stpar::stp::MoEAllToAllOp, shard::SendOp,
-            shard::RecvOp>([](auto o) { return o.getGridAxes(); })
+            shard::AllToAllOp, stpar::stp::MoEAllToAllOp,
+            stpar::stp::MoEShadowBroadcastOp, stpar::stp::MoEShadowReduceOp,
+            shard::SendOp, shard::RecvOp>(
+          [](auto o) { return o.getGridAxes(); })
       .Default([](Operation *op) -> std::optional<ArrayRef<int16_t>> {
         if (auto axes = op->getAttrOfType<DenseI16ArrayAttr>(STPDialect::kGridAxesAttrName))
           return axes.asArrayRef();

@@ -141,6 +141,18 @@ LogicalResult Lowering::lowerCollective(Operation *op) {
                      i64(o.getGroupSize()), i64(o.getStep()),
                      i64(o.getIntraNodeSize())});
       })
+      .Case([&](MoEShadowBroadcastOp o) {
+        // (..., axes, E, experts, weights) -> [S, A, B].
+        callee = "stpar_rt::moeShadowBroadcast";
+        args.append({axes(o.getGridAxes()), i64(o.getNumExperts()),
+                     opaque(getRuntimeShapeLiteral(o.getExperts()))});
+      })
+      .Case([&](MoEShadowReduceOp o) {
+        // (..., axes, E, experts, partial, local) -> [El, A, B].
+        callee = "stpar_rt::moeShadowReduce";
+        args.append({axes(o.getGridAxes()), i64(o.getNumExperts()),
+                     opaque(getRuntimeShapeLiteral(o.getExperts()))});
+      })
       .Case([&](shard::SendOp o) {
         // A pipeline transfer (-stp-pipeline-stages): (axis, peer's index
         // on it, tag).

@@ -215,6 +215,56 @@ static Value addTensors(OpBuilder &builder, Location loc, Value a, Value b) {
       .getResult(0);
 }
 
+/// The blocks `experts` of `whole` [E, ...] stacked in that order
+/// ([S, ...]; tensor.extract_slice and tensor.concat).
+/// One expert's block [1, ...] of `type` [E, ...] at row `at`:
+/// extract_slice/insert_slice offsets, sizes and strides.
+struct ExpertBlock {
+  SmallVector<OpFoldResult> offsets, sizes, strides;
+  ExpertBlock(OpBuilder &builder, RankedTensorType type, int64_t at) {
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      offsets.push_back(builder.getIndexAttr(d ? 0 : at));
+      sizes.push_back(builder.getIndexAttr(d ? type.getDimSize(d) : 1));
+      strides.push_back(builder.getIndexAttr(1));
+    }
+  }
+};
+
+static Value selectExperts(OpBuilder &builder, Location loc, Value whole,
+                           ArrayRef<int64_t> experts) {
+  auto type = cast<RankedTensorType>(whole.getType());
+  SmallVector<Value> blocks;
+  for (int64_t e : experts) {
+    ExpertBlock b(builder, type, e);
+    blocks.push_back(tensor::ExtractSliceOp::create(
+        builder, loc, whole, b.offsets, b.sizes, b.strides));
+  }
+  if (blocks.size() == 1)
+    return blocks[0];
+  return tensor::ConcatOp::create(builder, loc, /*dim=*/0, blocks);
+}
+
+/// `whole` [E, ...] with its blocks `experts` replaced by the rows of
+/// `part` [S, ...], in order (tensor.insert_slice).
+static Value insertExperts(OpBuilder &builder, Location loc, Value whole,
+                           Value part, ArrayRef<int64_t> experts) {
+  auto type = cast<RankedTensorType>(whole.getType());
+  for (auto [i, e] : llvm::enumerate(experts)) {
+    ExpertBlock from(builder, cast<RankedTensorType>(part.getType()),
+                     int64_t(i)),
+        to(builder, type, e);
+    Value block =
+        experts.size() == 1
+            ? part
+            : tensor::ExtractSliceOp::create(builder, loc, part, from.offsets,
+                                             from.sizes, from.strides)
+                  .getResult();
+    whole = tensor::InsertSliceOp::create(builder, loc, block, whole,
+                                          to.offsets, to.sizes, to.strides);
+  }
+  return whole;
+}
+
 /// Whether `v` is a tensor of zeros (a fill of 0 or a zero splat).
 static bool isZeroTensor(Value v) {
   if (auto fill = v.getDefiningOp<linalg::FillOp>())
@@ -252,7 +302,10 @@ private:
   FailureOr<OpPlan> planNorm(Operation *op, PartitionSpecAttr spec);
   FailureOr<OpPlan> planAttention(AttentionOp op, PartitionSpecAttr spec);
   FailureOr<OpPlan> planMoE(Operation *op, PartitionSpecAttr spec);
-  void emitMoE(MoEOp op, const OpPlan &plan);
+  LogicalResult emitMoE(MoEOp op, const OpPlan &plan);
+  /// `counts` [E, 1] with the shadowed experts' rows set to 0: what the
+  /// exchange sends (their rows stay on this rank).
+  Value withoutShadowed(Location loc, Value counts, ArrayRef<int64_t> shadowed);
   LogicalResult emitMoEGrad(MoEGradOp op, const OpPlan &plan);
   /// The exchanges of an MoE layer's expansion over the expert axes of
   /// `plan` around `runExperts` (the rows an expert rank received, their
@@ -277,6 +330,13 @@ private:
     /// Per step, the experts' kept pre-activation products (A, U).
     SmallVector<SmallVector<Value, 2>> hidden;
     int64_t groupSize = 0, intraNodeSize = 0;
+    /// FasterMoE's shadowing (Sec. 4.1): the shadowed experts (ascending),
+    /// their weights as broadcast to this rank (w_in, [w_mul,] w_out),
+    /// this rank's rows and counts of them, and their kept A (and U).
+    SmallVector<int64_t> shadowed;
+    SmallVector<Value, 3> shadowWeights;
+    Value shadowRows, shadowCounts;
+    SmallVector<Value, 2> shadowHidden;
   };
   DenseMap<Operation *, MoEForward> moeForwards;
   OpPlan planLayout(Operation *op, const LayoutRule &rule);
@@ -1611,7 +1671,7 @@ static int64_t getTwoLevelNodeSize(MeshAttr mesh,
   return l;
 }
 
-void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
+LogicalResult Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   std::string label = getLabel(op);
   Location loc = op.getLoc();
   SmallVector<Value> local;
@@ -1647,7 +1707,9 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   // exchange in S = P / g pairwise steps of device groups of g.
   // BaGuaLu's hierarchical all-to-all where the plan chose it and the
   // group spans nodes (regularly: L devices on each of several nodes).
+  // FasterMoE's shadowing (Sec. 4.1) of the experts the plan names.
   int64_t groupSize = 0, intraNodeSize = 0;
+  SmallVector<int64_t> shadowed;
   if (auto records = op->getAttrOfType<ArrayAttr>(STPDialect::kPlanOpsAttrName))
     if (!records.empty())
       if (auto record = dyn_cast<DictionaryAttr>(records[0]))
@@ -1657,12 +1719,55 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
           if (auto a = moe.getAs<StringAttr>("all_to_all");
               a && a.getValue() == "hierarchical")
             intraNodeSize = getTwoLevelNodeSize(mesh, plan.moeExperts);
+          if (auto list = moe.getAs<ArrayAttr>("shadowed_experts"))
+            for (Attribute a : list) {
+              auto index = dyn_cast<IntegerAttr>(a);
+              if (!index || index.getInt() < 0 || index.getInt() >= e)
+                return op->emitError()
+                       << "the plan's shadowed_experts must be expert "
+                          "indices in [0, "
+                       << e << "), got " << a;
+              shadowed.push_back(index.getInt());
+            }
         }
   if (groupSize <= 0 || groupSize >= p || p % groupSize != 0)
     groupSize = 0;
+  llvm::sort(shadowed);
+  shadowed.erase(llvm::unique(shadowed), shadowed.end());
+  // (One device per expert group: nothing to shadow.)
+  if (p == 1)
+    shadowed.clear();
   MoEForward &record = moeForwards[op];
   record.groupSize = groupSize;
   record.intraNodeSize = intraNodeSize;
+  record.shadowed = shadowed;
+  Value sentCounts = counts;
+  if (!shadowed.empty()) {
+    // Each shadowed expert's weights come from its owner; its rows stay
+    // here (their counts go out as zero) and run on those weights.
+    for (Value w : {wIn, wMul, wOut}) {
+      if (!w)
+        continue;
+      auto wType = getRankedTensor(w);
+      auto bcast = MoEShadowBroadcastOp::create(
+          builder, loc,
+          type({int64_t(shadowed.size()), wType.getDimSize(1),
+                wType.getDimSize(2)},
+               wType.getElementType()),
+          w, FlatSymbolRefAttr::get(builder.getContext(), kGridName),
+          builder.getDenseI16ArrayAttr(plan.moeExperts),
+          builder.getI64IntegerAttr(e), builder.getDenseI64ArrayAttr(shadowed));
+      markCollective(bcast, label,
+                     "broadcast of the shadowed experts' weights from their "
+                     "owners over " +
+                         axesText(plan.moeExperts) + " (FasterMoE shadowing, " +
+                         std::to_string(shadowed.size()) + " expert(s))");
+      record.shadowWeights.push_back(bcast);
+    }
+    record.shadowRows = selectExperts(builder, loc, buffer, shadowed);
+    record.shadowCounts = selectExperts(builder, loc, counts, shadowed);
+    sentCounts = withoutShadowed(loc, counts, shadowed);
+  }
   // 3. Each expert's used rows to the rank holding it (their counts first,
   //    so receivers know the sizes); 4. the local experts (partial sums
   //    over the expert hidden dim's axes); 5. the results back to the
@@ -1671,26 +1776,41 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   // A training step's experts keep A (and U) for their backward.
   bool keep = llvm::any_of(
       op->getUsers(), [](Operation *user) { return isa<MoEGradOp>(user); });
-  auto runExperts = [&](Value rows, Value rowCounts, int64_t) -> Value {
-    record.rows.push_back(rows);
-    record.rowCounts.push_back(rowCounts);
+  auto expertsOn = [&](Value rows, Value rowCounts, Value in, Value mul,
+                       Value out) {
     auto rowsType = cast<RankedTensorType>(rows.getType());
     SmallVector<Type> hidden;
     if (keep)
       hidden.assign(
-          wMul ? 2 : 1,
+          mul ? 2 : 1,
           RankedTensorType::get({rowsType.getDimSize(0), rowsType.getDimSize(1),
-                                 getRankedTensor(wIn).getDimSize(2)},
+                                 getRankedTensor(in).getDimSize(2)},
                                 rowsType.getElementType()));
-    auto experts = MoEExpertsOp::create(
-        builder, loc, rows.getType(), hidden, rows, rowCounts, wIn, wMul, wOut,
-        op.getActivationAttr(), /*bf16_operands=*/UnitAttr());
+    return MoEExpertsOp::create(builder, loc, rows.getType(), hidden, rows,
+                                rowCounts, in, mul, out, op.getActivationAttr(),
+                                /*bf16_operands=*/UnitAttr());
+  };
+  Value shadowOutputs;
+  auto runExperts = [&](Value rows, Value rowCounts, int64_t step) -> Value {
+    if (step == 0 && !shadowed.empty()) {
+      // The shadowed experts on this rank's own rows, while the first
+      // step's rows travel (FasterMoE: they run with step 0).
+      ArrayRef<Value> w = record.shadowWeights;
+      auto local = expertsOn(record.shadowRows, record.shadowCounts, w[0],
+                             wMul ? w[1] : Value(), w.back());
+      shadowOutputs = local.getResult();
+      record.shadowHidden.assign(local.getHidden().begin(),
+                                 local.getHidden().end());
+    }
+    record.rows.push_back(rows);
+    record.rowCounts.push_back(rowCounts);
+    auto experts = expertsOn(rows, rowCounts, wIn, wMul, wOut);
     record.hidden.emplace_back(experts.getHidden().begin(),
                                experts.getHidden().end());
     return experts.getResult();
   };
   Value outputs = emitMoESchedule(
-      loc, plan, label, buffer, counts, routed, groupSize, intraNodeSize,
+      loc, plan, label, buffer, sentCounts, routed, groupSize, intraNodeSize,
       runExperts,
       "all-to-all dispatching the tokens to their experts over " + group +
           " (expert parallelism; " + std::to_string(routed) +
@@ -1698,6 +1818,8 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
           " rows per expert)",
       "all-to-all returning the experts' outputs over " + group +
           " (expert parallelism)");
+  if (shadowOutputs)
+    outputs = insertExperts(builder, loc, outputs, shadowOutputs, shadowed);
   // 6. Combine with the gates.
   auto combine = MoECombineOp::create(builder, loc, type({n, d}, f32), outputs,
                                       dispatch.getSlots(), route.getExperts(),
@@ -1718,6 +1840,21 @@ void Partitioner::emitMoE(MoEOp op, const OpPlan &plan) {
   state.sharding = plan.results[0];
   state.producer = label;
   state.partialReason = plan.partialReason;
+  return success();
+}
+
+Value Partitioner::withoutShadowed(Location loc, Value counts,
+                                   ArrayRef<int64_t> shadowed) {
+  Type i64 = builder.getI64Type();
+  Value zeros = linalg::FillOp::create(
+                    builder, loc,
+                    ValueRange{arith::ConstantOp::create(
+                        builder, loc, builder.getIntegerAttr(i64, 0))},
+                    ValueRange{tensor::EmptyOp::create(
+                        builder, loc,
+                        ArrayRef<int64_t>{int64_t(shadowed.size()), 1}, i64)})
+                    .getResult(0);
+  return insertExperts(builder, loc, counts, zeros, shadowed);
 }
 
 Value Partitioner::emitMoESchedule(
@@ -1825,15 +1962,35 @@ LogicalResult Partitioner::emitMoEGrad(MoEGradOp op, const OpPlan &plan) {
   // 2. The experts' backward on the rows they received in the forward,
   //    through the forward's exchange steps.
   SmallVector<Value> dWeights;
+  auto expertsGrad = [&](Value rows, Value dOut, Value rowCounts, Value in,
+                         Value mul, Value out, ValueRange hidden) {
+    SmallVector<Type> types{dOut.getType(), in.getType()};
+    if (mul)
+      types.push_back(mul.getType());
+    types.push_back(out.getType());
+    return MoEExpertsGradOp::create(builder, loc, types, rows, dOut, rowCounts,
+                                    in, mul, out, hidden,
+                                    op.getActivationAttr(),
+                                    /*bf16_operands=*/UnitAttr());
+  };
+  // FasterMoE's shadowing: the shadowed experts' rows stay here, as in
+  // the forward; their backward runs on the broadcast weights.
+  const ArrayRef<int64_t> shadowed = fwd.shadowed;
+  Value dShadowRows, sentCounts = dispatch.getCounts();
+  MoEExpertsGradOp shadowGrad;
+  if (!shadowed.empty()) {
+    dShadowRows = selectExperts(builder, loc, dispatch.getBuffer(), shadowed);
+    sentCounts = withoutShadowed(loc, dispatch.getCounts(), shadowed);
+  }
   auto runExperts = [&](Value dOut, Value, int64_t step) -> Value {
-    SmallVector<Type> types{dOut.getType(), wIn.getType()};
-    if (wMul)
-      types.push_back(wMul.getType());
-    types.push_back(wOut.getType());
-    auto ex = MoEExpertsGradOp::create(
-        builder, loc, types, fwd.rows[step], dOut, fwd.rowCounts[step], wIn,
-        wMul, wOut, fwd.hidden[step], op.getActivationAttr(),
-        /*bf16_operands=*/UnitAttr());
+    if (step == 0 && !shadowed.empty()) {
+      ArrayRef<Value> w = fwd.shadowWeights;
+      shadowGrad =
+          expertsGrad(fwd.shadowRows, dShadowRows, fwd.shadowCounts, w[0],
+                      wMul ? w[1] : Value(), w.back(), fwd.shadowHidden);
+    }
+    auto ex = expertsGrad(fwd.rows[step], dOut, fwd.rowCounts[step], wIn, wMul,
+                          wOut, fwd.hidden[step]);
     SmallVector<Value> ws{ex.getDWIn()};
     if (wMul)
       ws.push_back(ex.getDWMul());
@@ -1847,12 +2004,35 @@ LogicalResult Partitioner::emitMoEGrad(MoEGradOp op, const OpPlan &plan) {
   };
   std::string group = axesText(plan.moeExperts);
   Value rowGrads = emitMoESchedule(
-      loc, plan, label, dispatch.getBuffer(), dispatch.getCounts(), n * k,
-      groupSize, fwd.intraNodeSize, runExperts,
+      loc, plan, label, dispatch.getBuffer(), sentCounts, n * k, groupSize,
+      fwd.intraNodeSize, runExperts,
       "all-to-all dispatching the output gradient to the experts over " +
           group + " (expert parallelism, backward)",
       "all-to-all returning the tokens' gradient over " + group +
           " (expert parallelism, backward)");
+  if (shadowGrad) {
+    // The shadowed experts' rows' gradients join the returned ones; their
+    // weight gradients (this rank's tokens' share) go to their owners.
+    rowGrads =
+        insertExperts(builder, loc, rowGrads, shadowGrad.getDRows(), shadowed);
+    SmallVector<Value> partials{shadowGrad.getDWIn()};
+    if (wMul)
+      partials.push_back(shadowGrad.getDWMul());
+    partials.push_back(shadowGrad.getDWOut());
+    for (auto [sum, partial] : llvm::zip(dWeights, partials)) {
+      auto reduce = MoEShadowReduceOp::create(
+          builder, loc, sum.getType(), partial, sum,
+          FlatSymbolRefAttr::get(builder.getContext(), kGridName),
+          builder.getDenseI16ArrayAttr(plan.moeExperts),
+          builder.getI64IntegerAttr(e), builder.getDenseI64ArrayAttr(shadowed));
+      markCollective(reduce, label,
+                     "reduce of the shadowed experts' weight gradients to "
+                     "their owners over " +
+                         group + " (FasterMoE shadowing, " +
+                         std::to_string(shadowed.size()) + " expert(s))");
+      sum = reduce.getResult();
+    }
+  }
   // 3. Each token's rows' gradients summed (no gates: dy carried them),
   //    plus the router's backward.
   Value ones =
@@ -2322,8 +2502,7 @@ LogicalResult Partitioner::emit(Operation *op, OpPlan &plan) {
   case PlanKind::MoE:
     if (auto grad = dyn_cast<MoEGradOp>(op))
       return emitMoEGrad(grad, plan);
-    emitMoE(cast<MoEOp>(op), plan);
-    return success();
+    return emitMoE(cast<MoEOp>(op), plan);
   case PlanKind::Layout: {
     // Ops whose attributes hold global shapes are rebuilt for the local
     // block; the others are cloned below.

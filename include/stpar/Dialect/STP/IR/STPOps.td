@@ -467,6 +467,63 @@ def STP_MoEAllToAllOp : STP_Op<"moe_all_to_all", []> {
   let hasVerifier = 1;
 }
 
+def STP_MoEShadowBroadcastOp : STP_Op<"moe_shadow_broadcast", []> {
+  let summary = "FasterMoE's shadowing: each shadowed expert's weights broadcast from its owner to its expert group";
+  let description = [{
+    Dynamic shadowing (FasterMoE, He et al. PPoPP'22, Sec. 4.1): instead
+    of sending a popular expert its tokens, its owner sends every device
+    of the expert group the expert's weights, and each device runs the
+    expert on its own tokens. The group is the devices that differ only in
+    their coordinates on `grid_axes` (P devices, numbered as `shard`
+    numbers a group), member w holding the El = `num_experts` / P
+    consecutive experts from w El on (as `stp.moe_all_to_all`).
+
+    `weights [El, A, B]` (one of the local experts' `w_in`, `w_mul`,
+    `w_out`); `experts` the shadowed experts' global indices (ascending);
+    result `[S, A, B]`, S = the number of shadowed experts: row i is
+    expert `experts[i]`'s weights as its owner (member `experts[i] / El`)
+    holds them. One broadcast per shadowed expert, rooted at its owner
+    (ncclBroadcast on `cuda`, MPI_Bcast on `cpu`), each device receiving
+    S * A * B elements (FasterMoE's shadow cost: P - 1 start-ups and the
+    bytes once over the slowest link level; docs/cost-model.md).
+  }];
+  let arguments = (ins AnyRankedTensor:$weights, FlatSymbolRefAttr:$grid,
+                       DenseI16ArrayAttr:$grid_axes, I64Attr:$num_experts,
+                       DenseI64ArrayAttr:$experts);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $weights `on` $grid `grid_axes` `=` $grid_axes `experts` `=` $experts
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def STP_MoEShadowReduceOp : STP_Op<"moe_shadow_reduce", []> {
+  let summary = "FasterMoE's shadowing: each shadowed expert's weight gradient reduced to its owner";
+  let description = [{
+    The backward half of `stp.moe_shadow_broadcast` (FasterMoE Sec. 4.1):
+    every device of the expert group computed a shadowed expert's weight
+    gradient on its own tokens; the owner needs their sum. `partial
+    [S, A, B]` holds this device's gradients of the shadowed experts
+    (row i: expert `experts[i]`), `local [El, A, B]` its own experts'
+    gradients (from the rows it received); the result `[El, A, B]` is
+    `local` plus, in the row of each shadowed expert the device owns, the
+    sum of that expert's `partial` rows over the group (a reduce rooted at
+    the owner: ncclReduce on `cuda`, MPI_Reduce on `cpu`; each device
+    sends S * A * B elements). Group, numbering and `num_experts` as for
+    `stp.moe_shadow_broadcast`.
+  }];
+  let arguments = (ins AnyRankedTensor:$partial, AnyRankedTensor:$local,
+                       FlatSymbolRefAttr:$grid, DenseI16ArrayAttr:$grid_axes,
+                       I64Attr:$num_experts, DenseI64ArrayAttr:$experts);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $partial `into` $local `on` $grid `grid_axes` `=` $grid_axes `experts`
+    `=` $experts attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def STP_MoECombineOp : STP_Op<"moe_combine", [Pure]> {
   let summary = "Sum each token's expert outputs weighted by its gates";
   let description = [{

@@ -513,6 +513,8 @@ def LowerCollectivesPass
     | `all_to_all` | `stpar_rt::allToAll(ctx, ready, done, axes, in_shape, split_axis, concat_axis, in, out)` |
     | `shift` | `stpar_rt::ringShift(ctx, ready, done, shift_axis, offset, rotate, in, out)` |
     | `stp.grid_permute` | `stpar_rt::gridPermute(ctx, ready, done, axes, sources, in, out)` |
+    | `stp.moe_shadow_broadcast` | `stpar_rt::moeShadowBroadcast(ctx, ready, done, axes, num_experts, experts, weights, out)` |
+    | `stp.moe_shadow_reduce` | `stpar_rt::moeShadowReduce(ctx, ready, done, axes, num_experts, experts, partial, local, out)` |
     | `all_slice` | `stpar_rt::allSlice(ctx, axes, in_shape, slice_axis, in, out)` (local) |
     | `send` (pipeline) | `stpar_rt::sendTo(ctx, ready, done, axis, peer, tag, in, out)` |
     | `recv` (pipeline) | `stpar_rt::recvFrom(ctx, ready, done, axis, peer, tag, in, out)` |
