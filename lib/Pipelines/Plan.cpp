@@ -119,6 +119,19 @@ std::vector<stpar::pipelines::ComparisonRow> stpar::pipelines::compareBaselines(
   Expected<SearchResult> spatial =
       stpar::search::search(problem, cluster, eff, spatialOpts);
   row("spatial-only search", spatial);
+  // FastMoE (He et al. 2021), the system FasterMoE improves on: the same
+  // space with a flat all-to-all, no dynamic shadowing and no smart
+  // scheduling in every MoE layer.
+  if (llvm::any_of(problem.ops, [](const Operator &op) { return op.moe; })) {
+    Problem fastMoE = problem;
+    for (Operator &op : fastMoE.ops)
+      if (op.moe)
+        op.moe->shadowing = op.moe->smartSchedule = op.moe->hierarchical =
+            false;
+    Expected<SearchResult> r =
+        stpar::search::search(fastMoE, cluster, eff, spatialOpts);
+    row("fastmoe (flat, no shadowing)", r);
+  }
   // The Megatron grid as the benchmark searches it: every micro-batch
   // count (recomputation off and on, as spatialOpts).
   SearchOptions megatronOpts = spatialOpts;
