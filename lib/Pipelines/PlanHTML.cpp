@@ -461,6 +461,116 @@ void printCompare(raw_ostream &os, const json::Object &root) {
   }
   os << "</table>\n</section>\n";
 }
+/// Mixture-of-experts layers (FasterMoE's model, docs/moe.md): per layer a
+/// column chart of the token slots each expert computes, coloured by the
+/// device of the expert group that holds it, the shadowed experts hatched
+/// (computed where their tokens are), and the layer's choices. Layers with
+/// the same choices and loads are drawn once.
+void printMoE(raw_ostream &os, const json::Object &root) {
+  const json::Array *ops = root.getArray("operators");
+  if (!ops)
+    return;
+  // (moe record, operator names) in plan order, equal records merged.
+  std::vector<std::pair<const json::Object *, std::vector<std::string>>> layers;
+  for (const json::Value &v : *ops) {
+    const json::Object *op = v.getAsObject();
+    const json::Object *moe = op ? op->getObject("moe") : nullptr;
+    if (!moe)
+      continue;
+    auto same = llvm::find_if(layers, [&](const auto &l) {
+      return json::Value(json::Object(*l.first)) ==
+             json::Value(json::Object(*moe));
+    });
+    if (same == layers.end())
+      layers.push_back({moe, {getStr(op, "name")}});
+    else
+      same->second.push_back(getStr(op, "name"));
+  }
+  if (layers.empty())
+    return;
+  os << "<section id=\"moe\"><h2>Mixture of experts</h2>\n<p>Token slots "
+        "each expert computes per micro-batch (the routing histogram, "
+        "uniform unless given with --expert-load), coloured by the device "
+        "of the expert group that holds the expert; hatched: shadowed "
+        "(FasterMoE's dynamic shadowing: its weights are broadcast and every "
+        "device computes it on its own tokens).</p>\n";
+  os << "<svg width=\"0\" height=\"0\"><defs><pattern id=\"moe-hatch\" "
+        "width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+        "patternTransform=\"rotate(45)\"><rect width=\"3\" height=\"6\" "
+        "fill=\"#fff\" fill-opacity=\"0.6\"/></pattern></defs></svg>\n";
+  for (auto [index, layer] : llvm::enumerate(layers)) {
+    const json::Object *moe = layer.first;
+    std::vector<double> tokens;
+    if (const json::Array *t = moe->getArray("tokens_per_expert"))
+      for (const json::Value &x : *t)
+        tokens.push_back(x.getAsNumber().value_or(0));
+    std::vector<bool> shadowed(tokens.size(), false);
+    if (const json::Array *sh = moe->getArray("shadowed_experts"))
+      for (const json::Value &x : *sh)
+        if (std::optional<int64_t> e = x.getAsInteger();
+            e && *e >= 0 && size_t(*e) < tokens.size())
+          shadowed[*e] = true;
+    int64_t perDevice =
+        std::max<int64_t>(1, moe->getInteger("experts_per_device").value_or(1));
+    int64_t group = moe->getInteger("expert_parallel").value_or(1);
+    int64_t schedule = moe->getInteger("schedule_group_size").value_or(0);
+    os << "<h3>" << escape(layer.second.front());
+    if (layer.second.size() > 1)
+      os << " (and " << layer.second.size() - 1
+         << " more layer(s) with the same choices)";
+    os << "</h3>\n<p>"
+       << format("expert parallelism %lld (%lld of %zu experts per device), "
+                 "%s all-to-all, ",
+                 (long long)group, (long long)perDevice, tokens.size(),
+                 getStr(moe, "all_to_all").c_str())
+       << (schedule > 0
+               ? "smart schedule in groups of " + std::to_string(schedule)
+               : std::string("not scheduled"))
+       << format("; most loaded device %.0f tokens, busiest link per "
+                 "dispatch %.3f MB NVLink / %.3f MB network",
+                 getNum(moe, "max_device_tokens"),
+                 getNum(moe, "busiest_nvlink_bytes_per_dispatch") / 1e6,
+                 getNum(moe, "busiest_network_bytes_per_dispatch") / 1e6)
+       << "</p>\n";
+    double most = 0;
+    for (double t : tokens)
+      most = std::max(most, t);
+    const double height = 120,
+                 barWidth = std::max(
+                     4.0, std::min(40.0, 900.0 / double(std::max<size_t>(
+                                                     1, tokens.size()))));
+    double width = barWidth * double(tokens.size());
+    os << format("<svg id=\"moe-%zu\" class=\"moe\" width=\"%.0f\" "
+                 "height=\"%.0f\">\n",
+                 index, width + 60, height + 24);
+    for (auto [e, t] : llvm::enumerate(tokens)) {
+      double h = most > 0 ? t / most * height : 0;
+      double x = double(e) * barWidth;
+      const char *color =
+          kAxisColors[(int64_t(e) / perDevice) % std::size(kAxisColors)];
+      os << format("<rect class=\"expert\" x=\"%.1f\" y=\"%.1f\" "
+                   "width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>"
+                   "expert %zu on device %lld of the group: %.0f token slots%s"
+                   "</title></rect>\n",
+                   x, height - h, barWidth - 1, h, color, e,
+                   (long long)(int64_t(e) / perDevice), t,
+                   shadowed[e] ? ", shadowed" : "");
+      if (shadowed[e])
+        os << format("<rect class=\"shadowed\" x=\"%.1f\" y=\"%.1f\" "
+                     "width=\"%.1f\" height=\"%.1f\" "
+                     "fill=\"url(#moe-hatch)\"/>\n",
+                     x, height - h, barWidth - 1, h);
+    }
+    os << format("<text x=\"%.0f\" y=\"12\" class=\"axis\">%.0f</text>"
+                 "<text x=\"0\" y=\"%.0f\" class=\"axis\">expert 0</text>"
+                 "<text x=\"%.0f\" y=\"%.0f\" class=\"axis\" "
+                 "text-anchor=\"end\">%zu</text>\n",
+                 width + 4, most, height + 16, width, height + 16,
+                 tokens.empty() ? size_t(0) : tokens.size() - 1)
+       << "</svg>\n";
+  }
+  os << "</section>\n";
+}
 } // namespace
 
 void stpar::pipelines::writePlanHTML(raw_ostream &os, const json::Value &plan) {
@@ -528,6 +638,7 @@ void stpar::pipelines::writePlanHTML(raw_ostream &os, const json::Value &plan) {
   printTimeline(os, root);
   printMemory(os, root);
   printCompare(os, root);
+  printMoE(os, root);
   printOperators(os, root, axes);
   os << "</body></html>\n";
 }
