@@ -451,10 +451,28 @@ static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
   // The dispatch and combine buffers, the output, and the copies of the
   // shadowed experts' weights and gradients every worker holds.
   double shadowed = double(llvm::count(chosen.shadowed, true));
+  double shadowCopies = shadowed * layer.getExpertParams() *
+                        (layer.weightBytes + layer.gradientBytes);
   cost.transientBytes = 2 * best->receiveBufferTokens * tokenBytes +
-                        localBytes(op, *output, mesh) +
-                        shadowed * layer.getExpertParams() *
-                            (layer.weightBytes + layer.gradientBytes);
+                        localBytes(op, *output, mesh) + shadowCopies;
+  if (spec.staticBuffers && spec.capacityFactor <= 0) {
+    // As stpar's program holds them (-stp-partition, docs/moe.md): every
+    // buffer at the no-drop bound, C = the device's n tokens per (expert,
+    // sending device). Kept for B: the returned outputs [E, n, D], and per
+    // smart-schedule step the received rows [E/P, P n, D] and the
+    // experts' A (and U) [E/P, P n, F]; the shadowed experts' own rows and
+    // A (and U). Transient: the dispatch buffer and the experts' outputs.
+    double rows = double(layer.experts) * localTokens;
+    double steps =
+        chosen.groupSize > 0 ? double(group / chosen.groupSize) : 1.0;
+    double hiddenBytes = double(layer.ffnMatrices - 1) *
+                         double(layer.ffnHidden) * layer.activationBytes;
+    cost.stashBytes =
+        localBytes(op, *input, mesh) + rows * tokenBytes +
+        (steps * rows + shadowed * localTokens) * (tokenBytes + hiddenBytes);
+    cost.transientBytes =
+        2 * rows * tokenBytes + localBytes(op, *output, mesh) + shadowCopies;
+  }
   if (!tpAxes.empty())
     for (Phase phase : {Phase::Forward, Phase::InputGrad}) {
       // Partial sums of the experts' output (F) and of the input's

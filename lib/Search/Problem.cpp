@@ -460,6 +460,8 @@ Error Parser::parseLine(StringRef keyword, SmallVectorImpl<StringRef> &w) {
         m.smartSchedule = false;
       } else if (attr == "flat") {
         m.hierarchical = false;
+      } else if (attr == "static-buffers") {
+        m.staticBuffers = true;
       } else {
         return error("unknown 'moe' attribute '" + attr + "'");
       }
@@ -674,6 +676,8 @@ void printProblem(raw_ostream &os, const Problem &p) {
         os << " no-smart-schedule";
       if (!m.hierarchical)
         os << " flat";
+      if (m.staticBuffers)
+        os << " static-buffers";
       os << "\n";
     }
   }

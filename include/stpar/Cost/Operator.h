@@ -130,6 +130,11 @@ struct MoESpec {
   /// lowers the operator's time: dynamic shadowing, smart scheduling and
   /// the hierarchical all-to-all.
   bool shadowing = true, smartSchedule = true, hierarchical = true;
+  /// Memory as stpar's generated program holds it (the IR route): without
+  /// a capacity factor every buffer has the static no-drop bound, C = the
+  /// device's tokens per (expert, sending device), E x C rows per device,
+  /// instead of the rows the routing fills (docs/moe.md).
+  bool staticBuffers = false;
 };
 
 /// One operator of one micro-batch's forward pass with its partition.

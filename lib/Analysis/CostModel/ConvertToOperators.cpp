@@ -609,6 +609,9 @@ void Converter::convertMoE(stp::MoEOp op) {
   // docs/moe.md): FasterMoE's smart scheduling (its group size) and
   // dynamic shadowing (its experts), BaGuaLu's hierarchical all-to-all.
   spec.smartSchedule = spec.hierarchical = spec.shadowing = true;
+  // Its buffers have the no-drop bound (stp.moe_dispatch's C = the rank's
+  // tokens): the plan charges them so.
+  spec.staticBuffers = true;
   o.moe = std::move(spec);
   layer.tensors.push_back(xt);
   layer.tensorDimLoops.push_back({0, 1});

@@ -1045,6 +1045,47 @@ TEST(MoE, OperatorCostIsFasterMoEsModel) {
             "group)");
 }
 
+TEST(MoE, StaticBuffersAreTheProgramsMemory) {
+  // stpar's program (MoESpec::staticBuffers, set for stp.moe layers of
+  // ONNX models) sizes every MoE buffer by the no-drop bound: with n = 256
+  // tokens per device, E = 8 experts over P = 8 devices, D = 1024, F =
+  // 4096, gated (A and U kept), 2-byte activations, the stash is the
+  // input n D, the returned outputs E n D, and per smart-schedule step the
+  // received rows E n D and A, U 2 E n F (plus a shadowed expert's own n
+  // rows and A, U); the transient the dispatch buffer and the experts'
+  // outputs, 2 E n D, and the output n D.
+  EfficiencyModel eff = getDefaultEfficiency();
+  Cluster dgx = cantFail(getPreset("dgx-a100-80g-2"));
+  Problem p = moeGPT(8, "dgx-a100-80g-2", 16);
+  Mesh mesh = makeSearchMesh(1, {4, 2, 2});
+  Partition part;
+  part.loopAxes = {{1, 2, 3}, {}, {}, {1, 2}, {}};
+  Operator op = moeWith(p, part);
+  Expected<OperatorCost> expected = costOperator(op, mesh, dgx, eff);
+  ASSERT_TRUE(bool(expected)) << toString(expected.takeError());
+  op.moe->staticBuffers = true;
+  Expected<OperatorCost> c = costOperator(op, mesh, dgx, eff);
+  ASSERT_TRUE(bool(c)) << toString(c.takeError());
+  double n = 256, e = 8, d = 1024, f = 4096;
+  double steps = c->moe->groupSize ? 8.0 / double(c->moe->groupSize) : 1.0;
+  double shadowed = double(c->moe->shadowed.size());
+  EXPECT_DOUBLE_EQ(c->stashBytes,
+                   n * d * 2 + e * n * d * 2 +
+                       (steps * e * n + shadowed * n) * (d * 2 + 2 * f * 2));
+  EXPECT_DOUBLE_EQ(c->transientBytes - shadowed * 3 * d * f * 4,
+                   2 * e * n * d * 2 + n * d * 2);
+  // The same choices and times; more memory than the expected rows (K = 2
+  // of E = 8 experts per token) the model charges without it.
+  EXPECT_EQ(c->moe->groupSize, expected->moe->groupSize);
+  EXPECT_DOUBLE_EQ(c->forward, expected->forward);
+  EXPECT_GT(c->stashBytes, 2 * expected->stashBytes);
+  // With a capacity factor the buffers are the capacity's (the model's).
+  op.moe->capacityFactor = 1.25;
+  Expected<OperatorCost> capped = costOperator(op, mesh, dgx, eff);
+  ASSERT_TRUE(bool(capped)) << toString(capped.takeError());
+  EXPECT_LT(capped->stashBytes, c->stashBytes);
+}
+
 TEST(MoE, SkewedRoutingCostsMoreAndShadowsTheHotExpert) {
   // 65% of the routed tokens go to expert 0 (FasterMoE Sec. 4.1's case):
   // its worker sets the time unless the expert is shadowed. With 2048
