@@ -149,6 +149,16 @@ TEST(ProblemFormat, MoEProblemRoundTrips) {
   EXPECT_EQ(moe.moe->expertLoop, 3u);
   EXPECT_FALSE(moe.moe->smartSchedule);
   EXPECT_TRUE(moe.moe->shadowing);
+  EXPECT_FALSE(moe.moe->staticBuffers);
+  // The program's memory (an ONNX model's stp.moe) round-trips too.
+  p.ops[9].moe->staticBuffers = true;
+  std::string text = print(p);
+  EXPECT_NE(text.find("no-smart-schedule static-buffers\n"), std::string::npos)
+      << text;
+  Expected<Problem> r = parseProblem(text, "moe");
+  ASSERT_TRUE(bool(r)) << toString(r.takeError());
+  EXPECT_TRUE(r->ops[9].moe->staticBuffers);
+  EXPECT_EQ(print(*r), text);
 }
 
 std::string errorOf(StringRef text) {
