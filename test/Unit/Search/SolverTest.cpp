@@ -950,20 +950,35 @@ Operator moeWith(const Problem &p, const Partition &part) {
   return op;
 }
 
-TEST(MoE, OperatorCostIsFasterMoEsModel) {
-  // moe on mesh [pp 1, x0 4, x1 2, x2 2] of 2 DGX A100 nodes: tokens
-  // b{x0,x1,x2} (16 devices, 1 sequence of 256 tokens each), experts
-  // e{x0,x1} (8 workers, 1 expert each, 2 nodes x 4). The operator's time
-  // is getMoECost's total with the choices it reports, plus the router's
-  // GEMM in F, B and G.
+/// moeGPT(8) on mesh [pp 1, x0 4, x1 2, x2 2] of 2 DGX A100 nodes with
+/// `part`: tokens b{x0,x1,x2} (16 devices, 1 sequence of 256 tokens
+/// each), experts e{x0,x1} (8 workers, 1 expert each, 2 nodes x 4).
+struct MoEOnTwoNodes {
   EfficiencyModel eff = getDefaultEfficiency();
   Cluster dgx = cantFail(getPreset("dgx-a100-80g-2"));
   Problem p = moeGPT(8, "dgx-a100-80g-2", 16);
   Mesh mesh = makeSearchMesh(1, {4, 2, 2});
-  Partition part;
-  part.loopAxes = {{1, 2, 3}, {}, {}, {1, 2}, {}};
+  Partition part = [] {
+    Partition x;
+    x.loopAxes = {{1, 2, 3}, {}, {}, {1, 2}, {}};
+    return x;
+  }();
+  Expected<OperatorCost> cost(const Operator &op) const {
+    return costOperator(op, mesh, dgx, eff);
+  }
+};
+
+TEST(MoE, OperatorCostIsFasterMoEsModel) {
+  // MoEOnTwoNodes: the operator's time is getMoECost's total with the
+  // choices it reports, plus the router's GEMM in F, B and G.
+  MoEOnTwoNodes on;
+  const EfficiencyModel &eff = on.eff;
+  const Cluster &dgx = on.dgx;
+  const Problem &p = on.p;
+  const Mesh &mesh = on.mesh;
+  Partition &part = on.part;
   Operator op = moeWith(p, part);
-  Expected<OperatorCost> c = costOperator(op, mesh, dgx, eff);
+  Expected<OperatorCost> c = on.cost(op);
   ASSERT_TRUE(bool(c)) << toString(c.takeError());
   ASSERT_TRUE(c->moe.has_value());
   EXPECT_EQ(c->moe->expertParallel, 8);
@@ -1054,17 +1069,12 @@ TEST(MoE, StaticBuffersAreTheProgramsMemory) {
   // received rows E n D and A, U 2 E n F (plus a shadowed expert's own n
   // rows and A, U); the transient the dispatch buffer and the experts'
   // outputs, 2 E n D, and the output n D.
-  EfficiencyModel eff = getDefaultEfficiency();
-  Cluster dgx = cantFail(getPreset("dgx-a100-80g-2"));
-  Problem p = moeGPT(8, "dgx-a100-80g-2", 16);
-  Mesh mesh = makeSearchMesh(1, {4, 2, 2});
-  Partition part;
-  part.loopAxes = {{1, 2, 3}, {}, {}, {1, 2}, {}};
-  Operator op = moeWith(p, part);
-  Expected<OperatorCost> expected = costOperator(op, mesh, dgx, eff);
+  MoEOnTwoNodes on;
+  Operator op = moeWith(on.p, on.part);
+  Expected<OperatorCost> expected = on.cost(op);
   ASSERT_TRUE(bool(expected)) << toString(expected.takeError());
   op.moe->staticBuffers = true;
-  Expected<OperatorCost> c = costOperator(op, mesh, dgx, eff);
+  Expected<OperatorCost> c = on.cost(op);
   ASSERT_TRUE(bool(c)) << toString(c.takeError());
   double n = 256, e = 8, d = 1024, f = 4096;
   double steps = c->moe->groupSize ? 8.0 / double(c->moe->groupSize) : 1.0;
@@ -1081,7 +1091,7 @@ TEST(MoE, StaticBuffersAreTheProgramsMemory) {
   EXPECT_GT(c->stashBytes, 2 * expected->stashBytes);
   // With a capacity factor the buffers are the capacity's (the model's).
   op.moe->capacityFactor = 1.25;
-  Expected<OperatorCost> capped = costOperator(op, mesh, dgx, eff);
+  Expected<OperatorCost> capped = on.cost(op);
   ASSERT_TRUE(bool(capped)) << toString(capped.takeError());
   EXPECT_LT(capped->stashBytes, c->stashBytes);
 }
