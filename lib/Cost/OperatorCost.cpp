@@ -441,20 +441,11 @@ static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
     if (o.role == OperandRole::Parameter)
       cost.parameterBytes += localBytes(op, o, mesh);
   double tokenBytes = double(layer.hidden) * layer.activationBytes;
-  // Stashed for B: the input, the dispatched tokens and the experts'
-  // intermediate activations (one F-wide tensor per weight matrix).
-  cost.stashBytes =
-      localBytes(op, *input, mesh) +
-      best->maxWorkerTokens *
-          (tokenBytes + double(layer.ffnMatrices) * double(layer.ffnHidden) *
-                            layer.activationBytes);
-  // The dispatch and combine buffers, the output, and the copies of the
-  // shadowed experts' weights and gradients every worker holds.
+  // The copies of the shadowed experts' weights and gradients every
+  // worker holds (transient).
   double shadowed = double(llvm::count(chosen.shadowed, true));
   double shadowCopies = shadowed * layer.getExpertParams() *
                         (layer.weightBytes + layer.gradientBytes);
-  cost.transientBytes = 2 * best->receiveBufferTokens * tokenBytes +
-                        localBytes(op, *output, mesh) + shadowCopies;
   if (spec.staticBuffers && spec.capacityFactor <= 0) {
     // As stpar's program holds them (-stp-partition, docs/moe.md): every
     // buffer at the no-drop bound, C = the device's n tokens per (expert,
@@ -472,6 +463,18 @@ static Expected<OperatorCost> costMoE(const Operator &op, const Mesh &mesh,
         (steps * rows + shadowed * localTokens) * (tokenBytes + hiddenBytes);
     cost.transientBytes =
         2 * rows * tokenBytes + localBytes(op, *output, mesh) + shadowCopies;
+  } else {
+    // FasterMoE's expected rows. Stashed for B: the input, the dispatched
+    // tokens and the experts' intermediate activations (one F-wide tensor
+    // per weight matrix); transient: the dispatch and combine buffers and
+    // the output.
+    cost.stashBytes =
+        localBytes(op, *input, mesh) +
+        best->maxWorkerTokens *
+            (tokenBytes + double(layer.ffnMatrices) * double(layer.ffnHidden) *
+                              layer.activationBytes);
+    cost.transientBytes = 2 * best->receiveBufferTokens * tokenBytes +
+                          localBytes(op, *output, mesh) + shadowCopies;
   }
   if (!tpAxes.empty())
     for (Phase phase : {Phase::Forward, Phase::InputGrad}) {

@@ -477,10 +477,8 @@ void printMoE(raw_ostream &os, const json::Object &root) {
     const json::Object *moe = op ? op->getObject("moe") : nullptr;
     if (!moe)
       continue;
-    auto same = llvm::find_if(layers, [&](const auto &l) {
-      return json::Value(json::Object(*l.first)) ==
-             json::Value(json::Object(*moe));
-    });
+    auto same =
+        llvm::find_if(layers, [&](const auto &l) { return *l.first == *moe; });
     if (same == layers.end())
       layers.push_back({moe, {getStr(op, "name")}});
     else

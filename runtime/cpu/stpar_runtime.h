@@ -941,8 +941,8 @@ void moeShadowBroadcast(Context &ctx, int64_t, int64_t, const Shape &axes,
 }
 /// stp.moe_shadow_reduce: `out` = `local` [El, A, B] plus, in the row of
 /// each shadowed expert this device owns, the group's sum of that
-/// expert's `partial` row (MPI_Reduce rooted at the owner, blocking; in
-/// float for 16-bit types, as allReduce).
+/// expert's `partial` row (MPI_Reduce rooted at the owner, blocking;
+/// summed in double for every element type).
 template <typename T>
 void moeShadowReduce(Context &ctx, int64_t, int64_t, const Shape &axes, int64_t,
                      const Shape &experts, const Tensor<T> &partial,
