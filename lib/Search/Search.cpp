@@ -14,6 +14,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/Parallel.h"
 
 #include <limits>
 #include <map>
@@ -114,6 +115,15 @@ static void keepBest(SearchResult &r, Plan plan) {
 }
 
 namespace {
+/// What the branch and bound needs of a configuration before solving it
+/// (Instance::getLowerBound, getSmallestMemory, getMemoryLimit, and
+/// whether another configuration of its group dominates it); the same in
+/// every pass of a search, whatever its caps.
+struct ConfigSummary {
+  double lowerBound, smallestMemory, memoryLimit;
+  bool dominated;
+};
+
 /// The partition tables of a search (Instance::create's `sameTables`), one
 /// per configuration group (mesh shape and micro-batch count) and space,
 /// kept across the search's passes: the capped seed search, the exact pass
@@ -157,9 +167,27 @@ public:
     }
   }
 
+  const ConfigSummary *findSummary(const Config &c,
+                                   const SpaceOptions &space) const {
+    auto it = summaries.find({getKey(c, space), getPriceKey(c)});
+    return it == summaries.end() ? nullptr : &it->second;
+  }
+  void keepSummary(const Config &c, const SpaceOptions &space,
+                   ConfigSummary s) {
+    summaries.try_emplace({getKey(c, space), getPriceKey(c)}, s);
+  }
+
 private:
   using Key = std::tuple<std::vector<int64_t>, int64_t, bool, unsigned, bool,
                          std::vector<std::pair<std::string, std::string>>>;
+  /// The configuration's fields beyond its tables' key.
+  using PriceKey = std::tuple<int, int, int64_t, bool, bool>;
+  static PriceKey getPriceKey(const Config &c) {
+    return {c.zeroStage, int(c.recompute), c.interleave, c.overlapGradSync,
+            c.gpipe};
+  }
+  /// Kept for the whole search (a few dozen bytes per configuration).
+  std::map<std::pair<Key, PriceKey>, ConfigSummary> summaries;
   static std::vector<int64_t> getShape(const Config &c) {
     std::vector<int64_t> shape;
     for (const MeshAxis &a : c.mesh.axes)
@@ -316,44 +344,94 @@ searchWith(const Problem &problem, const Cluster &cluster,
         return false;
     return true;
   };
+  const SpaceOptions &space = options.solver.space;
+  auto addToOrder = [&](size_t i, const ConfigSummary &s) {
+    result.memoryLimit = s.memoryLimit;
+    result.smallestMemory = std::min(result.smallestMemory, s.smallestMemory);
+    if (s.dominated)
+      ++result.dominatedConfigurations;
+    else if (s.smallestMemory <= s.memoryLimit * (1 + 1e-9))
+      order.push_back({s.lowerBound, i});
+  };
+  // The groups [first, end) no pass of this search has summarized yet.
+  std::vector<std::pair<size_t, size_t>> toForm;
   for (size_t first = 0; first < configs.size();) {
     size_t end = first + 1;
     while (end < configs.size() && sameExceptZeRO(first, end))
       ++end;
+    bool known = true;
+    for (size_t i = first; i < end && known; ++i)
+      known = cache.findSummary(configs[i], space) != nullptr;
+    if (!known)
+      toForm.push_back({first, end});
+    first = end;
+  }
+  // Forming a group costs every candidate of each of its configurations
+  // (and, for new tables, every partition): independent per group, so
+  // groups are formed in parallel (llvm::parallelFor), a few at a time to
+  // bound the memory, each keeping only its first instance (the tables).
+  struct Formed {
+    std::vector<ConfigSummary> summaries;
+    std::unique_ptr<Instance> rep;
+    const Instance *same = nullptr, *sameMesh = nullptr;
+    std::optional<std::string> error;
+  };
+  auto form = [&](size_t first, size_t end, Formed &f) {
     std::vector<std::unique_ptr<Instance>> group;
-    const SpaceOptions &space = options.solver.space;
-    const Instance *same = cache.find(configs[first], space);
-    const Instance *sameMesh = same ? same : cache.findMesh(configs[first]);
     for (size_t i = first; i < end; ++i) {
       Expected<std::unique_ptr<Instance>> inst =
           Instance::create(problem, cluster, configs[i], eff, options.solver,
-                           group.empty() ? sameMesh
-                           : same        ? same
+                           group.empty() ? f.sameMesh
+                           : f.same      ? f.same
                                          : group.front().get());
-      if (!inst)
-        return inst.takeError();
-      result.memoryLimit = (*inst)->getMemoryLimit();
-      result.smallestMemory =
-          std::min(result.smallestMemory, (*inst)->getSmallestMemory());
+      if (!inst) {
+        f.error = toString(inst.takeError());
+        return;
+      }
       group.push_back(std::move(*inst));
     }
+    std::vector<const Instance *> members;
+    for (const std::unique_ptr<Instance> &inst : group)
+      members.push_back(inst.get());
+    Instance::shareGroupPrices(members);
     for (size_t j = 0; j < group.size(); ++j) {
       bool dominated = false;
       for (size_t i = 0; i < group.size() && !dominated; ++i)
         if (i != j && group[i]->dominates(*group[j]) &&
             (i < j || !group[j]->dominates(*group[i])))
           dominated = true;
-      if (dominated) {
-        ++result.dominatedConfigurations;
-        continue;
-      }
-      if (group[j]->getSmallestMemory() <= result.memoryLimit * (1 + 1e-9))
-        order.push_back({group[j]->getLowerBound(), first + j});
+      f.summaries.push_back({group[j]->getLowerBound(),
+                             group[j]->getSmallestMemory(),
+                             group[j]->getMemoryLimit(), dominated});
     }
-    if (!same)
-      cache.keep(configs[first], space, std::move(group.front()));
-    first = end;
+    if (!f.same)
+      f.rep = std::move(group.front());
+  };
+  const size_t chunk = 8;
+  for (size_t c = 0; c < toForm.size(); c += chunk) {
+    size_t n = std::min(chunk, toForm.size() - c);
+    std::vector<Formed> formed(n);
+    for (size_t k = 0; k < n; ++k) {
+      const Config &head = configs[toForm[c + k].first];
+      formed[k].same = cache.find(head, space);
+      formed[k].sameMesh =
+          formed[k].same ? formed[k].same : cache.findMesh(head);
+    }
+    llvm::parallelFor(0, n, [&](size_t k) {
+      form(toForm[c + k].first, toForm[c + k].second, formed[k]);
+    });
+    for (size_t k = 0; k < n; ++k) {
+      if (formed[k].error)
+        return err(*formed[k].error);
+      auto [first, end] = toForm[c + k];
+      for (size_t i = first; i < end; ++i)
+        cache.keepSummary(configs[i], space, formed[k].summaries[i - first]);
+      if (formed[k].rep)
+        cache.keep(configs[first], space, std::move(formed[k].rep));
+    }
   }
+  for (size_t i = 0; i < configs.size(); ++i)
+    addToOrder(i, *cache.findSummary(configs[i], space));
   llvm::stable_sort(order, [](const auto &a, const auto &b) {
     return a.first < b.first;
   });

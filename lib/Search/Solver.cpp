@@ -116,6 +116,29 @@ struct Node {
 };
 } // namespace
 
+/// About the heap bytes of one allocation of `n` elements of `T` (malloc
+/// rounds to 16 bytes and keeps 8 of its own); for Instance::getTableBytes.
+template <typename T> static size_t getHeapBytes(size_t n) {
+  return n ? (n * sizeof(T) + 8 + 15) / 16 * 16 : 0;
+}
+static size_t getHeapBytes(const std::string &s) {
+  return s.capacity() > 15 ? getHeapBytes<char>(s.capacity() + 1) : 0;
+}
+template <typename T> static size_t getHeapBytes(const std::vector<T> &v) {
+  return getHeapBytes<T>(v.capacity());
+}
+/// A lower bound of a segment's time (seconds, or time + lambda x bytes)
+/// and the additive memory (bytes) of the choices attaining it.
+struct BoundValue {
+  double time = 0, mem = 0;
+};
+/// The chain bounds of the pre, layer and post sections at a Lagrangian
+/// multiplier lambda of the memory limit (Instance::Impl::solve).
+struct SectionBounds {
+  double lambda = 0;
+  BoundValue pre, layer, post;
+};
+
 /// The part of an instance that depends only on the problem, the mesh and
 /// the micro-batch count (Instance::create's `sameTables`).
 struct Tables {
@@ -134,15 +157,77 @@ struct Tables {
   std::vector<bool> isCheckpoint;
   std::map<LayoutCode, int> layoutIds;
   std::vector<LayoutCode> layouts;
-  /// Re-layout seconds (unweighted) by tensor (edgeTensorId) and layouts.
-  DenseMap<uint64_t, double> edgeCache;
+  /// Re-layout seconds (unweighted) of one tensor (edgeTensorIds) between
+  /// the layouts it has met: a dense matrix over local layout indices
+  /// (handed out on first use), NaN where not yet costed. The chain bounds
+  /// look up millions of entries per search, most of them again and again;
+  /// a row is one producer layout's entries, so a chain bound's scan over
+  /// the groups of the next operator stays within it.
+  struct RelayoutMatrix {
+    /// Global layout id (layoutIds) -> local index, or -1.
+    std::vector<int> localOf;
+    std::vector<std::vector<double>> rows;
+    /// What relayoutEdge derives from one layout of the tensor, by local
+    /// index: the ids (RelayoutCoefs) of its per-axis uses as a source
+    /// (partial sums kept), as a target (partial sums dropped) and as a
+    /// gradient's layout, and its bytes per device as a source and as a
+    /// gradient. Filled for tensors not fed through views (`viaViews`).
+    struct LayoutUses {
+      int from = -1, to = -1, gradient = -1;
+      double fromBytes = 0, gradientBytes = 0;
+    };
+    std::vector<LayoutUses> uses;
+    bool viaViews = false, needsGrad = false;
+    unsigned getLocal(int layout) {
+      if (unsigned(layout) >= localOf.size())
+        localOf.resize(unsigned(layout) + 1, -1);
+      int &l = localOf[layout];
+      if (l < 0) {
+        l = int(rows.size());
+        rows.emplace_back();
+      }
+      return unsigned(l);
+    }
+    size_t getBytes() const {
+      size_t bytes =
+          getHeapBytes(localOf) + getHeapBytes(rows) + getHeapBytes(uses);
+      for (const std::vector<double> &r : rows)
+        bytes += getHeapBytes(r);
+      return bytes;
+    }
+  };
+  /// Indexed by tensor id.
+  std::vector<RelayoutMatrix> relayouts;
+  /// What a configuration changes in the candidates' prices beyond the
+  /// tables: ZeRO stage, recomputation, interleave, gradient-sync overlap,
+  /// GPipe; and the multiplier lambda.
+  using PriceKey = std::tuple<int, int, int64_t, bool, bool, double>;
+  /// Chain bounds of the sections per configuration and lambda (solve).
+  std::map<PriceKey, SectionBounds> sectionBounds;
+  /// Per operator and candidate (raw's order): the smallest time over a
+  /// group of configurations sharing these tables
+  /// (Instance::shareGroupPrices), and the sections' chain bounds at those
+  /// prices (lambda = 0), computed on first use.
+  std::vector<std::vector<double>> groupPrices;
+  std::optional<SectionBounds> groupBounds;
+  /// The group's configurations (PriceKey at lambda 0): only they may use
+  /// the group's bound.
+  std::set<PriceKey> groupMembers;
   /// Shared by every table of one mesh shape (any micro-batch count):
   /// getRelayoutSeconds is affine in the tensor's bytes per device (each
   /// step an alpha-beta collective of those bytes times a fixed ratio), so
   /// per pair of per-axis uses it keeps (seconds at 0 bytes, seconds per
   /// byte) and serves every tensor and micro-batch count of the mesh.
-  std::shared_ptr<DenseMap<uint64_t, std::pair<double, double>>> relayoutCoefs =
-      std::make_shared<DenseMap<uint64_t, std::pair<double, double>>>();
+  /// Pairs of uses are numbered densely (ids, 5 bits (state, dim) per
+  /// axis -> id) and their coefficients kept in a matrix [from][to] (NaN
+  /// until fitted).
+  struct RelayoutCoefs {
+    DenseMap<uint64_t, unsigned> ids;
+    std::vector<SmallVector<AxisUse, 4>> uses;
+    std::vector<std::vector<std::pair<double, double>>> rows;
+  };
+  std::shared_ptr<RelayoutCoefs> relayoutCoefs =
+      std::make_shared<RelayoutCoefs>();
   /// Per (consumer, operand): an id of what its re-layouts depend on
   /// besides the layouts (shape, element bytes, whether a gradient flows
   /// back), so that edges carrying the same tensor share cache entries;
@@ -166,17 +251,6 @@ struct Tables {
   std::vector<std::pair<std::string, std::string>> fixed;
 };
 
-/// About the heap bytes of one allocation of `n` elements of `T` (malloc
-/// rounds to 16 bytes and keeps 8 of its own); for Instance::getTableBytes.
-template <typename T> static size_t getHeapBytes(size_t n) {
-  return n ? (n * sizeof(T) + 8 + 15) / 16 * 16 : 0;
-}
-static size_t getHeapBytes(const std::string &s) {
-  return s.capacity() > 15 ? getHeapBytes<char>(s.capacity() + 1) : 0;
-}
-template <typename T> static size_t getHeapBytes(const std::vector<T> &v) {
-  return getHeapBytes<T>(v.capacity());
-}
 static size_t getBytes(const Operator &op) {
   size_t bytes = sizeof(Operator) + getHeapBytes(op.name) +
                  getHeapBytes(op.layerKind) + getHeapBytes(op.loops) +
@@ -225,14 +299,13 @@ struct Instance::Impl {
   std::vector<bool> &isCheckpoint;
   std::map<LayoutCode, int> &layoutIds;
   std::vector<LayoutCode> &layouts;
-  DenseMap<uint64_t, double> &edgeCache;
 
   explicit Impl(std::shared_ptr<Tables> t)
       : tables(std::move(t)), problem(tables->problem),
         outputHasEdges(tables->outputHasEdges),
         inputHasEdges(tables->inputHasEdges),
         isCheckpoint(tables->isCheckpoint), layoutIds(tables->layoutIds),
-        layouts(tables->layouts), edgeCache(tables->edgeCache) {}
+        layouts(tables->layouts) {}
   std::vector<Node> nodes;
   double smallestMemory = std::numeric_limits<double>::infinity();
   DPStats stats;
@@ -278,6 +351,10 @@ struct Instance::Impl {
   /// to `sync` and `opt`) and its model states under the configuration.
   ModelStateBytes getSyncTerms(const Raw &raw, double &sync, double &opt) const;
   double edgeSeconds(unsigned consumer, unsigned operand, int from, int to);
+  /// `layout`'s local index in `m`, the matrix of the tensor into `operand`
+  /// of `consumer` (its uses filled on first sight).
+  unsigned getLocalLayout(Tables::RelayoutMatrix &m, unsigned consumer,
+                          unsigned operand, int layout);
   /// Uncached: (seconds, the share of them reducing partial sums).
   std::pair<double, double> edgeParts(unsigned consumer, unsigned operand,
                                       int from, int to) const;
@@ -310,6 +387,13 @@ struct Instance::Impl {
   /// without `cost` from the tables' affine coefficients (relayoutCoefs).
   double relayoutSeconds(ArrayRef<AxisUse> from, ArrayRef<AxisUse> to,
                          double localBytes, RelayoutCost *cost) const;
+  /// The id of per-axis uses in the tables' coefficients; -1 where they
+  /// cannot be keyed (more than 6 axes, a dim beyond 7).
+  int getUsesId(ArrayRef<AxisUse> uses) const;
+  /// relayoutSeconds of uses `from` -> `to` (ids) at `localBytes` > 0.
+  double coefSeconds(unsigned from, unsigned to, double localBytes) const;
+  /// Fills `placements` (first use).
+  void ensurePlacements() const;
   /// The edge into `operand` of `consumer` when it runs through views.
   const Edge *getViewEdge(unsigned consumer, unsigned operand) const {
     auto it = tables->viewEdges.find(uint64_t(consumer) << 8 | operand);
@@ -783,6 +867,12 @@ Cand Instance::Impl::derive(unsigned i, const Raw &raw) const {
   return cand;
 }
 
+static SmallVector<AxisUse, 4> getAxisUses(const LayoutCode &code,
+                                           unsigned numAxes, unsigned rank,
+                                           bool dropPartial, bool gradient);
+static double getLocalBytes(int64_t elementBytes, ArrayRef<int64_t> extents,
+                            ArrayRef<AxisUse> u, const Mesh &mesh);
+
 /// `gradient`: the layout of an input's gradient (kPartialGradient axes
 /// hold partial sums); otherwise those axes are replicated.
 double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
@@ -810,15 +900,64 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
     }
     tid = int(id);
   }
-  assert(from < (1 << 21) && to < (1 << 21) && tid < (1 << 21) &&
-         "re-layout cache key fields overflow");
-  uint64_t key = (uint64_t(tid) << 42) | (uint64_t(from) << 21) | uint64_t(to);
-  auto it = edgeCache.find(key);
-  if (it != edgeCache.end())
-    return it->second;
-  double seconds = relayoutEdge(consumer, operand, from, to);
-  edgeCache[key] = seconds;
+  if (unsigned(tid) >= tables->relayouts.size())
+    tables->relayouts.resize(unsigned(tid) + 1);
+  Tables::RelayoutMatrix &m = tables->relayouts[tid];
+  if (m.rows.empty()) {
+    m.viaViews = getViewEdge(consumer, operand) != nullptr;
+    m.needsGrad = problem.ops[consumer].operands[operand].needsGrad;
+  }
+  unsigned f = getLocalLayout(m, consumer, operand, from),
+           t = getLocalLayout(m, consumer, operand, to);
+  std::vector<double> &row = m.rows[f];
+  if (row.size() <= t)
+    row.resize(std::max<size_t>(t + 1, m.rows.size()),
+               std::numeric_limits<double>::quiet_NaN());
+  double &seconds = row[t];
+  if (!std::isnan(seconds))
+    return seconds;
+  // relayoutEdge's sum from the layouts' uses (the same figures).
+  const Tables::RelayoutMatrix::LayoutUses &a = m.uses[f], &b = m.uses[t];
+  if (m.viaViews || a.from < 0 || b.to < 0 || a.fromBytes <= 0 ||
+      (m.needsGrad && (b.gradient < 0 || a.to < 0 || b.gradientBytes <= 0))) {
+    seconds = relayoutEdge(consumer, operand, from, to);
+    return seconds;
+  }
+  seconds = coefSeconds(unsigned(a.from), unsigned(b.to), a.fromBytes);
+  if (m.needsGrad)
+    seconds +=
+        coefSeconds(unsigned(b.gradient), unsigned(a.to), b.gradientBytes);
   return seconds;
+}
+
+unsigned Instance::Impl::getLocalLayout(Tables::RelayoutMatrix &m,
+                                        unsigned consumer, unsigned operand,
+                                        int layout) {
+  unsigned local = m.getLocal(layout);
+  if (m.uses.size() > local)
+    return local;
+  Tables::RelayoutMatrix::LayoutUses &u = m.uses.emplace_back();
+  if (m.viaViews)
+    return local;
+  const Operator &op = problem.ops[consumer];
+  const Operand &o = op.operands[operand];
+  unsigned rank = unsigned(o.dims.size());
+  unsigned numAxes = unsigned(config.mesh.axes.size());
+  SmallVector<int64_t, 4> extents;
+  for (unsigned d : o.dims)
+    extents.push_back(op.loops[d].extent);
+  const LayoutCode &code = layouts[layout];
+  SmallVector<AxisUse, 4> from = getAxisUses(code, numAxes, rank, false, false),
+                          to = getAxisUses(code, numAxes, rank, true, false),
+                          gradient =
+                              getAxisUses(code, numAxes, rank, true, true);
+  u.from = getUsesId(from);
+  u.to = getUsesId(to);
+  u.gradient = getUsesId(gradient);
+  u.fromBytes = getLocalBytes(o.elementBytes, extents, from, config.mesh);
+  u.gradientBytes =
+      getLocalBytes(o.elementBytes, extents, gradient, config.mesh);
+  return local;
 }
 
 /// Per mesh axis, how a tensor of `rank` dims uses it under `code`: split on
@@ -861,27 +1000,59 @@ double Instance::Impl::relayoutSeconds(ArrayRef<AxisUse> from,
   };
   if (cost || localBytes <= 0)
     return direct(localBytes, cost);
-  // Key: per axis 5 bits (state, dim) of `from` and of `to`.
-  uint64_t key = 0;
-  unsigned numAxes = unsigned(from.size());
-  if (numAxes > 6 || to.size() != numAxes)
+  int f = getUsesId(from), t = getUsesId(to);
+  if (f < 0 || t < 0 || from.size() != to.size())
     return direct(localBytes, nullptr);
-  for (ArrayRef<AxisUse> uses : {from, to})
-    for (const AxisUse &u : uses) {
-      if (u.dim >= 8)
-        return direct(localBytes, nullptr);
-      key = key << 5 | uint64_t(u.state) << 3 | u.dim;
-    }
-  auto [it, inserted] = tables->relayoutCoefs->try_emplace(key);
-  if (inserted) {
+  return coefSeconds(unsigned(f), unsigned(t), localBytes);
+}
+
+int Instance::Impl::getUsesId(ArrayRef<AxisUse> uses) const {
+  if (uses.size() > 6)
+    return -1;
+  // Per axis 5 bits: state, dim.
+  uint64_t key = uses.size();
+  for (const AxisUse &u : uses) {
+    if (u.dim >= 8)
+      return -1;
+    key = key << 5 | uint64_t(u.state) << 3 | u.dim;
+  }
+  Tables::RelayoutCoefs &c = *tables->relayoutCoefs;
+  auto [it, inserted] = c.ids.try_emplace(key, unsigned(c.uses.size()));
+  if (inserted)
+    c.uses.emplace_back(uses.begin(), uses.end());
+  return int(it->second);
+}
+
+double Instance::Impl::coefSeconds(unsigned from, unsigned to,
+                                   double localBytes) const {
+  Tables::RelayoutCoefs &c = *tables->relayoutCoefs;
+  if (c.rows.size() <= from)
+    c.rows.resize(from + 1);
+  std::vector<std::pair<double, double>> &row = c.rows[from];
+  if (row.size() <= to)
+    row.resize(std::max<size_t>(to + 1, c.uses.size()),
+               {std::numeric_limits<double>::quiet_NaN(), 0.0});
+  std::pair<double, double> &coef = row[to];
+  if (std::isnan(coef.first)) {
     // Two evaluations far apart: the per-byte slope to full precision,
     // then the intercept (latencies).
+    ensurePlacements();
+    auto direct = [&](double bytes) {
+      return getRelayoutSeconds(c.uses[from], c.uses[to], bytes, config.mesh,
+                                placements, cluster, nullptr);
+    };
     const double lo = 1 << 20, hi = double(int64_t(1) << 40);
-    double sLo = direct(lo, nullptr), sHi = direct(hi, nullptr);
+    double sLo = direct(lo), sHi = direct(hi);
     double slope = (sHi - sLo) / (hi - lo);
-    it->second = {sLo - slope * lo, slope};
+    coef = {sLo - slope * lo, slope};
   }
-  return it->second.first + it->second.second * localBytes;
+  return coef.first + coef.second * localBytes;
+}
+
+void Instance::Impl::ensurePlacements() const {
+  if (placements.size() != config.mesh.axes.size())
+    for (unsigned a = 0; a < config.mesh.axes.size(); ++a)
+      placements.push_back(config.mesh.getPlacement(a, cluster.devicesPerNode));
 }
 
 SmallVector<int, 4> Instance::Impl::getViewLosses(const Edge &edge,
@@ -1050,10 +1221,7 @@ double Instance::Impl::relayoutEdge(unsigned consumer, unsigned operand,
                                     int from, int to, RelayoutCost *forward,
                                     RelayoutCost *backward,
                                     RelayoutCost *beforeViews) const {
-  // Placement of each mesh axis, filled on first use.
-  if (placements.size() != config.mesh.axes.size())
-    for (unsigned a = 0; a < config.mesh.axes.size(); ++a)
-      placements.push_back(config.mesh.getPlacement(a, cluster.devicesPerNode));
+  ensurePlacements();
   if (const Edge *edge = getViewEdge(consumer, operand))
     return relayoutViews(*edge, from, to, forward, backward, beforeViews);
   const Operator &op = problem.ops[consumer];
@@ -1657,10 +1825,7 @@ Expected<Plan> Instance::Impl::solve() {
   // re-layout, and at 8 devices the attention's three live tensors reach
   // millions of states that cannot beat the plan already found.
   struct ChainBound {
-    /// A bound and the additive memory of the choices attaining it.
-    struct Value {
-      double time = 0, mem = 0;
-    };
+    using Value = BoundValue;
     std::vector<int> chainOperand;
     std::vector<DenseMap<int, Value>> after;
     std::vector<Value> afterAny;
@@ -1679,11 +1844,18 @@ Expected<Plan> Instance::Impl::solve() {
   };
   // With lambda > 0 every candidate's time is charged lambda x its additive
   // memory as well (the Lagrangian of the memory limit, below).
+  // `prices` (per operator and candidate) replace the candidates' times
+  // where given (the group bound, lambda = 0).
   auto chainBound = [&](const std::vector<SegItem> &items,
-                        const std::vector<SegEdge> &edges, double lambda = 0) {
+                        const std::vector<SegEdge> &edges, double lambda = 0,
+                        const std::vector<std::vector<double>> *prices =
+                            nullptr) {
     using Value = ChainBound::Value;
     auto memOf = [](const Cand &c) { return c.stateBytes + c.actBytes; };
-    auto price = [&](const Cand &c) { return c.time + lambda * memOf(c); };
+    auto price = [&](unsigned op, size_t k) {
+      const Cand &c = cands[op][k];
+      return prices ? (*prices)[op][k] : c.time + lambda * memOf(c);
+    };
     unsigned n = unsigned(items.size());
     ChainBound cb;
     if (n == 0)
@@ -1706,9 +1878,9 @@ Expected<Plan> Instance::Impl::solve() {
       // Candidates of w: their price plus the bound of what follows them.
       SmallVector<Value> g;
       Value best{inf, 0};
-      for (const Cand &c : cands[op]) {
+      for (auto [k, c] : llvm::enumerate(cands[op])) {
         Value r = cb.restValue(w, &c, kExternal);
-        g.push_back({price(c) + r.time, memOf(c) + r.mem});
+        g.push_back({price(op, k) + r.time, memOf(c) + r.mem});
         if (g.back().time < best.time)
           best = g.back();
       }
@@ -1764,10 +1936,11 @@ Expected<Plan> Instance::Impl::solve() {
     }
     if (n > 0 && items[0].op >= 0) {
       cb.total = {inf, 0};
-      for (const Cand &c : cands[items[0].op]) {
+      unsigned op = unsigned(items[0].op);
+      for (auto [k, c] : llvm::enumerate(cands[op])) {
         Value r = cb.restValue(0, &c, kExternal);
-        if (price(c) + r.time < cb.total.time)
-          cb.total = {price(c) + r.time, memOf(c) + r.mem};
+        if (price(op, k) + r.time < cb.total.time)
+          cb.total = {price(op, k) + r.time, memOf(c) + r.mem};
       }
     } else if (n > 0) {
       cb.total = cb.afterAny[0];
@@ -1827,20 +2000,44 @@ Expected<Plan> Instance::Impl::solve() {
   Segment preSeg = makeSegment(pre, Section::Pre, {});
   Segment blockSeg = makeSegment(layer, Section::Layer, {});
   Segment postSeg = makeSegment(post, Section::Post, {});
-  struct SectionBounds {
-    double lambda = 0;
-    ChainBound::Value pre, layer, post;
-  };
+  auto computeSectionBounds =
+      [&](double lambda, const std::vector<std::vector<double>> *prices) {
+        SectionBounds b;
+        b.lambda = lambda;
+        if (!pre.empty())
+          b.pre = chainBound(preSeg.items, preSeg.edges, lambda, prices).total;
+        if (hasLayers)
+          b.layer =
+              chainBound(blockSeg.items, blockSeg.edges, lambda, prices).total;
+        if (!post.empty())
+          b.post =
+              chainBound(postSeg.items, postSeg.edges, lambda, prices).total;
+        return b;
+      };
+  Tables::PriceKey priceKey{config.zeroStage,  int(config.recompute),
+                            config.interleave, config.overlapGradSync,
+                            config.gpipe,      0.0};
   auto sectionBounds = [&](double lambda) {
-    SectionBounds b{lambda, {}, {}, {}};
-    if (!pre.empty())
-      b.pre = chainBound(preSeg.items, preSeg.edges, lambda).total;
-    if (hasLayers)
-      b.layer = chainBound(blockSeg.items, blockSeg.edges, lambda).total;
-    if (!post.empty())
-      b.post = chainBound(postSeg.items, postSeg.edges, lambda).total;
-    return b;
+    // The same configuration's bounds are asked for by every pass of a
+    // search (the capped seed and the exact pass): kept in the tables.
+    Tables::PriceKey key = priceKey;
+    std::get<5>(key) = lambda;
+    auto [it, ins] = tables->sectionBounds.try_emplace(key);
+    if (ins)
+      it->second = computeSectionBounds(lambda, nullptr);
+    return it->second;
   };
+  // A configuration of a group sharing these tables (shareGroupPrices)
+  // that even the group's bound (its smallest prices) cannot let beat
+  // `bound` is rejected without a chain bound of its own.
+  if (std::isfinite(bound) && tables->groupMembers.count(priceKey)) {
+    if (!tables->groupBounds)
+      tables->groupBounds = computeSectionBounds(0, &tables->groupPrices);
+    const SectionBounds &g = *tables->groupBounds;
+    if (constantTime + g.pre.time + layers * g.layer.time + g.post.time >=
+        bound)
+      return err("no plan beats the bound");
+  }
   // At lambda = 0 the bounds of a layer and of the post section replace
   // their sums of per-operator minima.
   SectionBounds zero = sectionBounds(0);
@@ -2281,11 +2478,47 @@ Expected<Plan> Instance::Impl::solve() {
     Matrix block;
     {
       Segment seg = makeSegment(layer, Section::Layer, anchors);
-      StateMap res = runSegment(
-          seg.items, seg.edges, {{0, 0}, {seg.pos[*carry], carryOperand}},
-          preTime + (layers - 1) * blockTimeLB + postTimeLB,
-          preMem + (layers - 1) * blockMemLB + postMemLB);
-      for (auto &[k, f] : res)
+      std::vector<std::pair<unsigned, unsigned>> sticky = {
+          {0, 0}, {seg.pos[*carry], carryOperand}};
+      double outMem = preMem + (layers - 1) * blockMemLB + postMemLB;
+      // A block entry is worth keeping when it and layers - 1 others, at
+      // least blockTimeLB each, can beat the bound: its time is below
+      // bound - rest (the DP prunes at time + outTime + constantTime >=
+      // bound). With many layers that leaves one layer the whole plan's
+      // slack, so first only the entries below blockTimeLB + slack /
+      // layers are sought (few states survive): where there are none, every
+      // layer costs at least that much and no plan beats the bound; else
+      // their least time M is every layer's exact minimum, which lowers
+      // the needed threshold to bound - pre - post - (layers - 1) M, and
+      // the block is run again only if that is above the first one.
+      auto outTime = [&](double perLayer) {
+        return preTime + (layers - 1) * perLayer + postTimeLB;
+      };
+      double out = outTime(blockTimeLB);
+      std::optional<StateMap> res;
+      // (Exact runs only: a capped run's least time is no bound.)
+      if (std::isfinite(bound) && layers > 1 && !options.isCapped()) {
+        double slack = bound - constantTime - out - blockTimeLB;
+        if (slack <= 0)
+          return err("no plan beats the bound");
+        // (A margin toward keeping more: "none" must hold exactly.)
+        double first = bound - constantTime - (blockTimeLB + slack / layers) -
+                       1e-9 * std::abs(bound);
+        res = runSegment(seg.items, seg.edges, sticky, first, outMem);
+        double least = inf;
+        for (auto &[k, f] : *res)
+          for (const Point &pt : f)
+            least = std::min(least, pt.time);
+        if (!std::isfinite(least))
+          return err("no plan beats the bound");
+        blockTimeLB = std::max(blockTimeLB, least);
+        out = outTime(blockTimeLB);
+        if (out < first)
+          res.reset();
+      }
+      if (!res)
+        res = runSegment(seg.items, seg.edges, sticky, out, outMem);
+      for (auto &[k, f] : *res)
         block[{k[0], k[1]}] = f;
     }
     // A point standing for `count` layers, with time t, additive memory m
@@ -2473,6 +2706,33 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
   return std::move(*plan);
 }
 
+void Instance::shareGroupPrices(ArrayRef<const Instance *> group) {
+  if (group.size() < 2)
+    return;
+  Tables &t = *group.front()->impl->tables;
+  for (const Instance *i : group)
+    if (i->impl->tables.get() != &t)
+      return;
+  t.groupPrices.clear();
+  t.groupBounds.reset();
+  t.groupMembers.clear();
+  for (const Instance *i : group) {
+    const Impl &I = *i->impl;
+    t.groupMembers.insert({I.config.zeroStage, int(I.config.recompute),
+                           I.config.interleave, I.config.overlapGradSync,
+                           I.config.gpipe, 0.0});
+    if (t.groupPrices.empty()) {
+      t.groupPrices.resize(I.cands.size());
+      for (auto [op, cs] : llvm::enumerate(I.cands))
+        t.groupPrices[op].assign(cs.size(),
+                                 std::numeric_limits<double>::infinity());
+    }
+    for (auto [op, cs] : llvm::enumerate(I.cands))
+      for (auto [k, c] : llvm::enumerate(cs))
+        t.groupPrices[op][k] = std::min(t.groupPrices[op][k], c.time);
+  }
+}
+
 double Instance::getLowerBound() const { return impl->timeLB; }
 
 bool Instance::dominates(const Instance &other) const {
@@ -2502,8 +2762,10 @@ bool Instance::dominates(const Instance &other) const {
 
 size_t Instance::getTableBytes() const {
   const Tables &t = *impl->tables;
-  size_t bytes = t.rawBytes + t.flatBytes + t.edgeCache.getMemorySize() +
+  size_t bytes = t.rawBytes + t.flatBytes + getHeapBytes(t.relayouts) +
                  t.layouts.size() * (2 * sizeof(LayoutCode) + 64);
+  for (const Tables::RelayoutMatrix &m : t.relayouts)
+    bytes += m.getBytes();
   for (const std::vector<Cand> &c : impl->cands)
     bytes += getHeapBytes(c);
   return bytes;

@@ -275,6 +275,15 @@ public:
   /// every plan is at least as good here, so `other` need not be solved.
   bool dominates(const Instance &other) const;
 
+  /// Records, in the partition tables the instances of `group` share
+  /// (Instance::create's `sameTables`; configurations that differ in ZeRO
+  /// stage, recomputation or interleave only), each candidate's smallest
+  /// time over them. solveDP then first tries to reject its configuration
+  /// by one chain bound of those prices, computed once for the whole group
+  /// (a lower bound of every configuration's), before computing its own.
+  /// Instances that do not share one table are left alone.
+  static void shareGroupPrices(llvm::ArrayRef<const Instance *> group);
+
   /// Lower bound of the objective of any plan of this configuration
   /// (seconds): per-operator minimum times (re-layouts >= 0) plus the stage
   /// sends.

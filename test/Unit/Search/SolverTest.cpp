@@ -222,6 +222,65 @@ TEST(Exactness, DPMatchesBruteForceOnRandomProblems) {
               compared, withLayers, constrained, infeasibleAgreed);
 }
 
+TEST(Exactness, GroupBoundNeverRejectsAnOptimum) {
+  // Configurations sharing one table (ZeRO 0-3, with and without
+  // recomputation) share the smallest price of each candidate
+  // (Instance::shareGroupPrices): solveDP first tries to reject by the
+  // group's chain bound. Each configuration's own optimum must still be
+  // found with the bound just above it, and nothing just below it.
+  std::mt19937 rng(1207);
+  EfficiencyModel eff = getDefaultEfficiency();
+  int compared = 0;
+  for (int attempt = 0; attempt < 200 && compared < 40; ++attempt) {
+    Problem p = randomProblem(rng);
+    Config base = randomConfig(rng, p);
+    SolverOptions opts;
+    opts.space.temporal = rng() % 2;
+    std::vector<std::unique_ptr<Instance>> group;
+    std::vector<double> optimum;
+    for (int z = 0; z < 4; ++z)
+      for (Recompute r : {Recompute::None, Recompute::Full}) {
+        if (r != Recompute::None && !is_contained(p.sections, Section::Layer))
+          continue;
+        Config c = base;
+        c.zeroStage = z;
+        c.recompute = r;
+        auto inst =
+            Instance::create(p, cluster(), c, eff, opts,
+                             group.empty() ? nullptr : group.front().get());
+        ASSERT_TRUE(bool(inst)) << toString(inst.takeError());
+        // Each optimum before the group shares its prices.
+        Expected<Plan> plan = (*inst)->solveDP();
+        if (plan) {
+          optimum.push_back(plan->cost.stepTime);
+        } else {
+          consumeError(plan.takeError()); // no plan fits
+          optimum.push_back(std::nan(""));
+        }
+        group.push_back(std::move(*inst));
+      }
+    std::vector<const Instance *> members;
+    for (const std::unique_ptr<Instance> &i : group)
+      members.push_back(i.get());
+    Instance::shareGroupPrices(members);
+    for (auto [i, inst] : llvm::enumerate(group)) {
+      double a = optimum[i];
+      if (std::isnan(a))
+        continue;
+      Expected<Plan> above = inst->solveDP(nullptr, a * (1 + 1e-9));
+      ASSERT_TRUE(bool(above))
+          << toString(above.takeError()) << " attempt " << attempt;
+      ASSERT_NEAR(above->cost.stepTime, a, 1e-9 * a);
+      Expected<Plan> below = inst->solveDP(nullptr, a * (1 - 1e-9));
+      EXPECT_FALSE(bool(below));
+      if (!below)
+        consumeError(below.takeError());
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 40);
+}
+
 Problem tinyGPT(int64_t devices) {
   TransformerShape s;
   s.model = {4, 64, 4, 256, 128, 32, 16};
