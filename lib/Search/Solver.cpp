@@ -240,6 +240,10 @@ struct Tables {
   DenseMap<uint64_t, unsigned> viewEdges;
   /// Per problem operator, every enumerated partition.
   std::vector<std::vector<Raw>> raw;
+  /// Every (operator, partition) in increasing transient bytes (a
+  /// partition's transient does not depend on the configuration;
+  /// computeBounds).
+  std::vector<std::pair<unsigned, unsigned>> peakOrder;
   /// About the bytes `raw` holds (Instance::getTableBytes).
   size_t rawBytes = 0;
   /// What the tables were built for.
@@ -602,19 +606,13 @@ void Instance::Impl::computeBounds() {
   // How often each problem operator occurs in the flattened plan.
   std::vector<double> copies(n, 0);
   for (unsigned i = 0; i < n; ++i)
-    copies[i] = problem.sections[i] == Section::Layer ? double(problem.layers)
-                                                      : 1.0;
-  struct Item {
-    double peak, mem;
-    unsigned op;
-  };
-  std::vector<Item> items;
+    copies[i] =
+        problem.sections[i] == Section::Layer ? double(problem.layers) : 1.0;
   for (unsigned i = 0; i < n; ++i)
     for (const Cand &c : cands[i]) {
       minTime[i] = std::min(minTime[i], c.time);
       minMem[i] = std::min(minMem[i], c.stateBytes + c.actBytes);
       minPeak[i] = std::min(minPeak[i], c.peak);
-      items.push_back({c.peak, c.stateBytes + c.actBytes, i});
     }
   timeLB = constantTime;
   bestLambda = 0;
@@ -652,27 +650,38 @@ void Instance::Impl::computeBounds() {
   // terms plus the largest transient, and the choices are independent, so
   // for each transient threshold T (ascending) take every operator's
   // smallest additive memory among its candidates with peak <= T.
-  llvm::sort(items, [](const Item &a, const Item &b) { return a.peak < b.peak; });
+  // (Every candidate in increasing transient: a property of the tables,
+  // sorted once.)
+  if (tables->peakOrder.empty()) {
+    for (unsigned i = 0; i < n; ++i)
+      for (unsigned k = 0; k < cands[i].size(); ++k)
+        tables->peakOrder.push_back({i, k});
+    llvm::sort(tables->peakOrder, [&](const auto &a, const auto &b) {
+      return cands[a.first][a.second].peak < cands[b.first][b.second].peak;
+    });
+  }
   std::vector<double> cur(n, inf);
   unsigned missing = 0;
   for (unsigned i = 0; i < n; ++i)
     missing += copies[i] > 0 ? 1 : 0;
   double sum = 0;
   smallestMemory = inf;
-  for (const Item &it : items) {
-    if (copies[it.op] == 0 || it.mem >= cur[it.op])
+  for (auto [op, k] : tables->peakOrder) {
+    const Cand &c = cands[op][k];
+    double mem = c.stateBytes + c.actBytes;
+    if (copies[op] == 0 || mem >= cur[op])
       continue;
-    if (cur[it.op] == inf) {
+    if (cur[op] == inf) {
       --missing;
-      sum += copies[it.op] * it.mem;
+      sum += copies[op] * mem;
     } else {
-      sum += copies[it.op] * (it.mem - cur[it.op]);
+      sum += copies[op] * (mem - cur[op]);
     }
-    cur[it.op] = it.mem;
+    cur[op] = mem;
     if (missing == 0)
-      smallestMemory = std::min(smallestMemory, sum + it.peak);
+      smallestMemory = std::min(smallestMemory, sum + c.peak);
   }
-  if (n == 0 || items.empty())
+  if (n == 0 || tables->peakOrder.empty())
     smallestMemory = 0;
 }
 
@@ -911,7 +920,7 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
            t = getLocalLayout(m, consumer, operand, to);
   std::vector<double> &row = m.rows[f];
   if (row.size() <= t)
-    row.resize(std::max<size_t>(t + 1, m.rows.size()),
+    row.resize(std::max({size_t(t) + 1, m.rows.size(), 2 * row.size()}),
                std::numeric_limits<double>::quiet_NaN());
   double &seconds = row[t];
   if (!std::isnan(seconds))
@@ -1030,7 +1039,7 @@ double Instance::Impl::coefSeconds(unsigned from, unsigned to,
     c.rows.resize(from + 1);
   std::vector<std::pair<double, double>> &row = c.rows[from];
   if (row.size() <= to)
-    row.resize(std::max<size_t>(to + 1, c.uses.size()),
+    row.resize(std::max({size_t(to) + 1, c.uses.size(), 2 * row.size()}),
                {std::numeric_limits<double>::quiet_NaN(), 0.0});
   std::pair<double, double> &coef = row[to];
   if (std::isnan(coef.first)) {
