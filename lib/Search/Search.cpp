@@ -19,6 +19,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 using namespace llvm;
@@ -391,25 +392,41 @@ searchWith(const Problem &problem, const Cluster &cluster,
       group.push_back(std::move(*inst));
     }
     std::vector<const Instance *> members;
-    for (const std::unique_ptr<Instance> &inst : group)
-      members.push_back(inst.get());
-    Instance::shareGroupPrices(members);
+    std::vector<bool> dominated(group.size(), false);
     for (size_t j = 0; j < group.size(); ++j) {
-      bool dominated = false;
-      for (size_t i = 0; i < group.size() && !dominated; ++i)
+      for (size_t i = 0; i < group.size() && !dominated[j]; ++i)
         if (i != j && group[i]->dominates(*group[j]) &&
             (i < j || !group[j]->dominates(*group[i])))
-          dominated = true;
-      f.summaries.push_back({group[j]->getLowerBound(),
-                             group[j]->getSmallestMemory(),
-                             group[j]->getMemoryLimit(), dominated});
+          dominated[j] = true;
+      if (!dominated[j])
+        members.push_back(group[j].get());
+    }
+    Instance::shareGroupPrices(members);
+    for (size_t j = 0; j < group.size(); ++j) {
+      double lowerBound = dominated[j] ? group[j]->getLowerBound()
+                                       : group[j]->getGroupLowerBound();
+      f.summaries.push_back({lowerBound, group[j]->getSmallestMemory(),
+                             group[j]->getMemoryLimit(), dominated[j]});
     }
     if (!f.same)
       f.rep = std::move(group.front());
   };
+  // A chunk holds at most 8 groups, of different mesh shapes: groups of
+  // one shape share the re-layout coefficients, which the group bounds
+  // fill (Instance::getGroupLowerBound).
   const size_t chunk = 8;
-  for (size_t c = 0; c < toForm.size(); c += chunk) {
-    size_t n = std::min(chunk, toForm.size() - c);
+  auto getShape = [&](size_t group) {
+    std::vector<int64_t> shape;
+    for (const MeshAxis &a : configs[toForm[group].first].mesh.axes)
+      shape.push_back(a.size);
+    return shape;
+  };
+  for (size_t c = 0, n = 0; c < toForm.size(); c += n) {
+    std::set<std::vector<int64_t>> shapes;
+    for (n = 0; n < chunk && c + n < toForm.size() &&
+                shapes.insert(getShape(c + n)).second;
+         ++n) {
+    }
     std::vector<Formed> formed(n);
     for (size_t k = 0; k < n; ++k) {
       const Config &head = configs[toForm[c + k].first];

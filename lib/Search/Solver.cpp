@@ -326,6 +326,10 @@ struct Instance::Impl {
   double bestLambda = 0;
   /// Only plans strictly faster than this are searched for (seconds).
   double bound = std::numeric_limits<double>::infinity();
+  /// getGroupLowerBound: solve() stops after the group's bound (groupLB,
+  /// seconds; 0 until computed).
+  bool groupBoundOnly = false;
+  double groupLB = 0;
 
   void computeBounds();
 
@@ -920,7 +924,7 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
            t = getLocalLayout(m, consumer, operand, to);
   std::vector<double> &row = m.rows[f];
   if (row.size() <= t)
-    row.resize(std::max({size_t(t) + 1, m.rows.size(), 2 * row.size()}),
+    row.resize(std::max(size_t(t) + 1, 2 * row.size()),
                std::numeric_limits<double>::quiet_NaN());
   double &seconds = row[t];
   if (!std::isnan(seconds))
@@ -2039,14 +2043,17 @@ Expected<Plan> Instance::Impl::solve() {
   // A configuration of a group sharing these tables (shareGroupPrices)
   // that even the group's bound (its smallest prices) cannot let beat
   // `bound` is rejected without a chain bound of its own.
-  if (std::isfinite(bound) && tables->groupMembers.count(priceKey)) {
+  if ((std::isfinite(bound) || groupBoundOnly) &&
+      tables->groupMembers.count(priceKey)) {
     if (!tables->groupBounds)
       tables->groupBounds = computeSectionBounds(0, &tables->groupPrices);
     const SectionBounds &g = *tables->groupBounds;
-    if (constantTime + g.pre.time + layers * g.layer.time + g.post.time >=
-        bound)
+    groupLB = constantTime + g.pre.time + layers * g.layer.time + g.post.time;
+    if (groupBoundOnly || groupLB >= bound)
       return err("no plan beats the bound");
   }
+  if (groupBoundOnly)
+    return err("no group");
   // At lambda = 0 the bounds of a layer and of the post section replace
   // their sums of per-operator minima.
   SectionBounds zero = sectionBounds(0);
@@ -2716,7 +2723,7 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
 }
 
 void Instance::shareGroupPrices(ArrayRef<const Instance *> group) {
-  if (group.size() < 2)
+  if (group.empty())
     return;
   Tables &t = *group.front()->impl->tables;
   for (const Instance *i : group)
@@ -2742,7 +2749,22 @@ void Instance::shareGroupPrices(ArrayRef<const Instance *> group) {
   }
 }
 
-double Instance::getLowerBound() const { return impl->timeLB; }
+double Instance::getLowerBound() const {
+  return std::max(impl->timeLB, impl->groupLB);
+}
+
+double Instance::getGroupLowerBound() {
+  Impl &I = *impl;
+  I.groupBoundOnly = true;
+  I.nodes.resize(1);
+  I.bound = std::numeric_limits<double>::infinity();
+  Expected<Plan> stop = I.solve();
+  I.groupBoundOnly = false;
+  if (stop)
+    return getLowerBound();
+  consumeError(stop.takeError());
+  return getLowerBound();
+}
 
 bool Instance::dominates(const Instance &other) const {
   const Impl &a = *impl, &b = *other.impl;

@@ -286,8 +286,16 @@ public:
 
   /// Lower bound of the objective of any plan of this configuration
   /// (seconds): per-operator minimum times (re-layouts >= 0) plus the stage
-  /// sends.
+  /// sends, or the group's chain bound once getGroupLowerBound has
+  /// computed it, whichever is larger.
   double getLowerBound() const;
+
+  /// Computes (once per shared table) the chain bound of the group this
+  /// instance shares prices with (shareGroupPrices) and returns
+  /// getLowerBound(): the sections' chain bounds at the group's smallest
+  /// prices plus this configuration's stage sends. Without a group,
+  /// getLowerBound() as it is.
+  double getGroupLowerBound();
 
   /// Smallest memory (bytes per device) of any plan of this configuration,
   /// exact (memory does not depend on re-layouts): for "no plan fits"
