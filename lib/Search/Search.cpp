@@ -423,10 +423,10 @@ searchWith(const Problem &problem, const Cluster &cluster,
   };
   for (size_t c = 0, n = 0; c < toForm.size(); c += n) {
     std::set<std::vector<int64_t>> shapes;
-    for (n = 0; n < chunk && c + n < toForm.size() &&
-                shapes.insert(getShape(c + n)).second;
-         ++n) {
-    }
+    n = 0;
+    while (n < chunk && c + n < toForm.size() &&
+           shapes.insert(getShape(c + n)).second)
+      ++n;
     std::vector<Formed> formed(n);
     for (size_t k = 0; k < n; ++k) {
       const Config &head = configs[toForm[c + k].first];
