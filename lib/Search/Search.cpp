@@ -115,6 +115,14 @@ static void keepBest(SearchResult &r, Plan plan) {
     r.best = std::move(plan);
 }
 
+/// Axis sizes of the configuration's mesh, the pipeline axis first.
+static std::vector<int64_t> getMeshShape(const Config &c) {
+  std::vector<int64_t> shape;
+  for (const MeshAxis &a : c.mesh.axes)
+    shape.push_back(a.size);
+  return shape;
+}
+
 namespace {
 /// What the branch and bound needs of a configuration before solving it
 /// (Instance::getLowerBound, getSmallestMemory, getMemoryLimit, and
@@ -145,7 +153,7 @@ public:
   /// Any group's tables on the same mesh (they share the re-layout
   /// coefficients, Instance::create).
   const Instance *findMesh(const Config &c) const {
-    std::vector<int64_t> shape = getShape(c);
+    std::vector<int64_t> shape = getMeshShape(c);
     for (const auto &[key, entry] : reps)
       if (std::get<0>(key) == shape)
         return entry.rep.get();
@@ -189,14 +197,8 @@ private:
   }
   /// Kept for the whole search (a few dozen bytes per configuration).
   std::map<std::pair<Key, PriceKey>, ConfigSummary> summaries;
-  static std::vector<int64_t> getShape(const Config &c) {
-    std::vector<int64_t> shape;
-    for (const MeshAxis &a : c.mesh.axes)
-      shape.push_back(a.size);
-    return shape;
-  }
   static Key getKey(const Config &c, const SpaceOptions &space) {
-    return {getShape(c),     c.microBatches,     space.temporal,
+    return {getMeshShape(c), c.microBatches,     space.temporal,
             space.firstAxis, space.onlyTemporal, space.fixed};
   }
   struct Entry {
@@ -415,17 +417,11 @@ searchWith(const Problem &problem, const Cluster &cluster,
   // one shape share the re-layout coefficients, which the group bounds
   // fill (Instance::getGroupLowerBound).
   const size_t chunk = 8;
-  auto getShape = [&](size_t group) {
-    std::vector<int64_t> shape;
-    for (const MeshAxis &a : configs[toForm[group].first].mesh.axes)
-      shape.push_back(a.size);
-    return shape;
-  };
   for (size_t c = 0, n = 0; c < toForm.size(); c += n) {
     std::set<std::vector<int64_t>> shapes;
     n = 0;
     while (n < chunk && c + n < toForm.size() &&
-           shapes.insert(getShape(c + n)).second)
+           shapes.insert(getMeshShape(configs[toForm[c + n].first])).second)
       ++n;
     std::vector<Formed> formed(n);
     for (size_t k = 0; k < n; ++k) {

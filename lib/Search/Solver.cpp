@@ -202,6 +202,10 @@ struct Tables {
   /// tables: ZeRO stage, recomputation, interleave, gradient-sync overlap,
   /// GPipe; and the multiplier lambda.
   using PriceKey = std::tuple<int, int, int64_t, bool, bool, double>;
+  static PriceKey getPriceKey(const Config &c, double lambda) {
+    return {c.zeroStage,       int(c.recompute), c.interleave,
+            c.overlapGradSync, c.gpipe,          lambda};
+  }
   /// Chain bounds of the sections per configuration and lambda (solve).
   std::map<PriceKey, SectionBounds> sectionBounds;
   /// Per operator and candidate (raw's order): the smallest time over a
@@ -2027,15 +2031,12 @@ Expected<Plan> Instance::Impl::solve() {
               chainBound(postSeg.items, postSeg.edges, lambda, prices).total;
         return b;
       };
-  Tables::PriceKey priceKey{config.zeroStage,  int(config.recompute),
-                            config.interleave, config.overlapGradSync,
-                            config.gpipe,      0.0};
+  Tables::PriceKey priceKey = Tables::getPriceKey(config, 0);
   auto sectionBounds = [&](double lambda) {
     // The same configuration's bounds are asked for by every pass of a
     // search (the capped seed and the exact pass): kept in the tables.
-    Tables::PriceKey key = priceKey;
-    std::get<5>(key) = lambda;
-    auto [it, ins] = tables->sectionBounds.try_emplace(key);
+    auto [it, ins] =
+        tables->sectionBounds.try_emplace(Tables::getPriceKey(config, lambda));
     if (ins)
       it->second = computeSectionBounds(lambda, nullptr);
     return it->second;
@@ -2734,9 +2735,7 @@ void Instance::shareGroupPrices(ArrayRef<const Instance *> group) {
   t.groupMembers.clear();
   for (const Instance *i : group) {
     const Impl &I = *i->impl;
-    t.groupMembers.insert({I.config.zeroStage, int(I.config.recompute),
-                           I.config.interleave, I.config.overlapGradSync,
-                           I.config.gpipe, 0.0});
+    t.groupMembers.insert(Tables::getPriceKey(I.config, 0));
     if (t.groupPrices.empty()) {
       t.groupPrices.resize(I.cands.size());
       for (auto [op, cs] : llvm::enumerate(I.cands))
@@ -2758,11 +2757,10 @@ double Instance::getGroupLowerBound() {
   I.groupBoundOnly = true;
   I.nodes.resize(1);
   I.bound = std::numeric_limits<double>::infinity();
-  Expected<Plan> stop = I.solve();
+  Expected<Plan> stop = I.solve(); // (stops after the group's bound)
   I.groupBoundOnly = false;
-  if (stop)
-    return getLowerBound();
-  consumeError(stop.takeError());
+  if (!stop)
+    consumeError(stop.takeError());
   return getLowerBound();
 }
 
