@@ -2512,7 +2512,8 @@ Expected<Plan> Instance::Impl::solve() {
         return preTime + (layers - 1) * perLayer + postTimeLB;
       };
       double out = outTime(blockTimeLB);
-      std::optional<StateMap> res;
+      StateMap res;
+      bool rerun = true;
       // (Exact runs only: a capped run's least time is no bound.)
       if (std::isfinite(bound) && layers > 1 && !options.isCapped()) {
         double slack = bound - constantTime - out - blockTimeLB;
@@ -2523,19 +2524,18 @@ Expected<Plan> Instance::Impl::solve() {
                        1e-9 * std::abs(bound);
         res = runSegment(seg.items, seg.edges, sticky, first, outMem);
         double least = inf;
-        for (auto &[k, f] : *res)
+        for (auto &[k, f] : res)
           for (const Point &pt : f)
             least = std::min(least, pt.time);
         if (!std::isfinite(least))
           return err("no plan beats the bound");
         blockTimeLB = std::max(blockTimeLB, least);
         out = outTime(blockTimeLB);
-        if (out < first)
-          res.reset();
+        rerun = out < first;
       }
-      if (!res)
+      if (rerun)
         res = runSegment(seg.items, seg.edges, sticky, out, outMem);
-      for (auto &[k, f] : *res)
+      for (auto &[k, f] : res)
         block[{k[0], k[1]}] = f;
     }
     // A point standing for `count` layers, with time t, additive memory m
