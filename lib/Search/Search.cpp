@@ -156,14 +156,18 @@ public:
     it->second.lastUse = ++clock;
     return it->second.rep.get();
   }
-  /// Any group's tables on the same mesh (they share the re-layout
-  /// coefficients, Instance::create).
-  const Instance *findMesh(const Config &c) const {
-    std::vector<int64_t> shape = getMeshShape(c);
-    for (const auto &[key, entry] : reps)
-      if (std::get<0>(key) == shape)
-        return entry.rep.get();
-    return nullptr;
+  /// The re-layout coefficients of the configuration's mesh shape, kept
+  /// for the whole search (every group on the mesh shares them,
+  /// Instance::create).
+  std::shared_ptr<RelayoutCoefficients>
+  findCoefficients(const Config &c) const {
+    auto it = coefficients.find(getMeshShape(c));
+    return it == coefficients.end() ? nullptr : it->second;
+  }
+  void keepCoefficients(const Config &c,
+                        std::shared_ptr<RelayoutCoefficients> k) {
+    if (k)
+      coefficients.try_emplace(getMeshShape(c), std::move(k));
   }
   void keep(const Config &c, const SpaceOptions &space,
             std::unique_ptr<Instance> rep) {
@@ -213,6 +217,8 @@ private:
   };
   std::map<Key, Entry> reps;
   uint64_t clock = 0;
+  std::map<std::vector<int64_t>, std::shared_ptr<RelayoutCoefficients>>
+      coefficients;
 };
 } // namespace
 
@@ -381,23 +387,24 @@ searchWith(const Problem &problem, const Cluster &cluster,
   // bound the memory, each keeping only its configurations' summaries.
   struct Formed {
     std::vector<ConfigSummary> summaries;
-    const Instance *same = nullptr, *sameMesh = nullptr;
+    const Instance *same = nullptr;
+    std::shared_ptr<RelayoutCoefficients> coefficients;
     std::optional<std::string> error;
   };
   auto form = [&](size_t first, size_t end, Formed &f) {
     std::vector<std::unique_ptr<Instance>> group;
     for (size_t i = first; i < end; ++i) {
-      Expected<std::unique_ptr<Instance>> inst =
-          Instance::create(problem, cluster, configs[i], eff, options.solver,
-                           group.empty() ? f.sameMesh
-                           : f.same      ? f.same
-                                         : group.front().get());
+      Expected<std::unique_ptr<Instance>> inst = Instance::create(
+          problem, cluster, configs[i], eff, options.solver,
+          f.same || group.empty() ? f.same : group.front().get(),
+          f.coefficients);
       if (!inst) {
         f.error = toString(inst.takeError());
         return;
       }
       group.push_back(std::move(*inst));
     }
+    f.coefficients = group.front()->getRelayoutCoefficients();
     std::vector<const Instance *> members;
     std::vector<bool> dominated(group.size(), false);
     for (size_t j = 0; j < group.size(); ++j) {
@@ -430,8 +437,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
     for (size_t k = 0; k < n; ++k) {
       const Config &head = configs[toForm[c + k].first];
       formed[k].same = cache.find(head, space);
-      formed[k].sameMesh =
-          formed[k].same ? formed[k].same : cache.findMesh(head);
+      formed[k].coefficients = cache.findCoefficients(head);
     }
     llvm::parallelFor(0, n, [&](size_t k) {
       form(toForm[c + k].first, toForm[c + k].second, formed[k]);
@@ -442,6 +448,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
       auto [first, end] = toForm[c + k];
       for (size_t i = first; i < end; ++i)
         cache.keepSummary(configs[i], space, formed[k].summaries[i - first]);
+      cache.keepCoefficients(configs[first], formed[k].coefficients);
     }
   }
   for (size_t i = 0; i < configs.size(); ++i)
@@ -482,7 +489,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
     const Instance *same = cache.find(configs[i], options.solver.space);
     Expected<std::unique_ptr<Instance>> inst =
         Instance::create(problem, cluster, configs[i], eff, options.solver,
-                         same ? same : cache.findMesh(configs[i]));
+                         same, cache.findCoefficients(configs[i]));
     if (!inst)
       return inst.takeError();
     if (!same) {

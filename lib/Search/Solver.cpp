@@ -139,6 +139,21 @@ struct SectionBounds {
   BoundValue pre, layer, post;
 };
 
+/// getRelayoutSeconds is affine in the tensor's bytes per device (each step
+/// an alpha-beta collective of those bytes times a fixed ratio), so per pair
+/// of per-axis uses it keeps (seconds at 0 bytes, seconds per byte) and
+/// serves every tensor and micro-batch count of a mesh. Pairs of uses are
+/// numbered densely (ids, 5 bits (state, dim) per axis -> id) and their
+/// coefficients kept in a matrix [from][to] (NaN until fitted). Made for
+/// one mesh shape and the links of one cluster (`meshShape`, `cluster`).
+struct RelayoutCoefficients {
+  std::vector<int64_t> meshShape;
+  Cluster cluster;
+  DenseMap<uint64_t, unsigned> ids;
+  std::vector<SmallVector<AxisUse, 4>> uses;
+  std::vector<std::vector<std::pair<double, double>>> rows;
+};
+
 /// The part of an instance that depends only on the problem, the mesh and
 /// the micro-batch count (Instance::create's `sameTables`).
 struct Tables {
@@ -168,7 +183,7 @@ struct Tables {
     std::vector<int> localOf;
     std::vector<std::vector<double>> rows;
     /// What relayoutEdge derives from one layout of the tensor, by local
-    /// index: the ids (RelayoutCoefs) of its per-axis uses as a source
+    /// index: the ids (RelayoutCoefficients) of its per-axis uses as a source
     /// (partial sums kept), as a target (partial sums dropped) and as a
     /// gradient's layout, and its bytes per device as a source and as a
     /// gradient. Filled for tensors not fed through views (`viaViews`).
@@ -217,21 +232,8 @@ struct Tables {
   /// The group's configurations (PriceKey at lambda 0): only they may use
   /// the group's bound.
   std::set<PriceKey> groupMembers;
-  /// Shared by every table of one mesh shape (any micro-batch count):
-  /// getRelayoutSeconds is affine in the tensor's bytes per device (each
-  /// step an alpha-beta collective of those bytes times a fixed ratio), so
-  /// per pair of per-axis uses it keeps (seconds at 0 bytes, seconds per
-  /// byte) and serves every tensor and micro-batch count of the mesh.
-  /// Pairs of uses are numbered densely (ids, 5 bits (state, dim) per
-  /// axis -> id) and their coefficients kept in a matrix [from][to] (NaN
-  /// until fitted).
-  struct RelayoutCoefs {
-    DenseMap<uint64_t, unsigned> ids;
-    std::vector<SmallVector<AxisUse, 4>> uses;
-    std::vector<std::vector<std::pair<double, double>>> rows;
-  };
-  std::shared_ptr<RelayoutCoefs> relayoutCoefs =
-      std::make_shared<RelayoutCoefs>();
+  /// Shared by every table of one mesh shape (any micro-batch count).
+  std::shared_ptr<RelayoutCoefficients> relayoutCoefs;
   /// Per (consumer, operand): an id of what its re-layouts depend on
   /// besides the layouts (shape, element bytes, whether a gradient flows
   /// back), so that edges carrying the same tensor share cache entries;
@@ -454,20 +456,22 @@ static bool sameLinks(const LinkSpec &a, const LinkSpec &b) {
 Expected<std::unique_ptr<Instance>>
 Instance::create(const Problem &problem, const Cluster &cluster,
                  const Config &config, const EfficiencyModel &eff,
-                 const SolverOptions &options, const Instance *sameTables) {
+                 const SolverOptions &options, const Instance *sameTables,
+                 std::shared_ptr<RelayoutCoefficients> coefficients) {
   std::vector<int64_t> shape;
   for (const MeshAxis &a : config.mesh.axes)
     shape.push_back(a.size);
+  // Coefficients made for this mesh shape and these links.
+  auto fits = [&](const RelayoutCoefficients &c) {
+    return c.meshShape == shape &&
+           c.cluster.devicesPerNode == cluster.devicesPerNode &&
+           sameLinks(c.cluster.intraNode, cluster.intraNode) &&
+           sameLinks(c.cluster.interNode, cluster.interNode);
+  };
   std::shared_ptr<Tables> tables;
-  bool sameMesh = false;
   if (sameTables) {
     const Tables &t = *sameTables->impl->tables;
-    sameMesh =
-        t.meshShape == shape &&
-        sameTables->impl->cluster.devicesPerNode == cluster.devicesPerNode &&
-        sameLinks(sameTables->impl->cluster.intraNode, cluster.intraNode) &&
-        sameLinks(sameTables->impl->cluster.interNode, cluster.interNode);
-    if (sameMesh && t.microBatches == config.microBatches &&
+    if (fits(*t.relayoutCoefs) && t.microBatches == config.microBatches &&
         t.temporal == options.space.temporal &&
         t.onlyTemporal == options.space.onlyTemporal &&
         t.fixed == options.space.fixed &&
@@ -485,8 +489,15 @@ Instance::create(const Problem &problem, const Cluster &cluster,
     tables->fixed = options.space.fixed;
     tables->firstAxis = options.space.firstAxis;
     // The re-layout coefficients depend on the mesh and its links only.
-    if (sameMesh)
+    if (coefficients && fits(*coefficients))
+      tables->relayoutCoefs = std::move(coefficients);
+    else if (sameTables && fits(*sameTables->impl->tables->relayoutCoefs))
       tables->relayoutCoefs = sameTables->impl->tables->relayoutCoefs;
+    else {
+      tables->relayoutCoefs = std::make_shared<RelayoutCoefficients>();
+      tables->relayoutCoefs->meshShape = shape;
+      tables->relayoutCoefs->cluster = cluster;
+    }
   }
   std::unique_ptr<Instance> inst(new Instance());
   inst->impl = std::make_unique<Impl>(std::move(tables));
@@ -1033,7 +1044,7 @@ int Instance::Impl::getUsesId(ArrayRef<AxisUse> uses) const {
       return -1;
     key = key << 5 | uint64_t(u.state) << 3 | u.dim;
   }
-  Tables::RelayoutCoefs &c = *tables->relayoutCoefs;
+  RelayoutCoefficients &c = *tables->relayoutCoefs;
   auto [it, inserted] = c.ids.try_emplace(key, unsigned(c.uses.size()));
   if (inserted)
     c.uses.emplace_back(uses.begin(), uses.end());
@@ -1042,7 +1053,7 @@ int Instance::Impl::getUsesId(ArrayRef<AxisUse> uses) const {
 
 double Instance::Impl::coefSeconds(unsigned from, unsigned to,
                                    double localBytes) const {
-  Tables::RelayoutCoefs &c = *tables->relayoutCoefs;
+  RelayoutCoefficients &c = *tables->relayoutCoefs;
   if (c.rows.size() <= from)
     c.rows.resize(from + 1);
   std::vector<std::pair<double, double>> &row = c.rows[from];
@@ -2798,6 +2809,11 @@ size_t Instance::getTableBytes() const {
   for (const std::vector<Cand> &c : impl->cands)
     bytes += getHeapBytes(c);
   return bytes;
+}
+
+std::shared_ptr<RelayoutCoefficients>
+Instance::getRelayoutCoefficients() const {
+  return impl->tables->relayoutCoefs;
 }
 
 double Instance::getSmallestMemory() const { return impl->smallestMemory; }

@@ -211,6 +211,12 @@ struct PlannedCommunication {
   int reader = -1;
 };
 
+/// The re-layout coefficients of one mesh shape on one cluster's links
+/// (opaque; Instance::getRelayoutCoefficients): instances on that mesh, of
+/// any micro-batch count, share them. Not thread-safe: instances sharing
+/// them are used from one thread at a time.
+struct RelayoutCoefficients;
+
 /// The objective for one problem under one configuration. Holds the
 /// operators with the micro-batch extent, candidate tables and a re-layout
 /// cache.
@@ -220,11 +226,14 @@ public:
   /// count and space options, its partition tables (per-operator costs
   /// before the ZeRO stage, recomputation and pipeline weights) and
   /// re-layout cache are shared instead of recomputed; the caller keeps the
-  /// problem identical.
+  /// problem identical. New tables take `coefficients` (or, without them,
+  /// those of `sameTables`) where they were made for the same mesh shape
+  /// and links.
   static llvm::Expected<std::unique_ptr<Instance>>
   create(const Problem &problem, const cost::Cluster &cluster,
          const Config &config, const cost::EfficiencyModel &eff,
-         const SolverOptions &options, const Instance *sameTables = nullptr);
+         const SolverOptions &options, const Instance *sameTables = nullptr,
+         std::shared_ptr<RelayoutCoefficients> coefficients = nullptr);
   ~Instance();
 
   /// Costs a full plan (partitions per flattened operator).
@@ -309,6 +318,8 @@ public:
   /// (Instance::create's `sameTables`): the costed partitions and the
   /// re-layout cache; for bounding the memory of a search's table cache.
   size_t getTableBytes() const;
+  /// The re-layout coefficients of this instance's mesh (for `create`).
+  std::shared_ptr<RelayoutCoefficients> getRelayoutCoefficients() const;
 
   struct Impl;
 
