@@ -2325,20 +2325,44 @@ Expected<Plan> Instance::Impl::solve() {
       // Per slot: the least time so far + rest bound of a point inserted
       // there (what a capped search ranks states by).
       std::vector<double> slotEstimate;
-      std::vector<const std::vector<double> *> rowPtr(numIn);
-      // Per choice s: the least own time + rest bound of choices s, s+1, ...
-      std::vector<double> restFrom(scs.size() + 1,
-                                   std::numeric_limits<double>::infinity());
-      for (unsigned s = unsigned(scs.size()); s-- > 0;)
-        restFrom[s] = std::min(restFrom[s + 1], scs[s].time + scs[s].rest);
+      // Per combination of the in-edges' producer layouts (all a state's
+      // re-layouts into v depend on; far fewer than the states): each
+      // choice's own time plus its re-layouts, summed as the DP sums them,
+      // and per choice s the least of that plus the rest bound over the
+      // choices s, s+1, ..., so a state's loop ends where no later choice
+      // can pass admissible's time test.
+      struct Adds {
+        std::vector<double> add, restFrom;
+      };
+      std::map<SmallVector<int, 2>, Adds> addsOf;
+      auto getAdds = [&](const SmallVector<int, 2> &from) -> const Adds & {
+        auto [it, ins] = addsOf.try_emplace(from);
+        Adds &a = it->second;
+        if (!ins)
+          return a;
+        SmallVector<const std::vector<double> *, 2> row;
+        for (unsigned k = 0; k < numIn; ++k)
+          row.push_back(&getRow(k, from[k]));
+        a.add.resize(scs.size());
+        for (unsigned s = 0; s < scs.size(); ++s) {
+          a.add[s] = scs[s].time;
+          for (unsigned k = 0; k < numIn; ++k)
+            a.add[s] += (*row[k])[colOf[s][k]];
+        }
+        a.restFrom.assign(scs.size() + 1,
+                          std::numeric_limits<double>::infinity());
+        for (unsigned s = unsigned(scs.size()); s-- > 0;)
+          a.restFrom[s] = std::min(a.restFrom[s + 1], a.add[s] + scs[s].rest);
+        return a;
+      };
       for (State &st : states) {
         ++stats.statesVisited;
         const Key &key = st.key;
-        for (unsigned k = 0; k < numIn; ++k) {
-          const SegEdge *e = inEdges[v][k];
-          rowPtr[k] =
-              &getRow(k, layoutOf(e->from, key[livePos[e->from]], e->fromOperand));
-        }
+        SmallVector<int, 2> from;
+        for (const SegEdge *e : inEdges[v])
+          from.push_back(
+              layoutOf(e->from, key[livePos[e->from]], e->fromOperand));
+        const Adds &adds = getAdds(from);
         Key base;
         for (unsigned u : nextLive)
           if (u != v)
@@ -2348,9 +2372,8 @@ Expected<Plan> Instance::Impl::solve() {
         if (bins)
           bases.push_back(&bit->first);
         uint64_t bi = uint64_t(bit->second) << 32;
-        // Re-layouts add >= 0, so a choice whose own time and rest bound,
-        // from the state's fastest point, already fail admissible's time
-        // test is skipped before its edges are looked up (the same
+        // A choice whose time and rest bound, from the state's fastest
+        // point, already fail admissible's time test is skipped (the same
         // additions in the same order: exact), and the loop ends where no
         // later choice can pass (suffix minima, with a margin for their
         // different rounding).
@@ -2358,15 +2381,13 @@ Expected<Plan> Instance::Impl::solve() {
         for (const Point &pt : st.front)
           fastest = std::min(fastest, pt.time);
         for (unsigned s = 0; s < scs.size(); ++s) {
-          if ((fastest + restFrom[s] + outTime) + constantTime >=
+          if ((fastest + adds.restFrom[s] + outTime) + constantTime >=
               bound + 1e-12 * std::abs(bound))
             break;
           const SC &sc = scs[s];
-          if ((fastest + sc.time) + (sc.rest + outTime) + constantTime >= bound)
+          double add = adds.add[s];
+          if ((fastest + add) + (sc.rest + outTime) + constantTime >= bound)
             continue;
-          double add = sc.time;
-          for (unsigned k = 0; k < numIn; ++k)
-            add += (*rowPtr[k])[colOf[s][k]];
           uint64_t dk = bi | uint32_t(vLive ? sc.sig : 0);
           Front *dst = nullptr;
           unsigned dstSlot = 0;
