@@ -172,12 +172,12 @@ struct Tables {
   std::vector<bool> isCheckpoint;
   std::map<LayoutCode, int> layoutIds;
   std::vector<LayoutCode> layouts;
-  /// Re-layout seconds (unweighted) of one tensor (edgeTensorIds) between
-  /// the layouts it has met: a dense matrix over local layout indices
-  /// (handed out on first use), NaN where not yet costed. The chain bounds
-  /// look up millions of entries per search, most of them again and again;
-  /// a row is one producer layout's entries, so a chain bound's scan over
-  /// the groups of the next operator stays within it.
+  /// What the re-layouts of one tensor (edgeTensorIds) between the
+  /// layouts it has met are made of, by local layout index (handed out on
+  /// first use): each layout's per-axis uses and bytes, from which
+  /// edgeSeconds sums the mesh's coefficients; for a tensor fed through
+  /// views, or a layout without them, the seconds themselves (a dense
+  /// matrix, NaN where not yet costed).
   struct RelayoutMatrix {
     /// Global layout id (layoutIds) -> local index, or -1.
     std::vector<int> localOf;
@@ -937,24 +937,25 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
   }
   unsigned f = getLocalLayout(m, consumer, operand, from),
            t = getLocalLayout(m, consumer, operand, to);
+  // relayoutEdge's sum from the layouts' uses (the same figures): two
+  // lookups of the mesh's coefficients, cheaper than keeping the sums
+  // (GPT-3 175B on 1024 GPUs: 7.7 -> 6.5 s without the matrix of sums).
+  const Tables::RelayoutMatrix::LayoutUses &a = m.uses[f], &b = m.uses[t];
+  if (!m.viaViews && a.from >= 0 && b.to >= 0 && a.fromBytes > 0 &&
+      (!m.needsGrad || (b.gradient >= 0 && a.to >= 0 && b.gradientBytes > 0))) {
+    double seconds = coefSeconds(unsigned(a.from), unsigned(b.to), a.fromBytes);
+    if (m.needsGrad)
+      seconds +=
+          coefSeconds(unsigned(b.gradient), unsigned(a.to), b.gradientBytes);
+    return seconds;
+  }
   std::vector<double> &row = m.rows[f];
   if (row.size() <= t)
     row.resize(std::max(size_t(t) + 1, 2 * row.size()),
                std::numeric_limits<double>::quiet_NaN());
   double &seconds = row[t];
-  if (!std::isnan(seconds))
-    return seconds;
-  // relayoutEdge's sum from the layouts' uses (the same figures).
-  const Tables::RelayoutMatrix::LayoutUses &a = m.uses[f], &b = m.uses[t];
-  if (m.viaViews || a.from < 0 || b.to < 0 || a.fromBytes <= 0 ||
-      (m.needsGrad && (b.gradient < 0 || a.to < 0 || b.gradientBytes <= 0))) {
+  if (std::isnan(seconds))
     seconds = relayoutEdge(consumer, operand, from, to);
-    return seconds;
-  }
-  seconds = coefSeconds(unsigned(a.from), unsigned(b.to), a.fromBytes);
-  if (m.needsGrad)
-    seconds +=
-        coefSeconds(unsigned(b.gradient), unsigned(a.to), b.gradientBytes);
   return seconds;
 }
 
