@@ -381,13 +381,14 @@ searchWith(const Problem &problem, const Cluster &cluster,
       toForm.push_back({first, end});
     first = end;
   }
-  // Forming a group costs every candidate of each of its configurations
-  // (and, for new tables, every partition): independent per group, so
+  // Forming a group costs every partition (its tables) and every candidate
+  // of each of its configurations: independent per group, so
   // groups are formed in parallel (llvm::parallelFor), a few at a time to
-  // bound the memory, each keeping only its configurations' summaries.
+  // bound the memory, each keeping only its configurations' summaries. (No
+  // pass has kept tables for a group it has not summarized: tables are kept
+  // only for configurations solved, and those have their summaries.)
   struct Formed {
     std::vector<ConfigSummary> summaries;
-    const Instance *same = nullptr;
     std::shared_ptr<RelayoutCoefficients> coefficients;
     std::optional<std::string> error;
   };
@@ -396,8 +397,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
     for (size_t i = first; i < end; ++i) {
       Expected<std::unique_ptr<Instance>> inst = Instance::create(
           problem, cluster, configs[i], eff, options.solver,
-          f.same || group.empty() ? f.same : group.front().get(),
-          f.coefficients);
+          group.empty() ? nullptr : group.front().get(), f.coefficients);
       if (!inst) {
         f.error = toString(inst.takeError());
         return;
@@ -434,11 +434,9 @@ searchWith(const Problem &problem, const Cluster &cluster,
            shapes.insert(getMeshShape(configs[toForm[c + n].first])).second)
       ++n;
     std::vector<Formed> formed(n);
-    for (size_t k = 0; k < n; ++k) {
-      const Config &head = configs[toForm[c + k].first];
-      formed[k].same = cache.find(head, space);
-      formed[k].coefficients = cache.findCoefficients(head);
-    }
+    for (size_t k = 0; k < n; ++k)
+      formed[k].coefficients =
+          cache.findCoefficients(configs[toForm[c + k].first]);
     llvm::parallelFor(0, n, [&](size_t k) {
       form(toForm[c + k].first, toForm[c + k].second, formed[k]);
     });
