@@ -29,6 +29,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/Allocator.h"
 #include "llvm/Support/Format.h"
 
 #include <algorithm>
@@ -107,7 +108,19 @@ struct Point {
   double time = 0, mem = 0, peak = 0;
   int32_t node = -1;
 };
-using Front = SmallVector<Point, 2>;
+/// A Pareto front of points. SmallVector's move cannot fail but is not
+/// declared noexcept, so std::vector would copy fronts when it grows; this
+/// one moves them.
+struct Front : SmallVector<Point, 2> {
+  Front() = default;
+  Front(const Front &) = default;
+  Front(Front &&other) noexcept : SmallVector(std::move(other)) {}
+  Front &operator=(const Front &) = default;
+  Front &operator=(Front &&other) noexcept {
+    SmallVector::operator=(std::move(other));
+    return *this;
+  }
+};
 
 struct Node {
   int32_t a = -1, b = -1;
@@ -1781,6 +1794,60 @@ struct SegEdge {
 };
 using Key = std::vector<int>;
 using StateMap = std::map<Key, Front>;
+/// A DP step's states, flat: state i's key (the signatures of the live
+/// items, `width` of them) and its front (points [start[i], start[i + 1])).
+/// Three flat arrays instead of a key and a front per state: the memory a
+/// step touches is what the exact DP's time goes to (page faults).
+struct StateSet {
+  unsigned width = 0;
+  std::vector<int> keys;
+  std::vector<Point> points;
+  std::vector<uint32_t> start{0};
+  size_t size() const { return start.size() - 1; }
+  ArrayRef<int> key(size_t i) const {
+    return ArrayRef<int>(keys).slice(i * width, width);
+  }
+  ArrayRef<Point> front(size_t i) const {
+    return ArrayRef<Point>(points).slice(start[i], start[i + 1] - start[i]);
+  }
+  /// Empties the set for keys of `w` signatures (buffers kept).
+  void reset(unsigned w) {
+    width = w;
+    keys.clear();
+    points.clear();
+    start.assign(1, 0);
+  }
+  void push(ArrayRef<int> key, ArrayRef<Point> front) {
+    assert(key.size() == width && "key of another width");
+    keys.insert(keys.end(), key.begin(), key.end());
+    points.insert(points.end(), front.begin(), front.end());
+    start.push_back(uint32_t(points.size()));
+  }
+};
+/// Dense ids (0, 1, ... in order of first insertion) of int tuples: the
+/// DP's base keys and producer layouts, hashed, each tuple kept once.
+class TupleIds {
+public:
+  /// The id of `tuple`, and whether it is new.
+  std::pair<unsigned, bool> insert(ArrayRef<int> tuple) {
+    auto it = ids.find(tuple);
+    if (it != ids.end())
+      return {it->second, false};
+    int *copy = storage.Allocate<int>(std::max<size_t>(tuple.size(), 1));
+    llvm::copy(tuple, copy);
+    ArrayRef<int> kept(copy, tuple.size());
+    unsigned id = unsigned(tuples.size());
+    ids.try_emplace(kept, id);
+    tuples.push_back(kept);
+    return {id, true};
+  }
+  ArrayRef<int> operator[](unsigned id) const { return tuples[id]; }
+
+private:
+  BumpPtrAllocator storage;
+  DenseMap<ArrayRef<int>, unsigned> ids;
+  std::vector<ArrayRef<int>> tuples;
+};
 /// Fronts keyed by layout ids.
 using Matrix = std::map<std::pair<int, int>, Front>;
 } // namespace
@@ -2169,12 +2236,24 @@ Expected<Plan> Instance::Impl::solve() {
       return sigLayouts[item][sig][slot];
     };
     std::vector<unsigned> live; // items in the key, in order
-    struct State {
-      Key key;
-      Front front;
+    StateSet states, next;
+    states.push({}, Point{0, 0, 0, 0});
+    // A step's destinations (slots): per (base key id, signature of v) its
+    // front. The time-only relaxation keeps one point per slot, the
+    // fastest (of equal ones the first, as insert keeps): per slot that
+    // point with its parent's node and the choice, whose node is made only
+    // once the step is done (no speculative nodes). Kept across steps, as
+    // their buffers are.
+    struct Pick {
+      Point point;
+      int cand;
     };
-    std::vector<State> states(1);
-    states[0].front.push_back(Point{0, 0, 0, 0});
+    std::vector<uint64_t> slotKeys;
+    std::vector<Front> slotFronts;
+    std::vector<Pick> picks;
+    // Per slot: the least time so far + rest bound of a point inserted
+    // there (what a capped search ranks states by).
+    std::vector<double> slotEstimate, nextEstimate;
     for (unsigned v = 0; v < n; ++v) {
       // Candidates of v: (cost, sig, column per in-edge, candidate index).
       struct SC {
@@ -2240,13 +2319,14 @@ Expected<Plan> Instance::Impl::solve() {
           // output layout (a candidate that is fast alone but whose
           // layouts cost what comes before or after goes first).
           std::map<std::vector<int>, double> sofar;
-          for (const State &st : states) {
+          for (size_t i = 0; i < states.size(); ++i) {
+            ArrayRef<int> key = states.key(i);
             std::vector<int> from;
             for (const SegEdge *e : inEdges[v])
               from.push_back(
-                  layoutOf(e->from, st.key[livePos[e->from]], e->fromOperand));
+                  layoutOf(e->from, key[livePos[e->from]], e->fromOperand));
             double fastest = std::numeric_limits<double>::infinity();
-            for (const Point &pt : st.front)
+            for (const Point &pt : states.front(i))
               fastest = std::min(fastest, pt.time);
             auto [it, ins] = sofar.try_emplace(std::move(from), fastest);
             if (!ins)
@@ -2319,13 +2399,12 @@ Expected<Plan> Instance::Impl::solve() {
         nextLive.push_back(v);
       double restM = restMem[v + 1] + outMem;
       // Destination fronts by (base key id, signature of v).
-      std::map<Key, unsigned> baseIds;
-      std::vector<const Key *> bases;
+      TupleIds bases;
       DenseMap<uint64_t, unsigned> slotOf;
-      std::vector<std::pair<uint64_t, Front>> slots;
-      // Per slot: the least time so far + rest bound of a point inserted
-      // there (what a capped search ranks states by).
-      std::vector<double> slotEstimate;
+      slotKeys.clear();
+      slotFronts.clear();
+      picks.clear();
+      slotEstimate.clear();
       // Per combination of the in-edges' producer layouts (all a state's
       // re-layouts into v depend on; far fewer than the states): each
       // choice's own time plus its re-layouts, summed as the DP sums them,
@@ -2335,12 +2414,13 @@ Expected<Plan> Instance::Impl::solve() {
       struct Adds {
         std::vector<double> add, restFrom;
       };
-      std::map<SmallVector<int, 2>, Adds> addsOf;
-      auto getAdds = [&](const SmallVector<int, 2> &from) -> const Adds & {
-        auto [it, ins] = addsOf.try_emplace(from);
-        Adds &a = it->second;
+      TupleIds froms;
+      std::vector<Adds> addsOf;
+      auto getAdds = [&](ArrayRef<int> from) -> const Adds & {
+        auto [id, ins] = froms.insert(from);
         if (!ins)
-          return a;
+          return addsOf[id];
+        Adds &a = addsOf.emplace_back();
         SmallVector<const std::vector<double> *, 2> row;
         for (unsigned k = 0; k < numIn; ++k)
           row.push_back(&getRow(k, from[k]));
@@ -2356,30 +2436,29 @@ Expected<Plan> Instance::Impl::solve() {
           a.restFrom[s] = std::min(a.restFrom[s + 1], a.add[s] + scs[s].rest);
         return a;
       };
-      for (State &st : states) {
+      SmallVector<int, 4> from;
+      SmallVector<int, 8> base;
+      for (size_t i = 0; i < states.size(); ++i) {
         ++stats.statesVisited;
-        const Key &key = st.key;
-        SmallVector<int, 2> from;
+        ArrayRef<int> key = states.key(i);
+        ArrayRef<Point> front = states.front(i);
+        from.clear();
         for (const SegEdge *e : inEdges[v])
           from.push_back(
               layoutOf(e->from, key[livePos[e->from]], e->fromOperand));
         const Adds &adds = getAdds(from);
-        Key base;
+        base.clear();
         for (unsigned u : nextLive)
           if (u != v)
             base.push_back(key[livePos[u]]);
-        auto [bit, bins] = baseIds.try_emplace(std::move(base),
-                                               unsigned(bases.size()));
-        if (bins)
-          bases.push_back(&bit->first);
-        uint64_t bi = uint64_t(bit->second) << 32;
+        uint64_t bi = uint64_t(bases.insert(base).first) << 32;
         // A choice whose time and rest bound, from the state's fastest
         // point, already fail admissible's time test is skipped (the same
         // additions in the same order: exact), and the loop ends where no
         // later choice can pass (suffix minima, with a margin for their
         // different rounding).
         double fastest = std::numeric_limits<double>::infinity();
-        for (const Point &pt : st.front)
+        for (const Point &pt : front)
           fastest = std::min(fastest, pt.time);
         for (unsigned s = 0; s < scs.size(); ++s) {
           if ((fastest + adds.restFrom[s] + outTime) + constantTime >=
@@ -2390,27 +2469,40 @@ Expected<Plan> Instance::Impl::solve() {
           if ((fastest + add) + (sc.rest + outTime) + constantTime >= bound)
             continue;
           uint64_t dk = bi | uint32_t(vLive ? sc.sig : 0);
-          Front *dst = nullptr;
-          unsigned dstSlot = 0;
-          for (const Point &pt : st.front) {
+          int dstSlot = -1;
+          for (const Point &pt : front) {
             Point np{pt.time + add, pt.mem + sc.mem,
                      std::max(pt.peak, sc.peak), -1};
             if (!admissible(np, sc.rest + outTime, restM))
               continue;
-            if (!dst) {
-              auto [sit, sins] = slotOf.try_emplace(dk, unsigned(slots.size()));
+            if (dstSlot < 0) {
+              auto [sit, sins] =
+                  slotOf.try_emplace(dk, unsigned(slotKeys.size()));
               if (sins) {
-                slots.push_back({dk, Front()});
+                slotKeys.push_back(dk);
                 slotEstimate.push_back(std::numeric_limits<double>::infinity());
+                if (timeOnly)
+                  picks.push_back({Point{inf, 0, 0, -1}, -1});
+                else
+                  slotFronts.emplace_back();
               }
-              dstSlot = sit->second;
-              dst = &slots[dstSlot].second;
+              dstSlot = int(sit->second);
+            }
+            if (timeOnly) {
+              Pick &pick = picks[dstSlot];
+              if (pick.point.time <= np.time)
+                continue;
+              np.node = pt.node;
+              pick = {np, sc.cand};
+              slotEstimate[dstSlot] =
+                  std::min(slotEstimate[dstSlot], np.time + sc.rest + outTime);
+              continue;
             }
             // Speculative node; reused when rejected.
             nodes.push_back({pt.node, -1, sc.cand >= 0 ? items[v].op : -1,
                              sc.cand});
             np.node = int32_t(nodes.size() - 1);
-            if (!insert(*dst, np))
+            if (!insert(slotFronts[dstSlot], np))
               nodes.pop_back();
             else
               slotEstimate[dstSlot] =
@@ -2418,17 +2510,27 @@ Expected<Plan> Instance::Impl::solve() {
           }
         }
       }
-      std::vector<State> next;
-      std::vector<double> nextEstimate;
-      next.reserve(slots.size());
-      for (auto [i, slot] : llvm::enumerate(slots)) {
-        auto &[dk, front] = slot;
+      next.reset(unsigned(nextLive.size()));
+      nextEstimate.clear();
+      for (auto [i, dk] : llvm::enumerate(slotKeys)) {
+        ArrayRef<Point> front;
+        Point picked;
+        if (timeOnly) {
+          const Pick &pick = picks[i];
+          nodes.push_back({pick.point.node, -1,
+                           pick.cand >= 0 ? items[v].op : -1, pick.cand});
+          picked = pick.point;
+          picked.node = int32_t(nodes.size() - 1);
+          front = picked;
+        } else {
+          front = slotFronts[i];
+        }
         if (front.empty())
           continue;
-        Key k = *bases[dk >> 32];
+        base.assign(bases[unsigned(dk >> 32)]);
         if (vLive)
-          k.push_back(int(uint32_t(dk)));
-        next.push_back({std::move(k), std::move(front)});
+          base.push_back(int(uint32_t(dk)));
+        next.push(base, front);
         nextEstimate.push_back(slotEstimate[i]);
       }
       if (options.maxStates && next.size() > options.maxStates) {
@@ -2440,25 +2542,26 @@ Expected<Plan> Instance::Impl::solve() {
           order.push_back({nextEstimate[i], i});
         std::nth_element(order.begin(), order.begin() + options.maxStates,
                          order.end());
-        std::vector<State> kept;
+        StateSet kept;
+        kept.reset(next.width);
         for (unsigned i = 0; i < options.maxStates; ++i)
-          kept.push_back(std::move(next[order[i].second]));
+          kept.push(next.key(order[i].second), next.front(order[i].second));
         stats.droppedStates += next.size() - options.maxStates;
         next = std::move(kept);
       }
-      states = std::move(next);
+      std::swap(states, next);
       live = std::move(nextLive);
     }
     // Re-key by the sticky operands' layouts.
     StateMap out;
-    for (State &st : states) {
+    for (size_t i = 0; i < states.size(); ++i) {
       Key k;
       for (auto [item, operand] : sticky) {
         unsigned pos = unsigned(find(live, item) - live.begin());
-        k.push_back(layoutOf(item, st.key[pos], operand));
+        k.push_back(layoutOf(item, states.key(i)[pos], operand));
       }
       Front &dst = out[k];
-      for (const Point &pt : st.front)
+      for (const Point &pt : states.front(i))
         insert(dst, pt);
     }
     return out;
