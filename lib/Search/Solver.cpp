@@ -378,6 +378,14 @@ struct Instance::Impl {
   /// to `sync` and `opt`) and its model states under the configuration.
   ModelStateBytes getSyncTerms(const Raw &raw, double &sync, double &opt) const;
   double edgeSeconds(unsigned consumer, unsigned operand, int from, int to);
+  /// The id of the re-layout matrix (tables->relayouts) of the tensor fed
+  /// into `operand` of `consumer` (made on first use).
+  unsigned getRelayoutMatrix(unsigned consumer, unsigned operand);
+  /// edgeSeconds from the layouts `from` (not kExternal) and `to` and their
+  /// local indices `f`, `t` in matrix `id` (getLocalLayout): for loops
+  /// that cost many pairs of one edge's layouts (chainBound).
+  double matrixSeconds(unsigned id, unsigned consumer, unsigned operand,
+                       int from, unsigned f, int to, unsigned t);
   /// `layout`'s local index in `m`, the matrix of the tensor into `operand`
   /// of `consumer` (its uses filled on first sight).
   unsigned getLocalLayout(Tables::RelayoutMatrix &m, unsigned consumer,
@@ -920,6 +928,15 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
                                    int from, int to) {
   if (from == kExternal)
     return 0;
+  unsigned id = getRelayoutMatrix(consumer, operand);
+  Tables::RelayoutMatrix &m = tables->relayouts[id];
+  unsigned f = getLocalLayout(m, consumer, operand, from),
+           t = getLocalLayout(m, consumer, operand, to);
+  return matrixSeconds(id, consumer, operand, from, f, to, t);
+}
+
+unsigned Instance::Impl::getRelayoutMatrix(unsigned consumer,
+                                           unsigned operand) {
   int &tid = tables->edgeTensorIds[consumer][operand];
   if (tid < 0) {
     uint64_t edge = uint64_t(consumer) << 8 | operand;
@@ -948,8 +965,13 @@ double Instance::Impl::edgeSeconds(unsigned consumer, unsigned operand,
     m.viaViews = getViewEdge(consumer, operand) != nullptr;
     m.needsGrad = problem.ops[consumer].operands[operand].needsGrad;
   }
-  unsigned f = getLocalLayout(m, consumer, operand, from),
-           t = getLocalLayout(m, consumer, operand, to);
+  return unsigned(tid);
+}
+
+double Instance::Impl::matrixSeconds(unsigned id, unsigned consumer,
+                                     unsigned operand, int from, unsigned f,
+                                     int to, unsigned t) {
+  Tables::RelayoutMatrix &m = tables->relayouts[id];
   // relayoutEdge's sum from the layouts' uses (the same figures): two
   // lookups of the mesh's coefficients, cheaper than keeping the sums
   // (GPT-3 175B on 1024 GPUs: 7.7 -> 6.5 s without the matrix of sums).
@@ -1994,11 +2016,21 @@ Expected<Plan> Instance::Impl::solve() {
       // want (many share them), each group at its smallest g, in
       // increasing g: once g alone cannot beat the best, no later group
       // can (re-layouts >= 0), so few re-layouts are costed.
+      // (Each edge's re-layout matrix and each layout's index in it are
+      // looked up once, outside the loop over pairs: edgeCost's sums.)
       struct Group {
         SmallVector<int, 2> wants;
+        SmallVector<unsigned, 2> local;
         Value g;
       };
       SmallVector<Group> groups;
+      SmallVector<unsigned, 2> matrices;
+      for (const SegEdge *e : chainIn[w])
+        matrices.push_back(getRelayoutMatrix(op, e->toOperand));
+      auto localOf = [&](unsigned k, int layout) {
+        return getLocalLayout(tables->relayouts[matrices[k]], op,
+                              chainIn[w][k]->toOperand, layout);
+      };
       {
         std::map<SmallVector<int, 2>, unsigned> index;
         for (auto [k, c] : llvm::enumerate(cands[op])) {
@@ -2007,7 +2039,7 @@ Expected<Plan> Instance::Impl::solve() {
             wants.push_back(c.raw->layouts[e->toOperand]);
           auto [it, ins] = index.try_emplace(wants, unsigned(groups.size()));
           if (ins)
-            groups.push_back({std::move(wants), g[k]});
+            groups.push_back({std::move(wants), {}, g[k]});
           else if (g[k].time < groups[it->second].g.time)
             groups[it->second].g = g[k];
         }
@@ -2015,16 +2047,28 @@ Expected<Plan> Instance::Impl::solve() {
       llvm::stable_sort(groups, [](const Group &a, const Group &b) {
         return a.g.time < b.g.time;
       });
+      double scale = weight(op) * slots;
+      SmallVector<unsigned, 2> at(chainIn[w].size());
       for (int l : ls) {
         auto [it, ins] = cb.after[v].try_emplace(l, Value{inf, 0});
         if (!ins)
           continue;
-        for (const Group &grp : groups) {
+        if (l != kExternal)
+          for (unsigned k = 0; k < at.size(); ++k)
+            at[k] = localOf(k, l);
+        for (Group &grp : groups) {
           if (grp.g.time >= it->second.time)
             break;
+          if (grp.local.empty())
+            for (auto [k, want] : llvm::enumerate(grp.wants))
+              grp.local.push_back(localOf(unsigned(k), want));
           double t = grp.g.time;
-          for (auto [e, want] : llvm::zip(chainIn[w], grp.wants))
-            t += edgeCost(op, e->toOperand, l, want);
+          for (unsigned k = 0; k < at.size(); ++k)
+            t += l == kExternal
+                     ? 0.0
+                     : scale * matrixSeconds(matrices[k], op,
+                                             chainIn[w][k]->toOperand, l, at[k],
+                                             grp.wants[k], grp.local[k]);
           if (t < it->second.time)
             it->second = {t, grp.g.mem};
         }
