@@ -382,29 +382,33 @@ searchWith(const Problem &problem, const Cluster &cluster,
     first = end;
   }
   // Forming a group costs every partition (its tables) and every candidate
-  // of each of its configurations: independent per group, so
-  // groups are formed in parallel (llvm::parallelFor), a few at a time to
-  // bound the memory, each keeping only its configurations' summaries. (No
-  // pass has kept tables for a group it has not summarized: tables are kept
-  // only for configurations solved, and those have their summaries.)
+  // of each of its configurations, independently per group, so groups are
+  // formed in parallel (llvm::parallelFor), each keeping only its
+  // configurations' summaries. Groups of one mesh shape share the re-layout
+  // coefficients, which forming fills (the group bounds' re-layouts), so
+  // each shape is one task that forms its groups in turn (one group's
+  // tables alive per thread); the tasks go to the threads as they free up,
+  // the shapes of most axes (most partitions) first. (No pass has kept
+  // tables for a group it has not summarized: tables are kept only for
+  // configurations solved, and those have their summaries.)
   struct Formed {
     std::vector<ConfigSummary> summaries;
-    std::shared_ptr<RelayoutCoefficients> coefficients;
     std::optional<std::string> error;
   };
-  auto form = [&](size_t first, size_t end, Formed &f) {
+  auto form = [&](size_t first, size_t end, Formed &f,
+                  std::shared_ptr<RelayoutCoefficients> &coefficients) {
     std::vector<std::unique_ptr<Instance>> group;
     for (size_t i = first; i < end; ++i) {
       Expected<std::unique_ptr<Instance>> inst = Instance::create(
           problem, cluster, configs[i], eff, options.solver,
-          group.empty() ? nullptr : group.front().get(), f.coefficients);
+          group.empty() ? nullptr : group.front().get(), coefficients);
       if (!inst) {
         f.error = toString(inst.takeError());
         return;
       }
       group.push_back(std::move(*inst));
     }
-    f.coefficients = group.front()->getRelayoutCoefficients();
+    coefficients = group.front()->getRelayoutCoefficients();
     std::vector<const Instance *> members;
     std::vector<bool> dominated(group.size(), false);
     for (size_t j = 0; j < group.size(); ++j) {
@@ -423,31 +427,44 @@ searchWith(const Problem &problem, const Cluster &cluster,
                              group[j]->getMemoryLimit(), dominated[j]});
     }
   };
-  // A chunk holds at most 8 groups, of different mesh shapes: groups of
-  // one shape share the re-layout coefficients, which the group bounds
-  // fill (Instance::getGroupLowerBound).
-  const size_t chunk = 8;
-  for (size_t c = 0, n = 0; c < toForm.size(); c += n) {
-    std::set<std::vector<int64_t>> shapes;
-    n = 0;
-    while (n < chunk && c + n < toForm.size() &&
-           shapes.insert(getMeshShape(configs[toForm[c + n].first])).second)
-      ++n;
-    std::vector<Formed> formed(n);
-    for (size_t k = 0; k < n; ++k)
-      formed[k].coefficients =
-          cache.findCoefficients(configs[toForm[c + k].first]);
-    llvm::parallelFor(0, n, [&](size_t k) {
-      form(toForm[c + k].first, toForm[c + k].second, formed[k]);
-    });
-    for (size_t k = 0; k < n; ++k) {
-      if (formed[k].error)
-        return err(*formed[k].error);
-      auto [first, end] = toForm[c + k];
-      for (size_t i = first; i < end; ++i)
-        cache.keepSummary(configs[i], space, formed[k].summaries[i - first]);
-      cache.keepCoefficients(configs[first], formed[k].coefficients);
+  // The groups to form, by mesh shape (in order of first appearance).
+  struct ShapeTask {
+    std::vector<size_t> groups; // indices into toForm
+    std::shared_ptr<RelayoutCoefficients> coefficients;
+  };
+  std::vector<ShapeTask> tasks;
+  {
+    std::map<std::vector<int64_t>, size_t> taskOf;
+    for (size_t k = 0; k < toForm.size(); ++k) {
+      const Config &c = configs[toForm[k].first];
+      auto [it, ins] = taskOf.try_emplace(getMeshShape(c), tasks.size());
+      if (ins)
+        tasks.push_back({{}, cache.findCoefficients(c)});
+      tasks[it->second].groups.push_back(k);
     }
+  }
+  llvm::stable_sort(tasks, [&](const ShapeTask &a, const ShapeTask &b) {
+    return configs[toForm[a.groups.front()].first].mesh.axes.size() >
+           configs[toForm[b.groups.front()].first].mesh.axes.size();
+  });
+  std::vector<Formed> formed(toForm.size());
+  llvm::parallelFor(0, tasks.size(), [&](size_t t) {
+    for (size_t k : tasks[t].groups) {
+      form(toForm[k].first, toForm[k].second, formed[k], tasks[t].coefficients);
+      if (formed[k].error)
+        return;
+    }
+  });
+  for (size_t k = 0; k < toForm.size(); ++k)
+    if (formed[k].error)
+      return err(*formed[k].error);
+  for (const ShapeTask &t : tasks)
+    cache.keepCoefficients(configs[toForm[t.groups.front()].first],
+                           t.coefficients);
+  for (size_t k = 0; k < toForm.size(); ++k) {
+    auto [first, end] = toForm[k];
+    for (size_t i = first; i < end; ++i)
+      cache.keepSummary(configs[i], space, formed[k].summaries[i - first]);
   }
   for (size_t i = 0; i < configs.size(); ++i)
     addToOrder(i, *cache.findSummary(configs[i], space));
