@@ -40,6 +40,11 @@
 #include <numeric>
 #include <set>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 using namespace llvm;
 using namespace stpar::cost;
 
@@ -127,6 +132,36 @@ struct Node {
   /// >= 0: a choice (problem op, candidate); -1 root; -2 concat.
   int32_t op = -1, cand = -1;
 };
+
+/// An allocator for the DP's large arrays (states, slots, nodes): blocks of
+/// 2 MiB or more are advised for transparent huge pages (Linux), so that
+/// filling them faults once per 2 MiB rather than once per 4 KiB page. On
+/// this project's VMs a page fault costs about 15 us (BLOOM-7B1 on 32
+/// devices: its exact DP's 8,800 faults -> 5,000, the search 4% faster).
+template <typename T> struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <typename U> HugePageAllocator(const HugePageAllocator<U> &) {}
+  T *allocate(size_t n) {
+    T *p = std::allocator<T>().allocate(n);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    size_t bytes = n * sizeof(T);
+    if (bytes >= (size_t(2) << 20)) {
+      static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+      uintptr_t begin = uintptr_t(p) & ~(page - 1),
+                end = (uintptr_t(p) + bytes + page - 1) & ~(page - 1);
+      // (Advice only: where the kernel declines, nothing changes.)
+      (void)madvise(reinterpret_cast<void *>(begin), end - begin,
+                    MADV_HUGEPAGE);
+    }
+#endif
+    return p;
+  }
+  void deallocate(T *p, size_t n) { std::allocator<T>().deallocate(p, n); }
+  bool operator==(const HugePageAllocator &) const { return true; }
+  bool operator!=(const HugePageAllocator &) const { return false; }
+};
+template <typename T> using HugeVector = std::vector<T, HugePageAllocator<T>>;
 } // namespace
 
 /// About the heap bytes of one allocation of `n` elements of `T` (malloc
@@ -329,7 +364,7 @@ struct Instance::Impl {
         inputHasEdges(tables->inputHasEdges),
         isCheckpoint(tables->isCheckpoint), layoutIds(tables->layoutIds),
         layouts(tables->layouts) {}
-  std::vector<Node> nodes;
+  HugeVector<Node> nodes;
   double smallestMemory = std::numeric_limits<double>::infinity();
   DPStats stats;
   /// Per problem operator, minima over its candidates: objective time,
@@ -1822,9 +1857,9 @@ using StateMap = std::map<Key, Front>;
 /// step touches is what the exact DP's time goes to (page faults).
 struct StateSet {
   unsigned width = 0;
-  std::vector<int> keys;
-  std::vector<Point> points;
-  std::vector<uint32_t> start{0};
+  HugeVector<int> keys;
+  HugeVector<Point> points;
+  HugeVector<uint32_t> start{0};
   size_t size() const { return start.size() - 1; }
   ArrayRef<int> key(size_t i) const {
     return ArrayRef<int>(keys).slice(i * width, width);
@@ -2292,12 +2327,12 @@ Expected<Plan> Instance::Impl::solve() {
       Point point;
       int cand;
     };
-    std::vector<uint64_t> slotKeys;
+    HugeVector<uint64_t> slotKeys;
     std::vector<Front> slotFronts;
-    std::vector<Pick> picks;
+    HugeVector<Pick> picks;
     // Per slot: the least time so far + rest bound of a point inserted
     // there (what a capped search ranks states by).
-    std::vector<double> slotEstimate, nextEstimate;
+    HugeVector<double> slotEstimate, nextEstimate;
     for (unsigned v = 0; v < n; ++v) {
       // Candidates of v: (cost, sig, column per in-edge, candidate index).
       struct SC {
