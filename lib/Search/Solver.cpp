@@ -1899,6 +1899,7 @@ public:
     return {id, true};
   }
   ArrayRef<int> operator[](unsigned id) const { return tuples[id]; }
+  size_t size() const { return tuples.size(); }
 
 private:
   BumpPtrAllocator storage;
@@ -2333,6 +2334,10 @@ Expected<Plan> Instance::Impl::solve() {
     // Per slot: the least time so far + rest bound of a point inserted
     // there (what a capped search ranks states by).
     HugeVector<double> slotEstimate, nextEstimate;
+    // Per state its base key's id; per (base, signature) its slot (~0u:
+    // none yet).
+    std::vector<uint32_t> stateBase;
+    HugeVector<uint32_t> slotTable;
     for (unsigned v = 0; v < n; ++v) {
       // Candidates of v: (cost, sig, column per in-edge, candidate index).
       struct SC {
@@ -2515,8 +2520,25 @@ Expected<Plan> Instance::Impl::solve() {
           a.restFrom[s] = std::min(a.restFrom[s + 1], a.add[s] + scs[s].rest);
         return a;
       };
+      // Each state's base key (its key without what v's step drops), by
+      // id; then the slots: per base a row of v's signatures where all
+      // rows fit in a small table (no hashing in the loop below), else a
+      // hash map of (base, signature).
       SmallVector<int, 4> from;
       SmallVector<int, 8> base;
+      stateBase.resize(states.size());
+      for (size_t i = 0; i < states.size(); ++i) {
+        ArrayRef<int> key = states.key(i);
+        base.clear();
+        for (unsigned u : nextLive)
+          if (u != v)
+            base.push_back(key[livePos[u]]);
+        stateBase[i] = bases.insert(base).first;
+      }
+      size_t numSigs = vLive ? sigLayouts[v].size() : 1;
+      bool dense = bases.size() * numSigs <= (size_t(1) << 22);
+      if (dense)
+        slotTable.assign(bases.size() * numSigs, ~0u);
       for (size_t i = 0; i < states.size(); ++i) {
         ++stats.statesVisited;
         ArrayRef<int> key = states.key(i);
@@ -2526,11 +2548,8 @@ Expected<Plan> Instance::Impl::solve() {
           from.push_back(
               layoutOf(e->from, key[livePos[e->from]], e->fromOperand));
         const Adds &adds = getAdds(from);
-        base.clear();
-        for (unsigned u : nextLive)
-          if (u != v)
-            base.push_back(key[livePos[u]]);
-        uint64_t bi = uint64_t(bases.insert(base).first) << 32;
+        uint64_t bi = uint64_t(stateBase[i]) << 32;
+        uint32_t *row = dense ? &slotTable[stateBase[i] * numSigs] : nullptr;
         // A choice whose time and rest bound, from the state's fastest
         // point, already fail admissible's time test is skipped (the same
         // additions in the same order: exact), and the loop ends where no
@@ -2555,8 +2574,20 @@ Expected<Plan> Instance::Impl::solve() {
             if (!admissible(np, sc.rest + outTime, restM))
               continue;
             if (dstSlot < 0) {
-              auto [sit, sins] =
-                  slotOf.try_emplace(dk, unsigned(slotKeys.size()));
+              bool sins = false;
+              if (dense) {
+                uint32_t &cell = row[vLive ? sc.sig : 0];
+                if (cell == ~0u) {
+                  cell = uint32_t(slotKeys.size());
+                  sins = true;
+                }
+                dstSlot = int(cell);
+              } else {
+                auto [sit, ins] =
+                    slotOf.try_emplace(dk, unsigned(slotKeys.size()));
+                sins = ins;
+                dstSlot = int(sit->second);
+              }
               if (sins) {
                 slotKeys.push_back(dk);
                 slotEstimate.push_back(std::numeric_limits<double>::infinity());
@@ -2565,7 +2596,6 @@ Expected<Plan> Instance::Impl::solve() {
                 else
                   slotFronts.emplace_back();
               }
-              dstSlot = int(sit->second);
             }
             if (timeOnly) {
               Pick &pick = picks[dstSlot];
