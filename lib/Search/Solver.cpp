@@ -2522,8 +2522,9 @@ Expected<Plan> Instance::Impl::solve() {
       };
       // Each state's base key (its key without what v's step drops), by
       // id; then the slots: per base a row of v's signatures where all
-      // rows fit in a small table (no hashing in the loop below), else a
-      // hash map of (base, signature).
+      // rows fit in a small table (no hashing in the loop below;
+      // SolverOptions::maxSlotTableEntries), else a hash map of (base,
+      // signature).
       SmallVector<int, 4> from;
       SmallVector<int, 8> base;
       stateBase.resize(states.size());
@@ -2536,7 +2537,7 @@ Expected<Plan> Instance::Impl::solve() {
         stateBase[i] = bases.insert(base).first;
       }
       size_t numSigs = vLive ? sigLayouts[v].size() : 1;
-      bool dense = bases.size() * numSigs <= (size_t(1) << 22);
+      bool dense = bases.size() * numSigs <= options.maxSlotTableEntries;
       if (dense)
         slotTable.assign(bases.size() * numSigs, ~0u);
       for (size_t i = 0; i < states.size(); ++i) {

@@ -160,6 +160,12 @@ struct SolverOptions {
   /// kept per DP step (lowest time), points per Pareto front.
   unsigned maxCandidates = 0, maxStates = 0, maxFront = 0;
   bool isCapped() const { return maxCandidates || maxStates || maxFront; }
+  /// The frontier DP finds a step's destination states in a table indexed
+  /// by (the state's key without what the step drops, the operator's
+  /// signature) while that table has at most this many entries (4 Bytes
+  /// each; 4 Mi by default), else in a hash map. The two give the same
+  /// results; 0 always takes the hash map (for testing).
+  size_t maxSlotTableEntries = size_t(1) << 22;
   /// The default caps (`stpar plan` without --exact, the benchmark, the
   /// seed of an exact search): 24 candidates, 256 states, 3 front points.
   void setDefaultCaps() {

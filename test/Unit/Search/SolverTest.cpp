@@ -590,6 +590,50 @@ TEST(Objective, BreakdownAddsUpToThePipeline) {
 
 namespace {
 
+TEST(Exactness, SlotTableAndHashMapAgree) {
+  // A DP step finds its destination states in a table of (base key,
+  // signature) or, where that table would be large, in a hash map
+  // (SolverOptions::maxSlotTableEntries). No benchmark row reaches the
+  // hash map, so here both ways solve the same random problems, exact and
+  // capped, every configuration without a bound (so that every DP runs and
+  // is counted), and must give the same plans, times and DP statistics.
+  std::mt19937 rng(47);
+  EfficiencyModel eff = getDefaultEfficiency();
+  int solved = 0;
+  uint64_t visited = 0;
+  for (int i = 0; i < 100; ++i) {
+    Problem p = randomProblem(rng);
+    if (rng() % 3 == 0)
+      p.memoryLimit = 2e4 + double(rng() % 200000);
+    SearchOptions table;
+    table.maxMeshAxes = 3;
+    table.microBatchChoices = 0;
+    table.branchAndBound = false;
+    table.solver.space.temporal = rng() % 2;
+    if (i % 2)
+      table.solver.setDefaultCaps();
+    SearchOptions hashed = table;
+    hashed.solver.maxSlotTableEntries = 0;
+    Expected<SearchResult> a = search(p, cluster(), eff, table);
+    Expected<SearchResult> b = search(p, cluster(), eff, hashed);
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->best.has_value(), b->best.has_value()) << "problem " << i;
+    EXPECT_EQ(a->stats.statesVisited, b->stats.statesVisited)
+        << "problem " << i;
+    visited += a->stats.statesVisited;
+    EXPECT_EQ(a->stats.droppedStates, b->stats.droppedStates)
+        << "problem " << i;
+    if (!a->best)
+      continue;
+    EXPECT_EQ(a->best->cost.stepTime, b->best->cost.stepTime)
+        << "problem " << i;
+    EXPECT_TRUE(a->best->partitions == b->best->partitions) << "problem " << i;
+    ++solved;
+  }
+  EXPECT_GT(solved, 50);
+  EXPECT_GT(visited, 10000u);
+}
+
 TEST(Exactness, BranchAndBoundMatchesSolvingEveryConfiguration) {
   // The outer search prunes configurations by lower bounds and runs each DP
   // against the best plan so far; without that it solves every
