@@ -127,6 +127,21 @@ Problem randomProblem(std::mt19937 &rng) {
   return p;
 }
 
+/// A random problem (randomProblem) whose memory limit binds one time in
+/// three, and exact search options for it: at most `axes` mesh axes, every
+/// micro-batch count, the temporal primitive on or off at random.
+std::pair<Problem, SearchOptions> randomSearch(std::mt19937 &rng,
+                                               unsigned axes) {
+  Problem p = randomProblem(rng);
+  if (rng() % 3 == 0)
+    p.memoryLimit = 2e4 + double(rng() % 200000);
+  SearchOptions opts;
+  opts.maxMeshAxes = axes;
+  opts.microBatchChoices = 0;
+  opts.solver.space.temporal = rng() % 2;
+  return {std::move(p), std::move(opts)};
+}
+
 Config randomConfig(std::mt19937 &rng, const Problem &p) {
   std::vector<std::vector<int64_t>> shapes = enumerateMeshShapes(p.devices, 2);
   Config c;
@@ -602,14 +617,8 @@ TEST(Exactness, SlotTableAndHashMapAgree) {
   int solved = 0;
   uint64_t visited = 0;
   for (int i = 0; i < 100; ++i) {
-    Problem p = randomProblem(rng);
-    if (rng() % 3 == 0)
-      p.memoryLimit = 2e4 + double(rng() % 200000);
-    SearchOptions table;
-    table.maxMeshAxes = 3;
-    table.microBatchChoices = 0;
+    auto [p, table] = randomSearch(rng, 3);
     table.branchAndBound = false;
-    table.solver.space.temporal = rng() % 2;
     if (i % 2)
       table.solver.setDefaultCaps();
     SearchOptions hashed = table;
@@ -645,13 +654,7 @@ TEST(Exactness, BranchAndBoundMatchesSolvingEveryConfiguration) {
   EfficiencyModel eff = getDefaultEfficiency();
   int compared = 0, infeasible = 0;
   for (int attempt = 0; attempt < 400 && compared < 60; ++attempt) {
-    Problem p = randomProblem(rng);
-    if (rng() % 3 == 0)
-      p.memoryLimit = 2e4 + double(rng() % 200000);
-    SearchOptions opts;
-    opts.maxMeshAxes = 2;
-    opts.microBatchChoices = 0;
-    opts.solver.space.temporal = rng() % 2;
+    auto [p, opts] = randomSearch(rng, 2);
     Expected<SearchResult> fast = search(p, cluster(), eff, opts);
     opts.branchAndBound = false;
     Expected<SearchResult> slow = search(p, cluster(), eff, opts);
@@ -685,13 +688,7 @@ TEST(Exactness, CappedSearchMatchesExactOnRandomProblems) {
   int capped = 0, trivial = 0, infeasible = 0, differ = 0;
   double worst = 0, mildest = 1;
   for (int attempt = 0; attempt < 3000 && capped < 400; ++attempt) {
-    Problem p = randomProblem(rng);
-    if (rng() % 3 == 0)
-      p.memoryLimit = 2e4 + double(rng() % 200000);
-    SearchOptions opts;
-    opts.maxMeshAxes = 3;
-    opts.microBatchChoices = 0;
-    opts.solver.space.temporal = rng() % 2;
+    auto [p, opts] = randomSearch(rng, 3);
     Expected<SearchResult> exact = search(p, cluster(), eff, opts);
     opts.solver.setDefaultCaps();
     Expected<SearchResult> heuristic = search(p, cluster(), eff, opts);
