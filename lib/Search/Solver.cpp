@@ -2550,7 +2550,8 @@ Expected<Plan> Instance::Impl::solve() {
               layoutOf(e->from, key[livePos[e->from]], e->fromOperand));
         const Adds &adds = getAdds(from);
         uint64_t bi = uint64_t(stateBase[i]) << 32;
-        uint32_t *row = dense ? &slotTable[stateBase[i] * numSigs] : nullptr;
+        uint32_t *row =
+            dense ? slotTable.data() + size_t(stateBase[i]) * numSigs : nullptr;
         // A choice whose time and rest bound, from the state's fastest
         // point, already fail admissible's time test is skipped (the same
         // additions in the same order: exact), and the loop ends where no
