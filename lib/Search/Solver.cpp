@@ -2332,8 +2332,14 @@ Expected<Plan> Instance::Impl::solve() {
     std::vector<Front> slotFronts;
     HugeVector<Pick> picks;
     // Per slot: the least time so far + rest bound of a point inserted
-    // there (what a capped search ranks states by).
+    // there, what a search with a state cap ranks states by (kept only
+    // then: the exact DPs never read it).
+    bool ranked = options.maxStates != 0;
     HugeVector<double> slotEstimate, nextEstimate;
+    auto estimate = [&](int slot, double value) {
+      if (ranked)
+        slotEstimate[slot] = std::min(slotEstimate[slot], value);
+    };
     // Per state its base key's id; per (base, signature) its slot (~0u:
     // none yet).
     std::vector<uint32_t> stateBase;
@@ -2578,7 +2584,7 @@ Expected<Plan> Instance::Impl::solve() {
             if (dstSlot < 0) {
               bool sins = false;
               if (dense) {
-                uint32_t &cell = row[vLive ? sc.sig : 0];
+                uint32_t &cell = row[uint32_t(dk)];
                 if (cell == ~0u) {
                   cell = uint32_t(slotKeys.size());
                   sins = true;
@@ -2592,7 +2598,9 @@ Expected<Plan> Instance::Impl::solve() {
               }
               if (sins) {
                 slotKeys.push_back(dk);
-                slotEstimate.push_back(std::numeric_limits<double>::infinity());
+                if (ranked)
+                  slotEstimate.push_back(
+                      std::numeric_limits<double>::infinity());
                 if (timeOnly)
                   picks.push_back({Point{inf, 0, 0, -1}, -1});
                 else
@@ -2605,8 +2613,7 @@ Expected<Plan> Instance::Impl::solve() {
                 continue;
               np.node = pt.node;
               pick = {np, sc.cand};
-              slotEstimate[dstSlot] =
-                  std::min(slotEstimate[dstSlot], np.time + sc.rest + outTime);
+              estimate(dstSlot, np.time + sc.rest + outTime);
               continue;
             }
             // Speculative node; reused when rejected.
@@ -2616,8 +2623,7 @@ Expected<Plan> Instance::Impl::solve() {
             if (!insert(slotFronts[dstSlot], np))
               nodes.pop_back();
             else
-              slotEstimate[dstSlot] =
-                  std::min(slotEstimate[dstSlot], np.time + sc.rest + outTime);
+              estimate(dstSlot, np.time + sc.rest + outTime);
           }
         }
       }
@@ -2642,9 +2648,10 @@ Expected<Plan> Instance::Impl::solve() {
         if (vLive)
           base.push_back(int(uint32_t(dk)));
         next.push(base, front);
-        nextEstimate.push_back(slotEstimate[i]);
+        if (ranked)
+          nextEstimate.push_back(slotEstimate[i]);
       }
-      if (options.maxStates && next.size() > options.maxStates) {
+      if (ranked && next.size() > options.maxStates) {
         // Ranked by time so far plus the chain bound of the rest (A*'s
         // f = g + h, with the bound that prunes exactly): a state that is
         // fast so far but whose layout costs the rest more goes first.
