@@ -2266,13 +2266,38 @@ Expected<Plan> Instance::Impl::solve() {
     }
   }
 
+  // The capped search's families of choices (below): mesh axes of the
+  // same size and placement are interchangeable; axisClass[a] is the first
+  // axis like a.
+  std::vector<unsigned> axisClass(config.mesh.axes.size());
+  for (unsigned a = 0; a < axisClass.size(); ++a) {
+    axisClass[a] = a;
+    for (unsigned b = 0; b < a; ++b)
+      if (config.mesh.axes[a].size == config.mesh.axes[b].size &&
+          config.mesh.getPlacement(a, cluster.devicesPerNode) ==
+              config.mesh.getPlacement(b, cluster.devicesPerNode)) {
+        axisClass[a] = axisClass[b];
+        break;
+      }
+  }
+  // Where a segment's output enters the next segment (the pre section's
+  // last output and the layer's carry enter a layer), for the caps'
+  // ranking only: `next` is that segment's chain bound with this output's
+  // layouts among its anchors, so next->rest(0, nullptr, l) bounds what it
+  // costs when entered in layout l.
+  struct SegmentExit {
+    unsigned item, operand;
+    const ChainBound *next;
+  };
   // Runs the frontier DP over `items`; returns fronts keyed by the layouts of
   // the sticky (item, operand) pairs. `outTime`/`outMem` bound what the rest
-  // of the plan (outside this segment) adds.
-  auto runSegment = [&](const std::vector<SegItem> &items,
-                        const std::vector<SegEdge> &edges,
-                        const std::vector<std::pair<unsigned, unsigned>> &sticky,
-                        double outTime, double outMem) -> StateMap {
+  // of the plan (outside this segment) adds. `given` is the segment's chain
+  // bound where the caller has it (else it is computed here).
+  auto runSegment =
+      [&](const std::vector<SegItem> &items, const std::vector<SegEdge> &edges,
+          const std::vector<std::pair<unsigned, unsigned>> &sticky,
+          double outTime, double outMem, const ChainBound *given = nullptr,
+          std::optional<SegmentExit> exit = std::nullopt) -> StateMap {
     unsigned n = unsigned(items.size());
     std::vector<int> lastUse(n, -1);
     std::vector<std::vector<unsigned>> relevant(n);
@@ -2293,7 +2318,10 @@ Expected<Plan> Instance::Impl::solve() {
     }
     // Lower bounds of the items after v: time by the chain bound (per
     // layout), memory by per-operator minima (restMem[v + 1]).
-    ChainBound cb = chainBound(items, edges);
+    std::optional<ChainBound> own;
+    if (!given)
+      own = chainBound(items, edges);
+    const ChainBound &cb = given ? *given : *own;
     std::vector<double> restMem(n + 1, 0);
     for (unsigned v = n; v-- > 0;) {
       restMem[v] = restMem[v + 1];
@@ -2356,12 +2384,17 @@ Expected<Plan> Instance::Impl::solve() {
         /// The least time so far with which it can follow (capped search
         /// only, to rank the candidates).
         double before = 0;
+        /// At the segment's exit (capped search only, to rank candidates
+        /// and states): what entering the next segment in this choice's
+        /// output layout costs at least beyond the least over layouts.
+        double exitRank = 0;
       };
       std::vector<SC> scs;
       unsigned numIn = unsigned(inEdges[v].size());
       std::vector<int> livePos(n, -1);
       for (unsigned i = 0; i < live.size(); ++i)
         livePos[live[i]] = int(i);
+
       if (items[v].op < 0) {
         for (int l : items[v].anchorLayouts)
           scs.push_back(
@@ -2401,13 +2434,25 @@ Expected<Plan> Instance::Impl::solve() {
         for (auto &[k, grp] : groups)
           for (SC &sc : grp)
             scs.push_back(std::move(sc));
+        if (exit && exit->item == v && (options.maxCandidates || ranked)) {
+          // The least over the next segment's entry layouts is its total.
+          double least = exit->next->total.time;
+          for (SC &sc : scs)
+            sc.exitRank = std::max(
+                0.0, exit->next->rest(
+                         0, nullptr,
+                         cands[op][sc.cand].raw->layouts[exit->operand]) -
+                         least);
+        }
         if (options.maxCandidates && scs.size() > options.maxCandidates) {
           // Keep the fastest half and the smallest half. Fastest: A*'s f
           // through the candidate, the least time so far of the states it
           // can follow with the re-layouts into its input layouts, plus
           // its own time, plus the chain bound of the rest given its
-          // output layout (a candidate that is fast alone but whose
-          // layouts cost what comes before or after goes first).
+          // output layout, plus at the segment's exit what the next
+          // segment costs beyond its least when entered in that layout (a
+          // candidate that is fast alone but whose layouts cost what comes
+          // before or after goes first).
           std::map<std::vector<int>, double> sofar;
           for (size_t i = 0; i < states.size(); ++i) {
             ArrayRef<int> key = states.key(i);
@@ -2434,21 +2479,51 @@ Expected<Plan> Instance::Impl::solve() {
           }
           unsigned half = options.maxCandidates / 2;
           std::vector<SC> byTime = scs, byMem = scs;
-          llvm::sort(byTime, [](const SC &a, const SC &b) {
-            return a.before + a.time + a.rest < b.before + b.time + b.rest;
+          llvm::stable_sort(byTime, [](const SC &a, const SC &b) {
+            return a.before + a.time + a.rest + a.exitRank <
+                   b.before + b.time + b.rest + b.exitRank;
           });
-          llvm::sort(byMem, [](const SC &a, const SC &b) {
+          llvm::stable_sort(byMem, [](const SC &a, const SC &b) {
             return a.mem + a.peak < b.mem + b.peak;
           });
+          // Distinct choices first: choices that differ only in which of
+          // the interchangeable mesh axes (axisClass) they use are one
+          // family, and each half takes the first of every family in its
+          // order before any second one. (On a mesh with interchangeable
+          // axes the best choices come as families of relabelings, often
+          // of equal rank, that would fill a half with one choice.)
+          auto familyOf = [&](const SC &sc) {
+            const Partition &part = cands[op][sc.cand].raw->part;
+            SmallVector<int, 16> key;
+            for (const std::vector<unsigned> &axes : part.loopAxes) {
+              key.push_back(-1);
+              for (unsigned a : axes)
+                key.push_back(int(axisClass[a]));
+            }
+            if (part.temporal) {
+              const auto &t = *part.temporal;
+              key.append({-2, int(axisClass[t.rowAxis]),
+                          int(axisClass[t.colAxis]), int(t.mDim), int(t.nDim),
+                          int(t.kDim)});
+            }
+            return std::vector<int>(key.begin(), key.end());
+          };
           std::vector<SC> kept;
           std::set<int> seen;
-          for (unsigned i = 0; i < byTime.size() && kept.size() < half; ++i)
-            if (seen.insert(byTime[i].cand).second)
-              kept.push_back(byTime[i]);
-          for (unsigned i = 0; i < byMem.size() &&
-                               kept.size() < options.maxCandidates; ++i)
-            if (seen.insert(byMem[i].cand).second)
-              kept.push_back(byMem[i]);
+          auto take = [&](const std::vector<SC> &order, size_t upto) {
+            std::set<std::vector<int>> families;
+            for (const SC &sc : order)
+              if (kept.size() < upto && !seen.count(sc.cand) &&
+                  families.insert(familyOf(sc)).second) {
+                seen.insert(sc.cand);
+                kept.push_back(sc);
+              }
+            for (const SC &sc : order)
+              if (kept.size() < upto && seen.insert(sc.cand).second)
+                kept.push_back(sc);
+          };
+          take(byTime, half);
+          take(byMem, options.maxCandidates);
           stats.droppedStates += scs.size() - kept.size();
           scs = std::move(kept);
         }
@@ -2613,7 +2688,7 @@ Expected<Plan> Instance::Impl::solve() {
                 continue;
               np.node = pt.node;
               pick = {np, sc.cand};
-              estimate(dstSlot, np.time + sc.rest + outTime);
+              estimate(dstSlot, np.time + sc.rest + outTime + sc.exitRank);
               continue;
             }
             // Speculative node; reused when rejected.
@@ -2623,7 +2698,7 @@ Expected<Plan> Instance::Impl::solve() {
             if (!insert(slotFronts[dstSlot], np))
               nodes.pop_back();
             else
-              estimate(dstSlot, np.time + sc.rest + outTime);
+              estimate(dstSlot, np.time + sc.rest + outTime + sc.exitRank);
           }
         }
       }
@@ -2691,17 +2766,42 @@ Expected<Plan> Instance::Impl::solve() {
                  int32_t(nodes.size() - 1)};
   };
 
+  // A capped search ranks the choices at a segment's exit by what entering
+  // the next segment in their layout costs (SegmentExit): the layer's chain
+  // bound with every layout the pre section's output and the carry can
+  // take among its anchors (the layer's own DP reads the same bound), and
+  // where one layer is followed by the post section, the post's.
+  std::optional<ChainBound> exitBlock, exitPost;
+  if (hasLayers && (options.maxCandidates || options.maxStates)) {
+    std::set<int> entries;
+    for (const Cand &c : cands[*carry])
+      entries.insert(c.raw->layouts[carryOperand]);
+    if (!pre.empty())
+      for (const Cand &c : cands[pre.back()])
+        entries.insert(c.raw->layouts[preOutOperand]);
+    std::vector<int> anchors(entries.begin(), entries.end());
+    Segment seg = makeSegment(layer, Section::Layer, anchors);
+    exitBlock = chainBound(seg.items, seg.edges);
+    if (P.layers == 1 && !post.empty()) {
+      Segment postExit = makeSegment(post, Section::Post, anchors);
+      exitPost = chainBound(postExit.items, postExit.edges);
+    }
+  }
+
   // Pre section.
   std::map<int, Front> preFront; // carry layout -> front
   Front noLayerFront;
   {
     if (!pre.empty()) {
       std::vector<std::pair<unsigned, unsigned>> sticky;
+      std::optional<SegmentExit> exit;
       if (hasLayers)
         sticky.push_back({preSeg.pos[pre.back()], preOutOperand});
+      if (exitBlock)
+        exit = SegmentExit{preSeg.pos[pre.back()], preOutOperand, &*exitBlock};
       StateMap res = runSegment(preSeg.items, preSeg.edges, sticky,
                                 layers * blockTimeLB + postTimeLB,
-                                layers * blockMemLB + postMemLB);
+                                layers * blockMemLB + postMemLB, nullptr, exit);
       for (auto &[k, f] : res) {
         if (hasLayers)
           preFront[k[0]] = f;
@@ -2751,6 +2851,14 @@ Expected<Plan> Instance::Impl::solve() {
       Segment seg = makeSegment(layer, Section::Layer, anchors);
       std::vector<std::pair<unsigned, unsigned>> sticky = {
           {0, 0}, {seg.pos[*carry], carryOperand}};
+      // (exitBlock's anchors include this segment's: the same bounds.)
+      std::optional<SegmentExit> exit;
+      if (exitBlock && P.layers > 1)
+        exit = SegmentExit{seg.pos[*carry], carryOperand, &*exitBlock};
+      else if (exitPost)
+        exit = SegmentExit{seg.pos[*carry], carryOperand, &*exitPost};
+      const ChainBound *given = exitBlock ? &*exitBlock : nullptr;
+
       double outMem = preMem + (layers - 1) * blockMemLB + postMemLB;
       // A block entry is worth keeping when it and layers - 1 others, at
       // least blockTimeLB each, can beat the bound: its time is below
@@ -2776,7 +2884,8 @@ Expected<Plan> Instance::Impl::solve() {
         // (A margin toward keeping more: "none" must hold exactly.)
         double first = bound - constantTime - (blockTimeLB + slack / layers) -
                        1e-9 * std::abs(bound);
-        res = runSegment(seg.items, seg.edges, sticky, first, outMem);
+        res = runSegment(seg.items, seg.edges, sticky, first, outMem, given,
+                         exit);
         double least = inf;
         for (auto &[k, f] : res)
           for (const Point &pt : f)
@@ -2788,7 +2897,8 @@ Expected<Plan> Instance::Impl::solve() {
         rerun = out < first;
       }
       if (rerun)
-        res = runSegment(seg.items, seg.edges, sticky, out, outMem);
+        res =
+            runSegment(seg.items, seg.edges, sticky, out, outMem, given, exit);
       for (auto &[k, f] : res)
         block[{k[0], k[1]}] = f;
     }

@@ -675,56 +675,94 @@ TEST(Exactness, BranchAndBoundMatchesSolvingEveryConfiguration) {
               compared, infeasible);
 }
 
-TEST(Exactness, CappedSearchMatchesExactOnRandomProblems) {
-  // The caps (SolverOptions::setDefaultCaps: 24 candidates per operator,
-  // 256 states, 3 points per Pareto front) are a heuristic; issue 12 asks
-  // that capped plans equal exact ones wherever both finish. They do not
-  // always: the caps can drop the optimum's state, by a little. Random
-  // problems on up to 8 devices and 3 mesh axes, some with a binding
-  // memory limit; only problems where the caps dropped something count as
-  // compared (elsewhere equality is trivial).
-  std::mt19937 rng(2026);
-  EfficiencyModel eff = getDefaultEfficiency();
-  int capped = 0, trivial = 0, infeasible = 0, differ = 0;
+/// Capped (SolverOptions::setDefaultCaps) vs exact search on the random
+/// problems (randomSearch, up to 8 devices and 3 mesh axes, some with a
+/// binding memory limit) of one seed, until `problems` of them where the
+/// caps dropped states or points are compared (elsewhere equality is
+/// trivial).
+struct CappedVsExact {
+  int capped = 0, trivial = 0, infeasible = 0, faster = 0, slower = 0;
   double worst = 0, mildest = 1;
-  for (int attempt = 0; attempt < 3000 && capped < 400; ++attempt) {
+  void print() const {
+    std::printf("capped vs exact: %d problems where the caps dropped states "
+                "or points (%d of them slower, by %.2g to %.2g of the step "
+                "time; %d faster), %d where they dropped nothing, %d "
+                "infeasible\n",
+                capped, slower, slower ? mildest : 0.0, worst, faster, trivial,
+                infeasible);
+  }
+};
+CappedVsExact compareCapped(unsigned seed, int problems) {
+  std::mt19937 rng(seed);
+  EfficiencyModel eff = getDefaultEfficiency();
+  CappedVsExact r;
+  for (int attempt = 0; attempt < 3000 && r.capped < problems; ++attempt) {
     auto [p, opts] = randomSearch(rng, 3);
     Expected<SearchResult> exact = search(p, cluster(), eff, opts);
     opts.solver.setDefaultCaps();
     Expected<SearchResult> heuristic = search(p, cluster(), eff, opts);
-    ASSERT_TRUE(exact && heuristic);
-    ASSERT_EQ(exact->best.has_value(), heuristic->best.has_value())
-        << "problem " << attempt;
-    if (!exact->best) {
-      ++infeasible;
+    EXPECT_TRUE(exact && heuristic);
+    if (!exact || !heuristic)
+      return r;
+    EXPECT_EQ(exact->best.has_value(), heuristic->best.has_value())
+        << "seed " << seed << " problem " << attempt;
+    if (!exact->best || !heuristic->best) {
+      ++r.infeasible;
       continue;
     }
     if (heuristic->stats.isExact()) {
-      ++trivial;
+      ++r.trivial;
       continue;
     }
     double a = exact->best->cost.stepTime, b = heuristic->best->cost.stepTime;
-    // Never better than the exact optimum (that would make the exact
-    // search wrong), and at most 1e-5 worse: 3 of 400 such problems
-    // differ, by 5e-7 to 7.1e-6 of the step time, all three with a binding
-    // memory limit (7 of 400 when the candidate cap ranked by own time and
-    // the rest bound, without the time so far; 9 at e551126, by own time
-    // alone).
-    EXPECT_GE(b, a * (1 - 1e-9)) << "problem " << attempt;
-    EXPECT_LE(b, a * (1 + 1e-5)) << "problem " << attempt;
+    if (b < a * (1 - 1e-9))
+      ++r.faster;
     if (b > a * (1 + 1e-9)) {
-      ++differ;
-      worst = std::max(worst, (b - a) / a);
-      mildest = std::min(mildest, (b - a) / a);
+      ++r.slower;
+      r.worst = std::max(r.worst, (b - a) / a);
+      r.mildest = std::min(r.mildest, (b - a) / a);
     }
-    ++capped;
+    ++r.capped;
   }
-  EXPECT_EQ(capped, 400);
-  std::printf("capped vs exact: %d problems where the caps dropped states or "
-              "points (%d of them slower, by %.2g to %.2g of the step time), "
-              "%d where they dropped nothing, %d infeasible\n",
-              capped, differ, differ ? mildest : 0.0, worst, trivial,
-              infeasible);
+  EXPECT_EQ(r.capped, problems);
+  return r;
+}
+
+TEST(Exactness, CappedSearchMatchesExactOnRandomProblems) {
+  // The caps are a heuristic; issue 12 asks that capped plans equal exact
+  // ones wherever both finish. On these 400 problems they do (3 were
+  // slower, by up to 7.1e-6 of the step time, before the candidate cap
+  // ranked by the next segment's entry and took distinct families first;
+  // 7 when it ranked without the time so far, 9 by own time alone). A
+  // capped plan faster than the exact optimum would make the exact search
+  // wrong.
+  CappedVsExact r = compareCapped(2026, 400);
+  r.print();
+  EXPECT_EQ(r.faster, 0);
+  EXPECT_EQ(r.slower, 0);
+}
+
+// The same over 30 more seeds (12,400 problems in all with the one above;
+// about 2 minutes, so not in the default run: --gtest_also_run_disabled_tests).
+// The caps remain a heuristic: 3 of them are slower, by 2.5e-7 to 1.3e-6
+// of the step time (37, by up to 7.1e-6, before the exit term and the
+// families). None may be faster.
+TEST(Exactness, DISABLED_CappedSearchOverSeeds) {
+  CappedVsExact all;
+  for (unsigned seed = 1; seed <= 31; ++seed) {
+    CappedVsExact r = compareCapped(seed == 31 ? 2026 : seed, 400);
+    all.capped += r.capped;
+    all.trivial += r.trivial;
+    all.infeasible += r.infeasible;
+    all.faster += r.faster;
+    all.slower += r.slower;
+    if (r.slower) {
+      all.worst = std::max(all.worst, r.worst);
+      all.mildest = std::min(all.mildest, r.mildest);
+    }
+  }
+  all.print();
+  EXPECT_EQ(all.faster, 0);
 }
 
 } // namespace
