@@ -220,8 +220,9 @@ TEST(Exactness, DPMatchesBruteForceOnRandomProblems) {
       DPStats stats3;
       Expected<Plan> again = (*inst2)->solveDP(&stats3);
       ASSERT_TRUE(bool(again));
-      if (a2 > a * (1 + 1e-9))
+      if (a2 > a * (1 + 1e-9)) {
         EXPECT_EQ(stats3.memoryBoundSolves, 1u);
+      }
       ++constrained;
     } else {
       consumeError(bf2.takeError());
@@ -861,10 +862,12 @@ TEST(Objective, BreakdownIsTheEvaluatedCost) {
                        t.backwardWeight, t.communication})
         EXPECT_GE(x, 0);
       EXPECT_LE(t.recompute, t.forward * (1 + 1e-12));
-      if (rc == Recompute::Full)
+      if (rc == Recompute::Full) {
         EXPECT_GT(t.recompute, 0.5 * t.forward);
-      if (rc == Recompute::Selective)
+      }
+      if (rc == Recompute::Selective) {
         EXPECT_LT(t.recompute, 0.5 * t.forward);
+      }
       EXPECT_GT(t.communication, 0); // tp = 2 all-reduces
       PhaseTimes kinds;
       for (const auto &[name, kt] : b->perLayerKind)
