@@ -2394,7 +2394,6 @@ Expected<Plan> Instance::Impl::solve() {
       std::vector<int> livePos(n, -1);
       for (unsigned i = 0; i < live.size(); ++i)
         livePos[live[i]] = int(i);
-
       if (items[v].op < 0) {
         for (int l : items[v].anchorLayouts)
           scs.push_back(
@@ -2494,19 +2493,17 @@ Expected<Plan> Instance::Impl::solve() {
           // of equal rank, that would fill a half with one choice.)
           auto familyOf = [&](const SC &sc) {
             const Partition &part = cands[op][sc.cand].raw->part;
-            SmallVector<int, 16> key;
+            std::vector<int> key;
             for (const std::vector<unsigned> &axes : part.loopAxes) {
               key.push_back(-1);
               for (unsigned a : axes)
                 key.push_back(int(axisClass[a]));
             }
-            if (part.temporal) {
-              const auto &t = *part.temporal;
-              key.append({-2, int(axisClass[t.rowAxis]),
-                          int(axisClass[t.colAxis]), int(t.mDim), int(t.nDim),
-                          int(t.kDim)});
-            }
-            return std::vector<int>(key.begin(), key.end());
+            if (const auto &t = part.temporal)
+              key.insert(key.end(), {-2, int(axisClass[t->rowAxis]),
+                                     int(axisClass[t->colAxis]), int(t->mDim),
+                                     int(t->nDim), int(t->kDim)});
+            return key;
           };
           std::vector<SC> kept;
           std::set<int> seen;
@@ -2858,7 +2855,6 @@ Expected<Plan> Instance::Impl::solve() {
       else if (exitPost)
         exit = SegmentExit{seg.pos[*carry], carryOperand, &*exitPost};
       const ChainBound *given = exitBlock ? &*exitBlock : nullptr;
-
       double outMem = preMem + (layers - 1) * blockMemLB + postMemLB;
       // A block entry is worth keeping when it and layers - 1 others, at
       // least blockTimeLB each, can beat the bound: its time is below
