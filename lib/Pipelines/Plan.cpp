@@ -229,8 +229,7 @@ reportOps(const FlatGraph &g, const Problem &problem, const Plan &plan,
     Expected<OperatorCost> c = costOperator(op, plan.config.mesh, cluster, eff);
     if (!c)
       return c.takeError();
-    OpReport r;
-    r.cost = *c;
+    OpReport r{*c};
     r.seconds = i < plan.cost.opSeconds.size() ? plan.cost.opSeconds[i] : 0;
     r.bytes = i < plan.cost.opBytes.size() ? plan.cost.opBytes[i] : 0;
     if (i < plan.cost.opStateBytes.size()) {
