@@ -2266,6 +2266,9 @@ Expected<Plan> Instance::Impl::solve() {
     }
   }
 
+  // Whether a cap ranks choices (the candidate or the state cap): only
+  // then do the segments' exits (SegmentExit) matter.
+  bool capsRank = options.maxCandidates || options.maxStates;
   // The capped search's families of choices (below): mesh axes of the
   // same size and placement are interchangeable; axisClass[a] is the first
   // axis like a.
@@ -2433,7 +2436,7 @@ Expected<Plan> Instance::Impl::solve() {
         for (auto &[k, grp] : groups)
           for (SC &sc : grp)
             scs.push_back(std::move(sc));
-        if (exit && exit->item == v && (options.maxCandidates || ranked)) {
+        if (exit && exit->item == v && capsRank) {
           // The least over the next segment's entry layouts is its total.
           double least = exit->next->total.time;
           for (SC &sc : scs)
@@ -2769,7 +2772,7 @@ Expected<Plan> Instance::Impl::solve() {
   // take among its anchors (the layer's own DP reads the same bound), and
   // where one layer is followed by the post section, the post's.
   std::optional<ChainBound> exitBlock, exitPost;
-  if (hasLayers && (options.maxCandidates || options.maxStates)) {
+  if (hasLayers && capsRank) {
     std::set<int> entries;
     for (const Cand &c : cands[*carry])
       entries.insert(c.raw->layouts[carryOperand]);
