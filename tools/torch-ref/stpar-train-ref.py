@@ -49,6 +49,8 @@ import shutil
 import subprocess
 import sys
 
+import stpar_mpirun
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -552,15 +554,18 @@ def verify(opts):
                          (k + 1, ' '.join(cmd)))
         sys.stderr.flush()
         env = None
-        profile_file = None
-        if opts.profile and k + 1 == opts.steps:
+        err_path = os.path.join(work, 'step%d' % (k + 1), 'program.err.log')
+        profiled = opts.profile and k + 1 == opts.steps
+        if profiled:
             # The last step again with STPAR_PROFILE: per-op times.
             env = dict(os.environ, STPAR_PROFILE='1')
-            profile_file = open(os.path.join(work, 'profile.txt'), 'w')
-        rc = subprocess.call(cmd, stdout=subprocess.DEVNULL, env=env,
-                             stderr=profile_file)
-        if profile_file:
-            profile_file.close()
+            err_path = os.path.join(work, 'profile.txt')
+        rc, err_text = stpar_mpirun.run(cmd, err_path, 'stpar-train-ref',
+                                        stdout=subprocess.DEVNULL, env=env)
+        if not profiled:
+            # The program's stderr (memory report, errors) is ours too.
+            sys.stderr.write(err_text)
+            sys.stderr.flush()
         if rc != 0:
             fail('step %d: the program failed (exit %d)' % (k + 1, rc))
         got = {n: read_bin(os.path.join(out_dir, t['file']), t['dtype'],

@@ -147,9 +147,13 @@ def check(stpar, folder, verify, ranks_list=("1", "2")):
                  "--timeout", "300"],
                 capture_output=True, text=True)
             if result.returncode != 0:
+                # The innermost error, then the end of verify's stderr (a
+                # failed phase quotes its command's own stderr there).
+                last = "".join(f"    {line}\n" for line in
+                               result.stderr.rstrip().splitlines()[-20:])
                 return "failed", (f"FAILED {name}: verify on {ranks} "
                                   f"rank(s), exit {result.returncode}: "
-                                  f"{first_error(result.stderr)}")
+                                  f"{first_error(result.stderr)}\n{last}")
         return "verified", None
 
 

@@ -22,6 +22,10 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "tools", "torch-ref"))
+import stpar_mpirun  # noqa: E402 (the launcher-fault retry of stpar verify)
+
 DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64,
           "int32": np.int32, "int8": np.int8, "bool": np.uint8}
 
@@ -70,7 +74,11 @@ def main():
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(a.np),
            exe] + (["--weights", a.weights] if a.weights else []) + [
            "--inputs", indir, "--outputs", outdir]
-    subprocess.run(cmd, check=True)
+    rc, err = stpar_mpirun.run(cmd, os.path.join(a.dir, "mpirun.err.log"),
+                               "run-emitted")
+    sys.stderr.write(err)
+    if rc != 0:
+        sys.exit("run-emitted: mpirun failed (exit %d)" % rc)
     ok = True
     for i, e in enumerate(io["outputs"]):
         got = np.fromfile(os.path.join(outdir, e["file"]),
