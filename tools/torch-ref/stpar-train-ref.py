@@ -49,14 +49,14 @@ import shutil
 import subprocess
 import sys
 
-import stpar_mpirun
-
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 import torch
 import torch.nn.functional as F
+
+import stpar_mpirun
 
 DTYPES = {'float32': np.float32, 'float64': np.float64, 'int64': np.int64,
           'int32': np.int32, 'int8': np.int8, 'uint8': np.uint8,

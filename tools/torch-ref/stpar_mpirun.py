@@ -5,10 +5,10 @@
 # tools/stpar/VerifyCommand.cpp, which says more): Open MPI 4's launcher
 # has races of its own (two mpiruns creating the session directory at once;
 # a rank that finished normally reported as "exiting improperly" with
-# PID 0, open-mpi/ompi#7833). A run
-# whose stderr has an `error:` line (every fatal error of an emitted program
-# prints `stpar_program: error: ...`), an MPI error handler's report or a
-# rank killed by a signal is not run again.
+# PID 0, open-mpi/ompi#7833). A run whose stderr has an `error:` line
+# (every fatal error of an emitted program prints `stpar_program: error:
+# ...`), an MPI error handler's report or a rank killed by a signal is not
+# run again, nor one that mpirun did not exit from (killed by a signal).
 
 import subprocess
 import sys
@@ -32,7 +32,7 @@ def run(cmd, stderr_path, tag, **kwargs):
             rc = subprocess.call(cmd, stderr=err, **kwargs)
         with open(stderr_path, errors='replace') as err:
             text = err.read()
-        if rc == 0 or attempt == 2 or not launcher_fault(text):
+        if rc <= 0 or attempt == 2 or not launcher_fault(text):
             return rc, text
         last = ''.join('    %s\n' % line
                        for line in text.rstrip().splitlines()[-12:])
