@@ -188,25 +188,20 @@ public:
 
   const ConfigSummary *findSummary(const Config &c,
                                    const SpaceOptions &space) const {
-    auto it = summaries.find({getKey(c, space), getPriceKey(c)});
+    auto it = summaries.find({getKey(c, space), c.getPriceFields()});
     return it == summaries.end() ? nullptr : &it->second;
   }
   void keepSummary(const Config &c, const SpaceOptions &space,
                    ConfigSummary s) {
-    summaries.try_emplace({getKey(c, space), getPriceKey(c)}, s);
+    summaries.try_emplace({getKey(c, space), c.getPriceFields()}, s);
   }
 
 private:
   using Key = std::tuple<std::vector<int64_t>, int64_t, bool, unsigned, bool,
                          std::vector<std::pair<std::string, std::string>>>;
-  /// The configuration's fields beyond its tables' key.
-  using PriceKey = std::tuple<int, int, int64_t, bool, bool>;
-  static PriceKey getPriceKey(const Config &c) {
-    return {c.zeroStage, int(c.recompute), c.interleave, c.overlapGradSync,
-            c.gpipe};
-  }
-  /// Kept for the whole search (a few dozen bytes per configuration).
-  std::map<std::pair<Key, PriceKey>, ConfigSummary> summaries;
+  /// Kept for the whole search (a few dozen bytes per configuration); the
+  /// configuration's fields beyond its tables' key are Config's price fields.
+  std::map<std::pair<Key, Config::PriceFields>, ConfigSummary> summaries;
   static Key getKey(const Config &c, const SpaceOptions &space) {
     return {getMeshShape(c), c.microBatches,     space.temporal,
             space.firstAxis, space.onlyTemporal, space.fixed};

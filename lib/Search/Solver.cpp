@@ -262,12 +262,10 @@ struct Tables {
   /// Indexed by tensor id.
   std::vector<RelayoutMatrix> relayouts;
   /// What a configuration changes in the candidates' prices beyond the
-  /// tables: ZeRO stage, recomputation, interleave, gradient-sync overlap,
-  /// GPipe; and the multiplier lambda.
-  using PriceKey = std::tuple<int, int, int64_t, bool, bool, double>;
+  /// tables (Config::getPriceFields), and the multiplier lambda.
+  using PriceKey = std::pair<Config::PriceFields, double>;
   static PriceKey getPriceKey(const Config &c, double lambda) {
-    return {c.zeroStage,       int(c.recompute), c.interleave,
-            c.overlapGradSync, c.gpipe,          lambda};
+    return {c.getPriceFields(), lambda};
   }
   /// Chain bounds of the sections per configuration and lambda (solve).
   std::map<PriceKey, SectionBounds> sectionBounds;

@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace stpar::search {
@@ -63,6 +64,14 @@ struct Config {
   /// asked for (a baseline: same bubble, m micro-batches in flight).
   bool gpipe = false;
   int64_t getStages() const { return mesh.axes.front().size; }
+  /// The fields that change the operators' prices beyond the tables of a
+  /// mesh and micro-batch count: ZeRO stage, recomputation, interleave,
+  /// gradient-sync overlap, GPipe (a key of maps of per-configuration
+  /// results).
+  using PriceFields = std::tuple<int, int, int64_t, bool, bool>;
+  PriceFields getPriceFields() const {
+    return {zeroStage, int(recompute), interleave, overlapGradSync, gpipe};
+  }
   /// The schedule's kind and shape (cost/PipelineSchedule.h).
   cost::ScheduleShape getSchedule() const {
     cost::ScheduleShape s;
