@@ -10,6 +10,7 @@
 # ...`), an MPI error handler's report or a rank killed by a signal is not
 # run again, nor one that mpirun did not exit from (killed by a signal).
 
+import os
 import subprocess
 import sys
 
@@ -42,5 +43,4 @@ def run(cmd, stderr_path, tag, **kwargs):
             'races: concurrent session directories, open-mpi/ompi#7833). '
             'Its stderr ended with:\n%s' % (tag, cmd[0], rc, last))
         sys.stderr.flush()
-        with open(stderr_path + '.1', 'w') as first:
-            first.write(text)
+        os.replace(stderr_path, stderr_path + '.1')
