@@ -28,6 +28,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/Allocator.h"
 #include "llvm/Support/Format.h"
@@ -1906,6 +1907,142 @@ private:
 };
 /// Fronts keyed by layout ids.
 using Matrix = std::map<std::pair<int, int>, Front>;
+
+/// Lagrangian bounds of the memory limit computed from the layer DP's own
+/// fronts (exact runs where memory binds; Instance::Impl::solve). At a
+/// multiplier lambda >= 0 (seconds per byte) every point is priced
+/// time + lambda x additive memory; each front then counts only by its
+/// least price, so the pre section, the layer block and the post section
+/// become vectors and a matrix of prices over the carry's layouts
+/// (anchors), and the layers a min-plus chain of that matrix. A plan that
+/// fits leaves its additive memory at most `room` (the limit less its
+/// largest transient), so its time is at least its price minus
+/// lambda x room: the Lagrangian relaxation of a resource-constrained
+/// shortest path, with the DP's exact prices instead of the chain bounds'
+/// relaxed ones (docs/search.md, "Pruning"). The least-priced plan itself
+/// is a plan of the configuration, often one that fits: it seeds the bound.
+class LayerDual {
+public:
+  /// `layers` identical layers between `pre` (fronts per carry layout) and
+  /// `post` (per carry layout); `block` maps (layout in, layout out) to the
+  /// fronts of one layer. Points the DP pruned by the bound are absent,
+  /// which only raises the prices of plans that cannot beat it.
+  LayerDual(ArrayRef<int> anchors, const std::map<int, Front> &pre,
+            const Matrix &block, const std::map<int, Front> &post,
+            int64_t layers, double lambda)
+      : lambda(lambda), layers(layers) {
+    size_t n = anchors.size();
+    for (auto [i, a] : llvm::enumerate(anchors))
+      index[a] = unsigned(i);
+    auto cheapest = [&](const Front &f) {
+      const Point *best = nullptr;
+      for (const Point &p : f)
+        if (!best || price(p) < price(*best))
+          best = &p;
+      return best;
+    };
+    auto vectorOf = [&](const std::map<int, Front> &fronts) {
+      std::vector<Cell> v(n);
+      for (auto &[l, f] : fronts)
+        if (auto it = index.find(l); it != index.end())
+          if (const Point *p = cheapest(f))
+            v[it->second] = Cell{price(*p), *p, -1, p};
+      return v;
+    };
+    for (auto &[ab, f] : block) {
+      auto a = index.find(ab.first), b = index.find(ab.second);
+      if (a != index.end() && b != index.end())
+        if (const Point *p = cheapest(f))
+          edges.push_back({a->second, b->second, p});
+    }
+    // before[i][a]: the least-priced pre section and i layers ending in
+    // layout a; after[j][b]: j layers entered in b and the post section.
+    before.assign(layers + 1, std::vector<Cell>(n));
+    after.assign(layers + 1, std::vector<double>(n, inf));
+    before[0] = vectorOf(pre);
+    for (auto [a, c] : llvm::enumerate(vectorOf(post))) {
+      after[0][a] = c.price;
+      postCell.push_back(c);
+    }
+    for (int64_t i = 0; i < layers; ++i)
+      for (const BlockEdge &e : edges) {
+        const Cell &from = before[i][e.from];
+        double p = from.price + price(*e.point);
+        Cell &to = before[i + 1][e.to];
+        if (p < to.price)
+          to = Cell{p, sum(from.total, *e.point), int(e.from), e.point};
+        after[i + 1][e.from] =
+            std::min(after[i + 1][e.from], price(*e.point) + after[i][e.to]);
+      }
+    for (unsigned a = 0; a < n; ++a) {
+      double p = before[layers][a].price + postCell[a].price;
+      if (p < whole) {
+        whole = p;
+        last = int(a);
+        wholeTotal = sum(before[layers][a].total, *postCell[a].point);
+      }
+    }
+  }
+  double lambda;
+  /// The least price of a whole plan (seconds; inf: none beats the bound).
+  double getWhole() const { return whole; }
+  /// The time, additive memory and transient of that plan (its node unset).
+  const Point &getWholeTotal() const { return wholeTotal; }
+  /// The least price of everything but `count` consecutive layers entered
+  /// in layout a and left in layout b, wherever they stand in the stack.
+  double getRest(int a, int b, int64_t count) const {
+    auto ia = index.find(a), ib = index.find(b);
+    if (ia == index.end() || ib == index.end() || count > layers)
+      return inf;
+    double best = inf;
+    for (int64_t i = 0; i <= layers - count; ++i)
+      best = std::min(best, before[i][ia->second].price +
+                                after[layers - count - i][ib->second]);
+    return best;
+  }
+  /// The least-priced plan's points in order (pre, each layer, post), for
+  /// the caller to join into one node (empty where there is none).
+  std::vector<Point> getWholePoints() const {
+    std::vector<Point> out;
+    if (last < 0)
+      return out;
+    out.push_back(*postCell[last].point);
+    int a = last;
+    for (int64_t i = layers; i >= 0; --i) {
+      const Cell &c = before[i][a];
+      out.push_back(*c.point);
+      a = c.prev;
+    }
+    std::reverse(out.begin(), out.end());
+    return out;
+  }
+
+private:
+  static constexpr double inf = std::numeric_limits<double>::infinity();
+  double price(const Point &p) const { return p.time + lambda * p.mem; }
+  static Point sum(const Point &a, const Point &b) {
+    return Point{a.time + b.time, a.mem + b.mem, std::max(a.peak, b.peak), -1};
+  }
+  struct Cell {
+    double price = inf;
+    Point total; ///< time, memory, transient of the cell's path
+    int prev = -1;
+    const Point *point = nullptr;
+  };
+  struct BlockEdge {
+    unsigned from, to;
+    const Point *point;
+  };
+  int64_t layers;
+  DenseMap<int, unsigned> index;
+  std::vector<BlockEdge> edges;
+  std::vector<std::vector<Cell>> before;
+  std::vector<std::vector<double>> after;
+  std::vector<Cell> postCell;
+  double whole = inf;
+  int last = -1;
+  Point wholeTotal;
+};
 } // namespace
 
 void Instance::Impl::walk(int32_t node,
@@ -1925,6 +2062,10 @@ void Instance::Impl::walk(int32_t node,
 
 Expected<Plan> Instance::Impl::solve() {
   const Problem &P = problem;
+  // A plan found on the way may lower `bound` (LayerDual's seed, below);
+  // the caller's is restored on return.
+  const double givenBound = bound;
+  llvm::scope_exit restoreBound([&] { bound = givenBound; });
   std::vector<unsigned> pre, layer, post;
   for (unsigned i = 0; i < P.ops.size(); ++i)
     (P.sections[i] == Section::Pre     ? pre
@@ -2899,6 +3040,110 @@ Expected<Plan> Instance::Impl::solve() {
       for (auto &[k, f] : res)
         block[{k[0], k[1]}] = f;
     }
+    // The post section's fronts per carry layout entering it.
+    auto solvePost = [&](const std::vector<int> &outs, double outTime,
+                         double outMem) {
+      std::map<int, Front> fronts;
+      if (post.empty()) {
+        for (int l : outs)
+          fronts[l].push_back(Point{0, 0, 0, 0});
+      } else if (!outs.empty()) {
+        Segment seg = makeSegment(post, Section::Post, outs);
+        StateMap res =
+            runSegment(seg.items, seg.edges, {{0, 0}}, outTime, outMem);
+        for (auto &[k, f] : res)
+          fronts[k[0]] = f;
+      }
+      return fronts;
+    };
+    std::map<int, Front> postFront;
+    bool postSolved = false;
+    // Exact runs where memory binds (solveDP runs this DP only when the
+    // time-only plan does not fit): the post section is solved first from
+    // every carry layout, and the Lagrangian bound of the DP's own fronts
+    // (LayerDual) at the multiplier that maximizes it either rejects the
+    // configuration or prunes the layer products, per pair of carry
+    // layouts. The bound is concave in lambda, so a golden-section search
+    // over log2 lambda finds its maximum.
+    std::optional<LayerDual> dual;
+    double dualValue = inf;
+    auto dualSlack = [&](const LayerDual &d) {
+      return 1e-9 * (std::abs(bound) + d.lambda * limit);
+    };
+    if (!timeOnly && !options.isCapped() && options.layerDual &&
+        std::isfinite(bound) && limit - peakLB > 0) {
+      ++stats.dualSolves;
+      postFront = solvePost(anchors, preTime + layers * blockTimeLB,
+                            preMem + layers * blockMemLB);
+      postSolved = true;
+      double room = limit - peakLB;
+      auto value = [&](const LayerDual &d) {
+        return d.getWhole() + constantTime - d.lambda * room;
+      };
+      // The least-priced plan at each lambda tried that fits: the fastest
+      // seeds the bound (below).
+      double seedLambda = -1, seedTime = bound - constantTime;
+      auto at = [&](double x) {
+        LayerDual d(anchors, preFront, block, postFront, P.layers,
+                    std::exp2(x));
+        const Point &t = d.getWholeTotal();
+        if (std::isfinite(d.getWhole()) && t.mem + t.peak <= limit &&
+            t.time < seedTime) {
+          seedTime = t.time;
+          seedLambda = d.lambda;
+        }
+        return d;
+      };
+      double hi = std::log2(std::max(timeLB, bound) / room) + 12;
+      double lo = hi - 48;
+      const double g = (std::sqrt(5.0) - 1) / 2;
+      double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
+      LayerDual d1 = at(x1), d2 = at(x2);
+      for (int it = 0; it < 32; ++it) {
+        if (value(d1) < value(d2)) {
+          lo = x1;
+          x1 = x2;
+          d1 = std::move(d2);
+          x2 = lo + g * (hi - lo);
+          d2 = at(x2);
+        } else {
+          hi = x2;
+          x2 = x1;
+          d2 = std::move(d1);
+          x1 = hi - g * (hi - lo);
+          d1 = at(x1);
+        }
+      }
+      dual.emplace(value(d1) >= value(d2) ? std::move(d1) : std::move(d2));
+      dualValue = value(*dual);
+      if (value(*dual) >= bound + dualSlack(*dual))
+        return err("no plan beats the bound");
+      // A plan that fits and beats `bound` is this configuration's answer
+      // unless the products find a faster one, so `bound` drops to it.
+      if (seedLambda >= 0) {
+        LayerDual seed(anchors, preFront, block, postFront, P.layers,
+                       seedLambda);
+        std::vector<Point> parts = seed.getWholePoints();
+        Point joined = parts.front();
+        for (size_t i = 1; i < parts.size(); ++i)
+          joined = concat(joined, parts[i]);
+        bestPoint = joined;
+        bestTime = joined.time + constantTime;
+        found = true;
+        bound = bestTime;
+        ++stats.dualSeeds;
+      }
+    }
+    // Whether a point standing for `count` layers entered in carry layout
+    // a and left in b can beat `bound` by the dual's prices: it leaves the
+    // rest at most limit - m - max(p, peakLB) bytes, so the plan's time is
+    // at least t + lambda m + rest - lambda (limit - max(p, peakLB)).
+    auto dualAdmissible = [&](const Point &p, double rest) {
+      return !dual ||
+             p.time + dual->lambda * p.mem + rest + constantTime -
+                     dual->lambda * (limit - std::max(p.peak, peakLB)) <
+                 bound + dualSlack(*dual);
+    };
     // A point standing for `count` layers, with time t, additive memory m
     // and transient p, leaves the rest at most limit - m - max(p, peakLB)
     // bytes, so for each kept lambda the rest costs at least its Lagrangian
@@ -2936,12 +3181,13 @@ Expected<Plan> Instance::Impl::solve() {
           continue;
         for (auto &[c, fb] : it->second) {
           Front *dst = nullptr;
+          double rest = dual ? dual->getRest(ab.first, c, count) : 0;
           for (const Point &pa : fa)
             for (const Point &pb : *fb) {
               Point sum{pa.time + pb.time, pa.mem + pb.mem,
                         std::max(pa.peak, pb.peak), -1};
               if (!admissible(sum, restT, restM) ||
-                  !lagrangeAdmissible(sum, count))
+                  !lagrangeAdmissible(sum, count) || !dualAdmissible(sum, rest))
                 continue;
               if (!dst)
                 dst = &C[{ab.first, c}];
@@ -2955,65 +3201,91 @@ Expected<Plan> Instance::Impl::solve() {
         it = it->second.empty() ? C.erase(it) : std::next(it);
       return C;
     };
-    // Repeated doubling: block^layers in O(log layers) products.
-    std::optional<Matrix> power;
-    int64_t powerCount = 0, baseCount = 1;
-    Matrix base = block;
-    for (int64_t r = P.layers; r > 0; r >>= 1) {
-      if (r & 1) {
-        powerCount += baseCount;
-        power = power ? product(*power, base, powerCount) : base;
-      }
-      if (r > 1) {
-        baseCount *= 2;
-        base = product(base, base, baseCount);
-      }
-    }
-    // Post.
-    std::map<int, Front> postFront;
-    {
-      std::set<int> outs;
-      double layersTime = inf, layersMem = inf;
-      for (auto &[ab, f] : *power) {
-        outs.insert(ab.second);
-        for (const Point &pt : f) {
-          layersTime = std::min(layersTime, pt.time);
-          layersMem = std::min(layersMem, pt.mem);
+    // The layers and the post section under the current `bound`: every
+    // plan faster than it is considered (the products drop only what
+    // cannot beat it).
+    auto solveLayers = [&]() {
+      // Repeated doubling: block^layers in O(log layers) products.
+      std::optional<Matrix> power;
+      int64_t powerCount = 0, baseCount = 1;
+      Matrix base = block;
+      if (dual)
+        for (auto it = base.begin(); it != base.end();) {
+          double rest = dual->getRest(it->first.first, it->first.second, 1);
+          erase_if(it->second,
+                   [&](const Point &p) { return !dualAdmissible(p, rest); });
+          it = it->second.empty() ? base.erase(it) : std::next(it);
+        }
+      for (int64_t r = P.layers; r > 0; r >>= 1) {
+        if (r & 1) {
+          powerCount += baseCount;
+          power = power ? product(*power, base, powerCount) : base;
+        }
+        if (r > 1) {
+          baseCount *= 2;
+          base = product(base, base, baseCount);
         }
       }
-      if (post.empty()) {
-        for (int l : outs)
-          postFront[l].push_back(Point{0, 0, 0, 0});
-      } else if (!outs.empty()) {
-        Segment seg = makeSegment(post, Section::Post,
-                                  std::vector<int>(outs.begin(), outs.end()));
-        StateMap res = runSegment(seg.items, seg.edges, {{0, 0}},
-                                  preTime + layersTime, preMem + layersMem);
-        for (auto &[k, f] : res)
-          postFront[k[0]] = f;
-      }
-    }
-    for (auto &[ab, f] : *power) {
-      auto pre = preFront.find(ab.first);
-      auto post = postFront.find(ab.second);
-      if (pre == preFront.end() || post == postFront.end())
-        continue;
-      for (const Point &a : pre->second)
-        for (const Point &b : f)
-          for (const Point &c : post->second) {
-            Point sum{a.time + b.time + c.time, a.mem + b.mem + c.mem,
-                      std::max({a.peak, b.peak, c.peak}), -1};
-            double total = sum.time + constantTime;
-            if ((timeOnly || sum.mem + sum.peak <= limit) && total < bestTime) {
-              Point ab2 = concat(a, b);
-              bestPoint = concat(ab2, c);
-              bestTime = total;
-              found = true;
-            }
+      // Post (unless solved before the products, above).
+      if (!postSolved) {
+        std::set<int> outs;
+        double layersTime = inf, layersMem = inf;
+        for (auto &[ab, f] : *power) {
+          outs.insert(ab.second);
+          for (const Point &pt : f) {
+            layersTime = std::min(layersTime, pt.time);
+            layersMem = std::min(layersMem, pt.mem);
           }
+        }
+        postFront = solvePost(std::vector<int>(outs.begin(), outs.end()),
+                              preTime + layersTime, preMem + layersMem);
+      }
+      for (auto &[ab, f] : *power) {
+        auto pre = preFront.find(ab.first);
+        auto post = postFront.find(ab.second);
+        if (pre == preFront.end() || post == postFront.end())
+          continue;
+        for (const Point &a : pre->second)
+          for (const Point &b : f)
+            for (const Point &c : post->second) {
+              Point sum{a.time + b.time + c.time, a.mem + b.mem + c.mem,
+                        std::max({a.peak, b.peak, c.peak}), -1};
+              double total = sum.time + constantTime;
+              if ((timeOnly || sum.mem + sum.peak <= limit) &&
+                  total < bestTime) {
+                Point ab2 = concat(a, b);
+                bestPoint = concat(ab2, c);
+                bestTime = total;
+                found = true;
+              }
+            }
+      }
+    };
+    if (!dual) {
+      solveLayers();
+    } else {
+      // Iterative deepening of the bound: the optimum usually lies just
+      // above the dual bound, and the products' fronts shrink with the
+      // distance between the bound and it. So the layers are first solved
+      // for plans faster than dualValue + delta; a plan found there is the
+      // optimum (every faster plan was considered); else delta grows 16-fold
+      // up to the seed's bound. Exact; the passes cost a geometric sum.
+      const double seedBound = bound;
+      double delta =
+          std::max((seedBound - dualValue) / 4096, 1e-9 * std::abs(seedBound));
+      for (;; delta *= 16) {
+        bool last = dualValue + delta >= seedBound;
+        bound = last ? seedBound : dualValue + delta;
+        solveLayers();
+        if (!last && found && bestTime < bound)
+          ++stats.dualEarlyAnswers;
+        if (last || (found && bestTime < bound))
+          break;
+      }
+      bound = seedBound;
     }
   }
-  if (!found || bestTime >= bound)
+  if (!found || bestTime >= givenBound)
     return err("no plan fits in the memory limit");
   std::vector<std::pair<int, int>> choices;
   walk(bestPoint.node, choices);

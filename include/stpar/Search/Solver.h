@@ -175,6 +175,13 @@ struct SolverOptions {
   /// each; 4 Mi by default), else in a hash map. The two give the same
   /// results; 0 always takes the hash map (for testing).
   size_t maxSlotTableEntries = size_t(1) << 22;
+  /// Exact DPs where memory binds first price the layer DP's fronts at the
+  /// Lagrangian multiplier of the memory limit that bounds the plan best
+  /// (docs/search.md, "Pruning"): that bound prunes the layer products,
+  /// the least-priced plan that fits lowers the bound, and the products
+  /// run first for plans just above the dual bound. Same results either
+  /// way; false turns it off (for testing).
+  bool layerDual = true;
   /// The default caps (`stpar plan` without --exact, the benchmark, the
   /// seed of an exact search): 24 candidates, 256 states, 3 front points.
   void setDefaultCaps() {
@@ -192,9 +199,16 @@ struct DPStats {
   /// the Pareto DP over (time, memory, transient) ran too (the other counts
   /// then include both passes).
   uint64_t memoryBoundSolves = 0;
+  /// Of those, the ones that ran the layer dual (SolverOptions::layerDual),
+  /// the ones whose least-priced plan fit (it lowered the bound), and the
+  /// ones answered by a pass below that bound (an early, cheaper pass).
+  uint64_t dualSolves = 0, dualSeeds = 0, dualEarlyAnswers = 0;
   bool isExact() const { return droppedStates == 0 && droppedPoints == 0; }
   DPStats &operator+=(const DPStats &o) {
     memoryBoundSolves += o.memoryBoundSolves;
+    dualSolves += o.dualSolves;
+    dualSeeds += o.dualSeeds;
+    dualEarlyAnswers += o.dualEarlyAnswers;
     candidates += o.candidates;
     prunedCandidates += o.prunedCandidates;
     statesVisited += o.statesVisited;

@@ -644,6 +644,83 @@ TEST(Exactness, SlotTableAndHashMapAgree) {
   EXPECT_GT(visited, 10000u);
 }
 
+TEST(Exactness, LayerDualChangesNoOptimum) {
+  // Exact DPs where memory binds first run the layer dual
+  // (SolverOptions::layerDual): its Lagrangian bound prunes the layer
+  // products, its least-priced plan that fits lowers the bound, and the
+  // products run first for plans just above the dual bound. On random
+  // problems with deep layer stacks (4-32 layers, beyond brute force) and a
+  // binding memory limit, the DP with it must return the optimum of the DP
+  // without it for bounds well above (x 1.2, where the DP without it can
+  // take minutes), just above and just below it (no plan).
+  std::mt19937 rng(2027);
+  EfficiencyModel eff = getDefaultEfficiency();
+  int compared = 0;
+  DPStats total;
+  for (int attempt = 0; attempt < 4000 && compared < 100; ++attempt) {
+    Problem p = randomProblem(rng);
+    if (!is_contained(p.sections, Section::Layer))
+      continue;
+    p.layers = std::uniform_int_distribution<int>(4, 32)(rng);
+    Config c = randomConfig(rng, p);
+    SolverOptions on;
+    on.space.temporal = rng() % 2;
+    SolverOptions off = on;
+    off.layerDual = false;
+    auto free = Instance::create(p, cluster(), c, eff, off);
+    ASSERT_TRUE(bool(free)) << toString(free.takeError());
+    Expected<Plan> unconstrained = (*free)->solveDP();
+    if (!unconstrained) {
+      consumeError(unconstrained.takeError());
+      continue;
+    }
+    p.memoryLimit = unconstrained->cost.getMemory() *
+                    std::uniform_real_distribution<double>(0.85, 0.99)(rng);
+    auto withDual = Instance::create(p, cluster(), c, eff, on);
+    auto without = Instance::create(p, cluster(), c, eff, off);
+    ASSERT_TRUE(withDual && without);
+    // The reference: the DP without the dual, bounded by the capped DP's
+    // plan (unbounded, its Pareto products grow through deep stacks).
+    SolverOptions capped = off;
+    capped.setDefaultCaps();
+    auto seed = Instance::create(p, cluster(), c, eff, capped);
+    ASSERT_TRUE(bool(seed));
+    Expected<Plan> seedPlan = (*seed)->solveDP();
+    if (!seedPlan) {
+      consumeError(seedPlan.takeError());
+      continue;
+    }
+    Expected<Plan> ref =
+        (*without)->solveDP(nullptr, seedPlan->cost.stepTime * (1 + 1e-9));
+    ASSERT_TRUE(bool(ref)) << toString(ref.takeError());
+    double t = ref->cost.stepTime;
+    for (double f : {1.2, 1 + 1e-9, 1 - 1e-9}) {
+      DPStats stats;
+      Expected<Plan> a = (*withDual)->solveDP(&stats, t * f);
+      total += stats;
+      ASSERT_EQ(bool(a), f > 1) << "problem " << attempt << " bound x" << f;
+      if (!a) {
+        consumeError(a.takeError());
+        continue;
+      }
+      ASSERT_NEAR(a->cost.stepTime, t, 1e-9 * t) << "problem " << attempt;
+      EXPECT_TRUE(a->cost.feasible);
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 100);
+  // The dual's three parts all ran: its bound, its seed plan, and an
+  // answer from a pass below the seed's bound.
+  EXPECT_GT(total.dualSolves, 100u);
+  EXPECT_GT(total.dualSeeds, 10u);
+  EXPECT_GT(total.dualEarlyAnswers, 10u);
+  std::printf("layer dual: %d problems agree; %llu dual runs, %llu seeded, "
+              "%llu answered below the seed's bound\n",
+              compared, (unsigned long long)total.dualSolves,
+              (unsigned long long)total.dualSeeds,
+              (unsigned long long)total.dualEarlyAnswers);
+}
+
 TEST(Exactness, BranchAndBoundMatchesSolvingEveryConfiguration) {
   // The outer search prunes configurations by lower bounds and runs each DP
   // against the best plan so far; without that it solves every
