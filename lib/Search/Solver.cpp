@@ -441,6 +441,12 @@ struct Instance::Impl {
   /// Solve the time-only relaxation: memory is ignored and every front
   /// keeps its fastest point (solveDP, exact searches).
   bool timeOnly = false;
+  /// With timeOnly: each front keeps its least time + priceLambda x
+  /// additive memory instead (seconds per byte; 0: the time-only
+  /// relaxation). A heuristic's plan (solveDP's priced seed), not a bound:
+  /// the DP still prunes by time against `bound`.
+  double priceLambda = 0;
+  double rank(const Point &p) const { return p.time + priceLambda * p.mem; }
   /// Placement of each mesh axis (relayoutEdge; filled on first use).
   mutable SmallVector<AxisPlacement, 4> placements;
   /// The re-layouts of an edge into `operand` of problem operator
@@ -1753,7 +1759,7 @@ Instance::getCommunication(ArrayRef<Partition> partitions) {
 bool Instance::Impl::insert(Front &front, Point p) {
   if (timeOnly) {
     // The time-only relaxation keeps one point per state.
-    if (!front.empty() && front.front().time <= p.time)
+    if (!front.empty() && rank(front.front()) <= rank(p))
       return false;
     front.assign(1, p);
     return true;
@@ -2823,7 +2829,7 @@ Expected<Plan> Instance::Impl::solve() {
             }
             if (timeOnly) {
               Pick &pick = picks[dstSlot];
-              if (pick.point.time <= np.time)
+              if (rank(pick.point) <= rank(np))
                 continue;
               np.node = pt.node;
               pick = {np, sc.cand};
@@ -2954,10 +2960,13 @@ Expected<Plan> Instance::Impl::solve() {
 
   Point bestPoint;
   bool found = false;
-  double bestTime = inf;
+  double bestTime = inf, bestRank = inf;
   auto consider = [&](const Point &pt) {
     double total = pt.time + constantTime;
-    if ((timeOnly || pt.mem + pt.peak <= limit) && total < bestTime) {
+    // (Without priceLambda the rank is the total time, the same sum.)
+    double r = rank(pt) + constantTime;
+    if ((timeOnly || pt.mem + pt.peak <= limit) && r < bestRank) {
+      bestRank = r;
       bestTime = total;
       bestPoint = pt;
       found = true;
@@ -3129,6 +3138,7 @@ Expected<Plan> Instance::Impl::solve() {
           joined = concat(joined, parts[i]);
         bestPoint = joined;
         bestTime = joined.time + constantTime;
+        bestRank = rank(joined) + constantTime;
         found = true;
         bound = bestTime;
         ++stats.dualSeeds;
@@ -3251,11 +3261,12 @@ Expected<Plan> Instance::Impl::solve() {
               Point sum{a.time + b.time + c.time, a.mem + b.mem + c.mem,
                         std::max({a.peak, b.peak, c.peak}), -1};
               double total = sum.time + constantTime;
-              if ((timeOnly || sum.mem + sum.peak <= limit) &&
-                  total < bestTime) {
+              double r = rank(sum) + constantTime;
+              if ((timeOnly || sum.mem + sum.peak <= limit) && r < bestRank) {
                 Point ab2 = concat(a, b);
                 bestPoint = concat(ab2, c);
                 bestTime = total;
+                bestRank = r;
                 found = true;
               }
             }
@@ -3332,8 +3343,69 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
         plan.emplace(std::move(*relaxed));
       } else {
         ++I.stats.memoryBoundSolves;
+        // A seed for the Pareto DP (SolverOptions::layerDual): the DP with
+        // fronts of one point priced time + lambda x additive memory (as
+        // cheap as the time-only relaxation) returns plans that trade time
+        // for memory; the fastest that fits lowers the bound, and the
+        // Pareto DP then looks only for faster plans (exact: where it finds
+        // none, the seed is the optimum). lambda starts where saving the
+        // relaxed plan's excess memory is worth the time the bound leaves;
+        // a plan that does not fit means lambda is too small, one that fits
+        // or none under the bound (its time pruned) that it is large
+        // enough; the next lambda is 4 times the largest too small while
+        // none is known large enough, else the geometric mean of the two
+        // (at most 6 runs).
+        std::optional<Plan> seed;
+        double seedTime = bound;
+        if (I.options.layerDual && std::isfinite(bound) &&
+            pc->getMemory() > I.limit) {
+          double small = 0, large = std::numeric_limits<double>::infinity();
+          double lambda = std::max(bound - pc->stepTime, 1e-12 * bound) /
+                          (pc->getMemory() - I.limit);
+          for (int tries = 0; tries < 6; ++tries) {
+            I.nodes.resize(1);
+            I.timeOnly = true;
+            I.priceLambda = lambda;
+            Expected<Plan> priced = I.solve();
+            I.timeOnly = false;
+            I.priceLambda = 0;
+            bool fits = false;
+            if (priced) {
+              Expected<PlanCost> c = evaluate(priced->partitions);
+              if (!c)
+                return c.takeError();
+              fits = c->feasible;
+              if (fits && c->stepTime < seedTime) {
+                seedTime = c->stepTime;
+                priced->cost = std::move(*c);
+                seed = std::move(*priced);
+              }
+            } else {
+              consumeError(priced.takeError());
+            }
+            (priced && !fits ? small : large) = lambda;
+            if (std::isinf(large))
+              lambda = 4 * small;
+            else if (small == 0)
+              lambda = large / 4;
+            else if (large / small > 1.5)
+              lambda = std::sqrt(small * large);
+            else
+              break;
+          }
+          if (seed)
+            ++I.stats.pricedSeeds;
+        }
         I.nodes.resize(1);
-        plan.emplace(I.solve());
+        I.bound = seedTime;
+        Expected<Plan> exact = I.solve();
+        I.bound = bound;
+        if (!exact && seed) {
+          consumeError(exact.takeError());
+          plan.emplace(std::move(*seed));
+        } else {
+          plan.emplace(std::move(exact));
+        }
       }
     }
   } else {

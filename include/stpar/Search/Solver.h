@@ -203,12 +203,16 @@ struct DPStats {
   /// the ones whose least-priced plan fit (it lowered the bound), and the
   /// ones answered by a pass below that bound (an early, cheaper pass).
   uint64_t dualSolves = 0, dualSeeds = 0, dualEarlyAnswers = 0;
+  /// Memory-bound exact DPs whose priced seed (a DP of one point per front
+  /// priced time + lambda x memory) fit and lowered the bound.
+  uint64_t pricedSeeds = 0;
   bool isExact() const { return droppedStates == 0 && droppedPoints == 0; }
   DPStats &operator+=(const DPStats &o) {
     memoryBoundSolves += o.memoryBoundSolves;
     dualSolves += o.dualSolves;
     dualSeeds += o.dualSeeds;
     dualEarlyAnswers += o.dualEarlyAnswers;
+    pricedSeeds += o.pricedSeeds;
     candidates += o.candidates;
     prunedCandidates += o.prunedCandidates;
     statesVisited += o.statesVisited;

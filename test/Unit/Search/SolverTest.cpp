@@ -645,10 +645,12 @@ TEST(Exactness, SlotTableAndHashMapAgree) {
 }
 
 TEST(Exactness, LayerDualChangesNoOptimum) {
-  // Exact DPs where memory binds first run the layer dual
-  // (SolverOptions::layerDual): its Lagrangian bound prunes the layer
-  // products, its least-priced plan that fits lowers the bound, and the
-  // products run first for plans just above the dual bound. On random
+  // Exact DPs where memory binds first run a priced DP (one point per
+  // front, time + lambda x memory) whose plan, where it fits, lowers the
+  // bound, then the layer dual (SolverOptions::layerDual): its Lagrangian
+  // bound prunes the layer products, its least-priced plan that fits
+  // lowers the bound, and the products run first for plans just above the
+  // dual bound. On random
   // problems with deep layer stacks (4-32 layers, beyond brute force) and a
   // binding memory limit, the DP with it must return the optimum of the DP
   // without it for bounds well above (x 1.2, where the DP without it can
@@ -714,9 +716,11 @@ TEST(Exactness, LayerDualChangesNoOptimum) {
   EXPECT_GT(total.dualSolves, 100u);
   EXPECT_GT(total.dualSeeds, 10u);
   EXPECT_GT(total.dualEarlyAnswers, 10u);
-  std::printf("layer dual: %d problems agree; %llu dual runs, %llu seeded, "
-              "%llu answered below the seed's bound\n",
-              compared, (unsigned long long)total.dualSolves,
+  EXPECT_GT(total.pricedSeeds, 10u);
+  std::printf("layer dual: %d problems agree; %llu priced seeds, %llu dual "
+              "runs, %llu seeded, %llu answered below the seed's bound\n",
+              compared, (unsigned long long)total.pricedSeeds,
+              (unsigned long long)total.dualSolves,
               (unsigned long long)total.dualSeeds,
               (unsigned long long)total.dualEarlyAnswers);
 }
