@@ -351,7 +351,8 @@ int main(int argc, char **argv) {
   // The DP's caps: candidates per operator, states per step, front points
   // (0 = exact).
   // Default: exact for the full protocol, the default caps for PrimePar's
-  // (whose exact search does not finish: bench/search/RESULTS.md).
+  // (whose exact search finishes only its 7B rows, not all of them:
+  // bench/search/RESULTS.md).
   std::optional<SolverOptions> capsOption;
   SolverOptions caps;
   std::string only, protocol = "full";
