@@ -518,11 +518,11 @@ searchWith(const Problem &problem, const Cluster &cluster,
     if (plan) {
       keepBest(result, std::move(*plan));
     } else {
-      // Only "no plan fits / beats the bound" is an answer; anything else
-      // (an internal error of the tables) must not silently drop a
-      // configuration.
+      // Only "no plan fits / beats the bound" is an answer; a failure of
+      // the solver (an internal error of the tables, the DP's memory
+      // budget) must not silently drop a configuration.
       std::string message = toString(plan.takeError());
-      if (StringRef(message).starts_with("internal error"))
+      if (isSolverFailure(message))
         return err(message);
     }
     if (options.progress && skipped + n + 1 < total)

@@ -55,6 +55,15 @@ static Error err(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);
 }
 
+/// The start of the error of a DP past its memory budget.
+static constexpr const char *kBudgetMessage =
+    "the DP needs more memory than its budget";
+
+bool isSolverFailure(const std::string &message) {
+  StringRef m(message);
+  return m.starts_with("internal error") || m.starts_with(kBudgetMessage);
+}
+
 static constexpr double kAdamBytesPerParam = 28;
 static constexpr int kExternal = -1;
 
@@ -446,6 +455,15 @@ struct Instance::Impl {
   /// relaxation). A heuristic's plan (solveDP's priced seed), not a bound:
   /// the DP still prunes by time against `bound`.
   double priceLambda = 0;
+  /// Set when the DP's nodes pass SolverOptions::maxDPBytes (about 56
+  /// bytes each with the front point they stand for); solve() then fails
+  /// with kBudgetMessage instead of growing until the allocator aborts.
+  bool overBudget = false;
+  bool checkBudget() {
+    if (nodes.size() > options.maxDPBytes / 56)
+      overBudget = true;
+    return overBudget;
+  }
   double rank(const Point &p) const { return p.time + priceLambda * p.mem; }
   /// Placement of each mesh axis (relayoutEdge; filled on first use).
   mutable SmallVector<AxisPlacement, 4> placements;
@@ -2072,6 +2090,13 @@ Expected<Plan> Instance::Impl::solve() {
   // the caller's is restored on return.
   const double givenBound = bound;
   llvm::scope_exit restoreBound([&] { bound = givenBound; });
+  overBudget = false;
+  auto budgetError = [&] {
+    return err(Twine(kBudgetMessage) + " (SolverOptions::maxDPBytes, " +
+               Twine(options.maxDPBytes >> 20) +
+               " MiB); search with caps (stpar plan without --exact, "
+               "stpar-bench-search --caps)");
+  };
   std::vector<unsigned> pre, layer, post;
   for (unsigned i = 0; i < P.ops.size(); ++i)
     (P.sections[i] == Section::Pre     ? pre
@@ -2521,6 +2546,8 @@ Expected<Plan> Instance::Impl::solve() {
     std::vector<uint32_t> stateBase;
     HugeVector<uint32_t> slotTable;
     for (unsigned v = 0; v < n; ++v) {
+      if (checkBudget())
+        return StateMap{};
       // Candidates of v: (cost, sig, column per in-edge, candidate index).
       struct SC {
         double time, mem, peak;
@@ -2767,6 +2794,8 @@ Expected<Plan> Instance::Impl::solve() {
       if (dense)
         slotTable.assign(bases.size() * numSigs, ~0u);
       for (size_t i = 0; i < states.size(); ++i) {
+        if ((i & 4095) == 0 && checkBudget())
+          return StateMap{};
         ++stats.statesVisited;
         ArrayRef<int> key = states.key(i);
         ArrayRef<Point> front = states.front(i);
@@ -2947,6 +2976,8 @@ Expected<Plan> Instance::Impl::solve() {
       StateMap res = runSegment(preSeg.items, preSeg.edges, sticky,
                                 layers * blockTimeLB + postTimeLB,
                                 layers * blockMemLB + postMemLB, nullptr, exit);
+      if (overBudget)
+        return budgetError();
       for (auto &[k, f] : res) {
         if (hasLayers)
           preFront[k[0]] = f;
@@ -3033,6 +3064,8 @@ Expected<Plan> Instance::Impl::solve() {
                        1e-9 * std::abs(bound);
         res = runSegment(seg.items, seg.edges, sticky, first, outMem, given,
                          exit);
+        if (overBudget)
+          return budgetError();
         double least = inf;
         for (auto &[k, f] : res)
           for (const Point &pt : f)
@@ -3046,6 +3079,8 @@ Expected<Plan> Instance::Impl::solve() {
       if (rerun)
         res =
             runSegment(seg.items, seg.edges, sticky, out, outMem, given, exit);
+      if (overBudget)
+        return budgetError();
       for (auto &[k, f] : res)
         block[{k[0], k[1]}] = f;
     }
@@ -3085,6 +3120,8 @@ Expected<Plan> Instance::Impl::solve() {
       postFront = solvePost(anchors, preTime + layers * blockTimeLB,
                             preMem + layers * blockMemLB);
       postSolved = true;
+      if (overBudget)
+        return budgetError();
       double room = limit - peakLB;
       auto value = [&](const LayerDual &d) {
         return d.getWhole() + constantTime - d.lambda * room;
@@ -3186,6 +3223,8 @@ Expected<Plan> Instance::Impl::solve() {
         rows[bc.first].push_back({bc.second, &f});
       Matrix C;
       for (auto &[ab, fa] : A) {
+        if (checkBudget())
+          return Matrix{};
         auto it = rows.find(ab.second);
         if (it == rows.end())
           continue;
@@ -3235,6 +3274,8 @@ Expected<Plan> Instance::Impl::solve() {
           baseCount *= 2;
           base = product(base, base, baseCount);
         }
+        if (overBudget)
+          return;
       }
       // Post (unless solved before the products, above).
       if (!postSolved) {
@@ -3249,6 +3290,8 @@ Expected<Plan> Instance::Impl::solve() {
         }
         postFront = solvePost(std::vector<int>(outs.begin(), outs.end()),
                               preTime + layersTime, preMem + layersMem);
+        if (overBudget)
+          return;
       }
       for (auto &[ab, f] : *power) {
         auto pre = preFront.find(ab.first);
@@ -3274,6 +3317,8 @@ Expected<Plan> Instance::Impl::solve() {
     };
     if (!dual) {
       solveLayers();
+      if (overBudget)
+        return budgetError();
     } else {
       // Iterative deepening of the bound: the optimum usually lies just
       // above the dual bound, and the products' fronts shrink with the
@@ -3288,6 +3333,8 @@ Expected<Plan> Instance::Impl::solve() {
         bool last = dualValue + delta >= seedBound;
         bound = last ? seedBound : dualValue + delta;
         solveLayers();
+        if (overBudget)
+          return budgetError();
         if (!last && found && bestTime < bound)
           ++stats.dualEarlyAnswers;
         if (last || (found && bestTime < bound))
@@ -3381,7 +3428,9 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
                 seed = std::move(*priced);
               }
             } else {
-              consumeError(priced.takeError());
+              std::string message = toString(priced.takeError());
+              if (isSolverFailure(message))
+                return err(message);
             }
             (priced && !fits ? small : large) = lambda;
             if (std::isinf(large))
@@ -3401,7 +3450,9 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
         Expected<Plan> exact = I.solve();
         I.bound = bound;
         if (!exact && seed) {
-          consumeError(exact.takeError());
+          std::string message = toString(exact.takeError());
+          if (isSolverFailure(message))
+            return err(message);
           plan.emplace(std::move(*seed));
         } else {
           plan.emplace(std::move(exact));
@@ -3414,7 +3465,10 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
   if (stats)
     *stats = I.stats;
   if (!*plan) {
-    consumeError(plan->takeError());
+    // Failures of the solver pass through; every other error is an answer.
+    std::string message = toString(plan->takeError());
+    if (isSolverFailure(message))
+      return err(message);
     if (I.smallestMemory <= I.limit * (1 + 1e-9))
       return err("no plan beats the bound of " + std::to_string(bound) +
                  " s");

@@ -182,6 +182,11 @@ struct SolverOptions {
   /// run first for plans just above the dual bound. Same results either
   /// way; false turns it off (for testing).
   bool layerDual = true;
+  /// Memory the DP's nodes and front points may take (bytes, estimated at
+  /// 56 per node); past it solveDP fails (isSolverFailure) instead of
+  /// growing until the allocator aborts. Exact DPs of memory-bound
+  /// problems can need tens of GiB (bench/search/RESULTS.md).
+  size_t maxDPBytes = size_t(8) << 30;
   /// The default caps (`stpar plan` without --exact, the benchmark, the
   /// seed of an exact search): 24 candidates, 256 states, 3 front points.
   void setDefaultCaps() {
@@ -250,6 +255,12 @@ struct PlannedCommunication {
 /// them are used from one thread at a time.
 struct RelayoutCoefficients;
 
+/// Whether an error message of Instance::solveDP is a failure of the
+/// solver (an internal error, or the DP past SolverOptions::maxDPBytes)
+/// rather than an answer ("no plan fits", "no plan beats the bound"): a
+/// search must report it, not skip the configuration.
+bool isSolverFailure(const std::string &message);
+
 /// The objective for one problem under one configuration. Holds the
 /// operators with the micro-batch extent, candidate tables and a re-layout
 /// cache.
@@ -307,6 +318,8 @@ public:
   /// it and fails when there is none; states that cannot beat it (time +
   /// a lower bound of the rest >= bound) or cannot fit (memory + a lower
   /// bound of the rest > limit) are dropped, which keeps the DP exact.
+  /// Its other failures (an internal error, the memory budget
+  /// SolverOptions::maxDPBytes) are told apart by isSolverFailure.
   llvm::Expected<Plan> solveDP(DPStats *stats = nullptr,
                                double bound =
                                    std::numeric_limits<double>::infinity());

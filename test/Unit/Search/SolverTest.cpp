@@ -725,6 +725,37 @@ TEST(Exactness, LayerDualChangesNoOptimum) {
               (unsigned long long)total.dualEarlyAnswers);
 }
 
+TEST(Exactness, MemoryBudgetIsReportedNotSkipped) {
+  // A DP past its memory budget (SolverOptions::maxDPBytes) fails with a
+  // solver failure, which the search reports instead of skipping the
+  // configuration (or aborting in the allocator, as an exact search of a
+  // memory-bound problem did at 23 GB).
+  EXPECT_TRUE(isSolverFailure("internal error: the DP chose 3 partitions"));
+  EXPECT_FALSE(isSolverFailure("no plan beats the bound of 1.0 s"));
+  EfficiencyModel eff = getDefaultEfficiency();
+  Problem p = tinyGPT(4);
+  SearchOptions opts;
+  Expected<SearchResult> fine = search(p, cluster(), eff, opts);
+  ASSERT_TRUE(fine && fine->best) << "the default budget solves it";
+  opts.solver.maxDPBytes = 56 * 64; // 64 nodes
+  Expected<SearchResult> tight = search(p, cluster(), eff, opts);
+  ASSERT_FALSE(bool(tight));
+  std::string message = toString(tight.takeError());
+  EXPECT_TRUE(isSolverFailure(message)) << message;
+  EXPECT_NE(message.find("maxDPBytes"), std::string::npos) << message;
+  // One configuration's DP, exact, with and without a bound.
+  Config c;
+  c.mesh = makeSearchMesh(1, {2, 2});
+  auto inst = Instance::create(p, cluster(), c, eff, opts.solver);
+  ASSERT_TRUE(bool(inst)) << toString(inst.takeError());
+  for (double bound : {std::numeric_limits<double>::infinity(), 1e9}) {
+    Expected<Plan> dp = (*inst)->solveDP(nullptr, bound);
+    ASSERT_FALSE(bool(dp));
+    std::string m = toString(dp.takeError());
+    EXPECT_TRUE(isSolverFailure(m)) << m;
+  }
+}
+
 TEST(Exactness, BranchAndBoundMatchesSolvingEveryConfiguration) {
   // The outer search prunes configurations by lower bounds and runs each DP
   // against the best plan so far; without that it solves every
