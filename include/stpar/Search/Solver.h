@@ -202,7 +202,8 @@ struct DPStats {
   uint64_t droppedStates = 0, droppedPoints = 0;
   /// Exact DPs whose time-only relaxation's plan did not fit in memory, so
   /// the Pareto DP over (time, memory, transient) ran too (the other counts
-  /// then include both passes).
+  /// then include every pass: the relaxation, the priced seed's runs and
+  /// the Pareto DP).
   uint64_t memoryBoundSolves = 0;
   /// Of those, the ones that ran the layer dual (SolverOptions::layerDual),
   /// the ones whose least-priced plan fit (it lowered the bound), and the
