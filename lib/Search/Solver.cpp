@@ -123,6 +123,11 @@ struct Point {
   double time = 0, mem = 0, peak = 0;
   int32_t node = -1;
 };
+/// Two consecutive parts of a plan: times and additive memory add, the
+/// transient is the larger (no node: the caller makes one if it keeps it).
+static Point addPoints(const Point &a, const Point &b) {
+  return Point{a.time + b.time, a.mem + b.mem, std::max(a.peak, b.peak), -1};
+}
 /// A Pareto front of points. SmallVector's move cannot fail but is not
 /// declared noexcept, so std::vector would copy fronts when it grows; this
 /// one moves them.
@@ -1994,7 +1999,7 @@ public:
         double p = from.price + price(*e.point);
         Cell &to = before[i + 1][e.to];
         if (p < to.price)
-          to = Cell{p, sum(from.total, *e.point), int(e.from), e.point};
+          to = Cell{p, addPoints(from.total, *e.point), int(e.from), e.point};
         after[i + 1][e.from] =
             std::min(after[i + 1][e.from], price(*e.point) + after[i][e.to]);
       }
@@ -2003,7 +2008,7 @@ public:
       if (p < whole) {
         whole = p;
         last = int(a);
-        wholeTotal = sum(before[layers][a].total, *postCell[a].point);
+        wholeTotal = addPoints(before[layers][a].total, *postCell[a].point);
       }
     }
   }
@@ -2044,9 +2049,6 @@ public:
 private:
   static constexpr double inf = std::numeric_limits<double>::infinity();
   double price(const Point &p) const { return p.time + lambda * p.mem; }
-  static Point sum(const Point &a, const Point &b) {
-    return Point{a.time + b.time, a.mem + b.mem, std::max(a.peak, b.peak), -1};
-  }
   struct Cell {
     double price = inf;
     Point total; ///< time, memory, transient of the cell's path
@@ -2936,8 +2938,9 @@ Expected<Plan> Instance::Impl::solve() {
 
   auto concat = [&](const Point &a, const Point &b) {
     nodes.push_back({a.node, b.node, -2, -1});
-    return Point{a.time + b.time, a.mem + b.mem, std::max(a.peak, b.peak),
-                 int32_t(nodes.size() - 1)};
+    Point sum = addPoints(a, b);
+    sum.node = int32_t(nodes.size() - 1);
+    return sum;
   };
 
   // A capped search ranks the choices at a segment's exit by what entering
@@ -3111,9 +3114,6 @@ Expected<Plan> Instance::Impl::solve() {
     // over log2 lambda finds its maximum.
     std::optional<LayerDual> dual;
     double dualValue = inf;
-    auto dualSlack = [&](const LayerDual &d) {
-      return 1e-9 * (std::abs(bound) + d.lambda * limit);
-    };
     if (!timeOnly && !options.isCapped() && options.layerDual &&
         std::isfinite(bound) && limit - peakLB > 0) {
       ++stats.dualSolves;
@@ -3162,7 +3162,7 @@ Expected<Plan> Instance::Impl::solve() {
       }
       dual.emplace(value(d1) >= value(d2) ? std::move(d1) : std::move(d2));
       dualValue = value(*dual);
-      if (value(*dual) >= bound + dualSlack(*dual))
+      if (value(*dual) >= bound + lagrangeSlack(dual->lambda))
         return err("no plan beats the bound");
       // A plan that fits and beats `bound` is this configuration's answer
       // unless the products find a faster one, so `bound` drops to it.
@@ -3189,7 +3189,7 @@ Expected<Plan> Instance::Impl::solve() {
       return !dual ||
              p.time + dual->lambda * p.mem + rest + constantTime -
                      dual->lambda * (limit - std::max(p.peak, peakLB)) <
-                 bound + dualSlack(*dual);
+                 bound + lagrangeSlack(dual->lambda);
     };
     // A point standing for `count` layers, with time t, additive memory m
     // and transient p, leaves the rest at most limit - m - max(p, peakLB)
@@ -3233,8 +3233,7 @@ Expected<Plan> Instance::Impl::solve() {
           double rest = dual ? dual->getRest(ab.first, c, count) : 0;
           for (const Point &pa : fa)
             for (const Point &pb : *fb) {
-              Point sum{pa.time + pb.time, pa.mem + pb.mem,
-                        std::max(pa.peak, pb.peak), -1};
+              Point sum = addPoints(pa, pb);
               if (!admissible(sum, restT, restM) ||
                   !lagrangeAdmissible(sum, count) || !dualAdmissible(sum, rest))
                 continue;
@@ -3301,8 +3300,7 @@ Expected<Plan> Instance::Impl::solve() {
         for (const Point &a : pre->second)
           for (const Point &b : f)
             for (const Point &c : post->second) {
-              Point sum{a.time + b.time + c.time, a.mem + b.mem + c.mem,
-                        std::max({a.peak, b.peak, c.peak}), -1};
+              Point sum = addPoints(addPoints(a, b), c);
               double total = sum.time + constantTime;
               double r = rank(sum) + constantTime;
               if ((timeOnly || sum.mem + sum.peak <= limit) && r < bestRank) {
