@@ -1950,6 +1950,36 @@ using Matrix = std::map<std::pair<int, int>, Front>;
 /// shortest path, with the DP's exact prices instead of the chain bounds'
 /// relaxed ones (docs/search.md, "Pruning"). The least-priced plan itself
 /// is a plan of the configuration, often one that fits: it seeds the bound.
+/// Golden-section search for the maximum of `f` over [lo, hi], which must
+/// be unimodal there (the Lagrangian bounds below are concave in lambda,
+/// so unimodal in log2 lambda): `iterations` steps after the first two
+/// evaluations. `f` may return +inf to stop the search at once (a value
+/// that already settles what the caller asks). Returns the largest value
+/// seen; the caller keeps whatever else it needs of that evaluation.
+template <typename F>
+double maximizeUnimodal(double lo, double hi, int iterations, F f) {
+  const double g = (std::sqrt(5.0) - 1) / 2;
+  double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
+  double f1 = f(x1), f2 = f(x2);
+  for (int it = 0; it < iterations && std::isfinite(f1) && std::isfinite(f2);
+       ++it) {
+    if (f1 < f2) {
+      lo = x1;
+      x1 = x2;
+      f1 = f2;
+      x2 = lo + g * (hi - lo);
+      f2 = f(x2);
+    } else {
+      hi = x2;
+      x2 = x1;
+      f2 = f1;
+      x1 = hi - g * (hi - lo);
+      f1 = f(x1);
+    }
+  }
+  return std::max(f1, f2);
+}
+
 class LayerDual {
 public:
   /// `layers` identical layers between `pre` (fronts per carry layout) and
@@ -2134,10 +2164,15 @@ Expected<Plan> Instance::Impl::solve() {
   // Exact pruning: a point whose time plus a lower bound of the rest cannot
   // beat `bound`, or whose memory plus a lower bound of the rest exceeds the
   // limit, is never part of an answer.
+  // The largest transient a plan that beats `bound` can have (transient
+  // classes, below); peakLB may be raised there for the same reason.
+  double peakCeiling = inf;
+  const double givenPeakLB = peakLB;
+  llvm::scope_exit restorePeakLB([&] { peakLB = givenPeakLB; });
   auto admissible = [&](const Point &p, double restTime, double restMem) {
-    if (p.time + restTime + constantTime >= bound)
+    if (p.time + restTime + constantTime >= bound || p.peak > peakCeiling)
       return false;
-    return timeOnly ||
+    return (timeOnly && priceLambda == 0) ||
            p.mem + restMem + std::max(p.peak, peakLB) <= limit * (1 + 1e-12);
   };
 
@@ -2394,18 +2429,94 @@ Expected<Plan> Instance::Impl::solve() {
   if (!post.empty())
     postTimeLB = std::max(postTimeLB, zero.post.time);
 
+  auto lagrangeSlack = [&](double lambda) {
+    return 1e-9 * (std::abs(bound) + lambda * limit);
+  };
+  // Transient classes (exact runs that price memory: the priced seed and
+  // the Pareto DP). A plan's transient is its largest candidate's, one of
+  // the candidates' distinct transients T_0 = peakLB < T_1 < ...; split
+  // into at most 24 runs [T_lo, T_hi], a plan whose transient lies in one
+  // uses only candidates with transient <= T_hi and has additive memory
+  // <= limit - T_lo, so the chain Lagrangian bound (below) with those
+  // candidates and that room bounds its time. Classes whose bound cannot
+  // beat `bound` hold no answer; the rest bound every answer's transient
+  // from below (peakLB) and above (peakCeiling), which `admissible`
+  // enforces. Where the transient decides whether the fastest plans fit
+  // (the additive memory's Lagrangian bound then stays at lambda = 0),
+  // this is the bound that rises.
+  if (!options.isCapped() && options.layerDual && std::isfinite(bound) &&
+      (!timeOnly || priceLambda > 0) && !P.ops.empty()) {
+    std::vector<double> peaks;
+    for (unsigned op = 0; op < P.ops.size(); ++op)
+      for (const Cand &c : cands[op])
+        if (c.peak >= peakLB)
+          peaks.push_back(c.peak);
+    llvm::sort(peaks);
+    peaks.erase(std::unique(peaks.begin(), peaks.end()), peaks.end());
+    size_t numClasses = std::min<size_t>(peaks.size(), 24);
+    auto classLow = [&](size_t k) {
+      return peaks[k * peaks.size() / numClasses];
+    };
+    auto classHigh = [&](size_t k) {
+      return peaks[(k + 1) * peaks.size() / numClasses - 1];
+    };
+    std::vector<std::vector<double>> prices(P.ops.size());
+    for (unsigned op = 0; op < P.ops.size(); ++op)
+      prices[op].resize(cands[op].size());
+    auto classBound = [&](size_t k, double lambda, double room) {
+      for (unsigned op = 0; op < P.ops.size(); ++op)
+        for (auto [j, c] : llvm::enumerate(cands[op]))
+          prices[op][j] = c.peak <= classHigh(k)
+                              ? c.time + lambda * (c.stateBytes + c.actBytes)
+                              : inf;
+      SectionBounds s = computeSectionBounds(lambda, &prices);
+      return ChainBound::Value{constantTime - lambda * room + s.pre.time +
+                                   layers * s.layer.time + s.post.time,
+                               s.pre.mem + layers * s.layer.mem + s.post.mem};
+    };
+    // Whether class k's bound, maximized over lambda (concave in it: a
+    // golden-section search over log2 lambda), cannot beat `bound`.
+    auto beaten = [&](size_t k) {
+      double room = limit - classLow(k);
+      if (room <= 0)
+        return true;
+      ChainBound::Value v0 = classBound(k, 0, room);
+      if (v0.time >= bound + lagrangeSlack(0))
+        return true;
+      if (v0.mem <= room)
+        return false;
+      double x = std::log2((bound - v0.time) / (v0.mem - room));
+      return std::isinf(maximizeUnimodal(x - 8, x + 8, 24, [&](double x) {
+        double value = classBound(k, std::exp2(x), room).time;
+        return value >= bound + lagrangeSlack(std::exp2(x)) ? inf : value;
+      }));
+    };
+    std::optional<size_t> lowest, highest;
+    for (size_t k = 0; k < numClasses; ++k)
+      if (!beaten(k)) {
+        if (!lowest)
+          lowest = k;
+        highest = k;
+      }
+    if (!lowest || *lowest > 0 || *highest + 1 < numClasses)
+      ++stats.transientCuts;
+    if (!lowest)
+      return err("no plan beats the bound");
+    peakLB = std::max(peakLB, classLow(*lowest));
+    if (*highest + 1 < numClasses)
+      peakCeiling = classHigh(*highest);
+  }
+
   // A configuration that cannot beat `bound` is rejected before any DP:
   // for lambda >= 0 every feasible plan (additive memory <= limit - peakLB)
   // costs at least the chain bound of time + lambda x memory over the whole
   // plan (pre, layers x one layer, post) minus lambda (limit - peakLB) --
   // the per-operator Lagrangian bound of computeBounds with the re-layouts
   // along the chains counted. Tried at lambda = 0 and, where memory binds,
-  // on a grid of lambda; the section bounds at each lambda > 0 are kept to
-  // prune the layer products (`lagranges`).
+  // on a grid of lambda, refined to its maximum in exact runs; the section
+  // bounds at each lambda > 0 are kept to prune the layer products
+  // (`lagranges`) and the best prices the layer block's DP (PricedRest).
   std::vector<SectionBounds> lagranges;
-  auto lagrangeSlack = [&](double lambda) {
-    return 1e-9 * (std::abs(bound) + lambda * limit);
-  };
   if (std::isfinite(bound) && limit - peakLB > 0) {
     double room = limit - peakLB;
     // The bound of the whole plan and the memory of the choices attaining
@@ -2429,10 +2540,28 @@ Expected<Plan> Instance::Impl::solve() {
       double lambda0 = std::min(
           lambdaMax,
           bestLambda > 0 ? bestLambda : (bound - b0.time) / (b0.mem - room));
+      int bestJ = 0;
       for (int j = -3; j <= 3; ++j) {
         double lambda = std::min(lambdaMax, lambda0 * std::ldexp(1.0, j));
         lagranges.push_back(sectionBounds(lambda));
         if (planBound(lagranges.back()).time >= bound + lagrangeSlack(lambda))
+          return err("no plan beats the bound");
+        if (planBound(lagranges.back()).time > planBound(lagranges[bestJ]).time)
+          bestJ = int(lagranges.size()) - 1;
+      }
+      // (Exact runs) its maximum, between the grid's best and its
+      // neighbours.
+      if (!options.isCapped()) {
+        double x = std::log2(lagranges[bestJ].lambda);
+        SectionBounds best = lagranges[bestJ];
+        maximizeUnimodal(x - 1, x + 1, 20, [&](double x) {
+          SectionBounds b = sectionBounds(std::min(lambdaMax, std::exp2(x)));
+          if (planBound(b).time > planBound(best).time)
+            best = b;
+          return planBound(b).time;
+        });
+        lagranges.push_back(best);
+        if (planBound(best).time >= bound + lagrangeSlack(best.lambda))
           return err("no plan beats the bound");
       }
     }
@@ -2468,11 +2597,22 @@ Expected<Plan> Instance::Impl::solve() {
   // the sticky (item, operand) pairs. `outTime`/`outMem` bound what the rest
   // of the plan (outside this segment) adds. `given` is the segment's chain
   // bound where the caller has it (else it is computed here).
+  // The Lagrangian of the memory limit inside a segment (exact runs where
+  // memory binds): `rest` is the segment's chain bound at `lambda`, and
+  // `out` bounds the price (time + lambda x additive memory) of everything
+  // outside the segment. A point whose price plus those, minus lambda x the
+  // room its transient leaves, cannot beat `bound` is dropped.
+  struct PricedRest {
+    double lambda;
+    ChainBound rest;
+    double out;
+  };
   auto runSegment =
       [&](const std::vector<SegItem> &items, const std::vector<SegEdge> &edges,
           const std::vector<std::pair<unsigned, unsigned>> &sticky,
           double outTime, double outMem, const ChainBound *given = nullptr,
-          std::optional<SegmentExit> exit = std::nullopt) -> StateMap {
+          std::optional<SegmentExit> exit = std::nullopt,
+          const PricedRest *priced = nullptr) -> StateMap {
     unsigned n = unsigned(items.size());
     std::vector<int> lastUse(n, -1);
     std::vector<std::vector<unsigned>> relevant(n);
@@ -2558,6 +2698,8 @@ Expected<Plan> Instance::Impl::solve() {
         int cand;
         /// Lower bound of the items after v given this choice.
         double rest;
+        /// The same at `priced`'s lambda (time + lambda x memory).
+        double restPrice = 0;
         /// The least time so far with which it can follow (capped search
         /// only, to rank the candidates).
         double before = 0;
@@ -2572,9 +2714,12 @@ Expected<Plan> Instance::Impl::solve() {
       for (unsigned i = 0; i < live.size(); ++i)
         livePos[live[i]] = int(i);
       if (items[v].op < 0) {
-        for (int l : items[v].anchorLayouts)
+        for (int l : items[v].anchorLayouts) {
           scs.push_back(
               {0, 0, 0, sigOf(v, {l}), {}, -1, cb.rest(v, nullptr, l)});
+          if (priced)
+            scs.back().restPrice = priced->rest.rest(v, nullptr, l);
+        }
       } else {
         unsigned op = unsigned(items[v].op);
         std::map<std::pair<int, std::vector<int>>, std::vector<SC>> groups;
@@ -2589,6 +2734,8 @@ Expected<Plan> Instance::Impl::solve() {
           int sig = sigOf(v, tuple);
           SC sc{cand.time, cand.stateBytes + cand.actBytes, cand.peak, sig, inL,
                 int(c),    cb.rest(v, &cand, kExternal)};
+          if (priced)
+            sc.restPrice = priced->rest.rest(v, &cand, kExternal);
           auto &grp = groups[{sig, inL}];
           // Exact dominance pruning within a signature group.
           bool dominated = false;
@@ -2832,6 +2979,14 @@ Expected<Plan> Instance::Impl::solve() {
                      std::max(pt.peak, sc.peak), -1};
             if (!admissible(np, sc.rest + outTime, restM))
               continue;
+            if (priced &&
+                np.time + priced->lambda * np.mem + sc.restPrice + priced->out +
+                        constantTime -
+                        priced->lambda * (limit - std::max(np.peak, peakLB)) >=
+                    bound + lagrangeSlack(priced->lambda)) {
+              ++stats.pricedRestDrops;
+              continue;
+            }
             if (dstSlot < 0) {
               bool sins = false;
               if (dense) {
@@ -3079,9 +3234,31 @@ Expected<Plan> Instance::Impl::solve() {
         out = outTime(blockTimeLB);
         rerun = out < first;
       }
+      std::optional<PricedRest> priced;
+      if ((!timeOnly || priceLambda > 0) && !lagranges.empty() &&
+          options.layerDual && !options.isCapped()) {
+        const SectionBounds *best = nullptr;
+        double bestValue = -inf;
+        for (const SectionBounds &l : lagranges) {
+          double v = l.pre.time + layers * l.layer.time + l.post.time -
+                     l.lambda * (limit - peakLB);
+          if (v > bestValue) {
+            bestValue = v;
+            best = &l;
+          }
+        }
+        double prePrice = inf;
+        for (auto &[l, f] : preFront)
+          for (const Point &pt : f)
+            prePrice = std::min(prePrice, pt.time + best->lambda * pt.mem);
+        priced.emplace(PricedRest{
+            best->lambda, chainBound(seg.items, seg.edges, best->lambda),
+            std::max(prePrice, best->pre.time) +
+                (layers - 1) * best->layer.time + best->post.time});
+      }
       if (rerun)
-        res =
-            runSegment(seg.items, seg.edges, sticky, out, outMem, given, exit);
+        res = runSegment(seg.items, seg.edges, sticky, out, outMem, given, exit,
+                         priced ? &*priced : nullptr);
       if (overBudget)
         return budgetError();
       for (auto &[k, f] : res)
@@ -3141,26 +3318,16 @@ Expected<Plan> Instance::Impl::solve() {
         return d;
       };
       double hi = std::log2(std::max(timeLB, bound) / room) + 12;
-      double lo = hi - 48;
-      const double g = (std::sqrt(5.0) - 1) / 2;
-      double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
-      LayerDual d1 = at(x1), d2 = at(x2);
-      for (int it = 0; it < 32; ++it) {
-        if (value(d1) < value(d2)) {
-          lo = x1;
-          x1 = x2;
-          d1 = std::move(d2);
-          x2 = lo + g * (hi - lo);
-          d2 = at(x2);
-        } else {
-          hi = x2;
-          x2 = x1;
-          d2 = std::move(d1);
-          x1 = hi - g * (hi - lo);
-          d1 = at(x1);
+      double best = -inf;
+      maximizeUnimodal(hi - 48, hi, 32, [&](double x) {
+        LayerDual d = at(x);
+        double v = value(d);
+        if (!dual || v > best) {
+          best = v;
+          dual.emplace(std::move(d));
         }
-      }
-      dual.emplace(value(d1) >= value(d2) ? std::move(d1) : std::move(d2));
+        return v;
+      });
       dualValue = value(*dual);
       if (value(*dual) >= bound + lagrangeSlack(dual->lambda))
         return err("no plan beats the bound");
@@ -3396,10 +3563,12 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
         // none, the seed is the optimum). lambda starts where saving the
         // relaxed plan's excess memory is worth the time the bound leaves;
         // a plan that does not fit means lambda is too small, one that fits
-        // or none under the bound (its time pruned) that it is large
-        // enough; the next lambda is 4 times the largest too small while
-        // none is known large enough, else the geometric mean of the two
-        // (at most 6 runs).
+        // that it is large enough; the next lambda is 4 times the largest
+        // too small while none is known large enough, else the geometric
+        // mean of the two (at most 6 runs). The runs drop points that cannot
+        // fit or beat the bound (the memory test of `admissible`, transient
+        // classes, the segments' Lagrangian rests), so they stop where a run
+        // finds no plan or a fitting plan no faster than the last.
         std::optional<Plan> seed;
         double seedTime = bound;
         if (I.options.layerDual && std::isfinite(bound) &&
@@ -3420,6 +3589,8 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
               if (!c)
                 return c.takeError();
               fits = c->feasible;
+              if (fits && c->stepTime >= seedTime)
+                break;
               if (fits && c->stepTime < seedTime) {
                 seedTime = c->stepTime;
                 priced->cost = std::move(*c);
@@ -3430,7 +3601,9 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
               if (isSolverFailure(message))
                 return err(message);
             }
-            (priced && !fits ? small : large) = lambda;
+            if (!priced)
+              break;
+            (!fits ? small : large) = lambda;
             if (std::isinf(large))
               lambda = 4 * small;
             else if (small == 0)

@@ -212,6 +212,10 @@ struct DPStats {
   /// Memory-bound exact DPs whose priced seed (a DP of one point per front
   /// priced time + lambda x memory) fit and lowered the bound.
   uint64_t pricedSeeds = 0;
+  /// Passes of those DPs in which the transient classes rejected the
+  /// configuration or narrowed the transient an answer can have, and the
+  /// points the layer block's Lagrangian rest test dropped.
+  uint64_t transientCuts = 0, pricedRestDrops = 0;
   bool isExact() const { return droppedStates == 0 && droppedPoints == 0; }
   DPStats &operator+=(const DPStats &o) {
     memoryBoundSolves += o.memoryBoundSolves;
@@ -219,6 +223,8 @@ struct DPStats {
     dualSeeds += o.dualSeeds;
     dualEarlyAnswers += o.dualEarlyAnswers;
     pricedSeeds += o.pricedSeeds;
+    transientCuts += o.transientCuts;
+    pricedRestDrops += o.pricedRestDrops;
     candidates += o.candidates;
     prunedCandidates += o.prunedCandidates;
     statesVisited += o.statesVisited;

@@ -717,12 +717,19 @@ TEST(Exactness, LayerDualChangesNoOptimum) {
   EXPECT_GT(total.dualSeeds, 10u);
   EXPECT_GT(total.dualEarlyAnswers, 10u);
   EXPECT_GT(total.pricedSeeds, 10u);
+  // And the transient classes and the layer block's Lagrangian rests cut.
+  EXPECT_GT(total.transientCuts, 10u);
+  EXPECT_GT(total.pricedRestDrops, 1000u);
   std::printf("layer dual: %d problems agree; %llu priced seeds, %llu dual "
-              "runs, %llu seeded, %llu answered below the seed's bound\n",
+              "runs, %llu seeded, %llu answered below the seed's bound, "
+              "%llu transient cuts, %llu points dropped by Lagrangian "
+              "rests\n",
               compared, (unsigned long long)total.pricedSeeds,
               (unsigned long long)total.dualSolves,
               (unsigned long long)total.dualSeeds,
-              (unsigned long long)total.dualEarlyAnswers);
+              (unsigned long long)total.dualEarlyAnswers,
+              (unsigned long long)total.transientCuts,
+              (unsigned long long)total.pricedRestDrops);
 }
 
 TEST(Exactness, MemoryBudgetIsReportedNotSkipped) {
