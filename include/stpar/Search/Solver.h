@@ -175,12 +175,14 @@ struct SolverOptions {
   /// each; 4 Mi by default), else in a hash map. The two give the same
   /// results; 0 always takes the hash map (for testing).
   size_t maxSlotTableEntries = size_t(1) << 22;
-  /// Exact DPs where memory binds first price the layer DP's fronts at the
-  /// Lagrangian multiplier of the memory limit that bounds the plan best
-  /// (docs/search.md, "Pruning"): that bound prunes the layer products,
-  /// the least-priced plan that fits lowers the bound, and the products
-  /// run first for plans just above the dual bound. Same results either
-  /// way; false turns it off (for testing).
+  /// Exact DPs where memory binds price memory (docs/search.md, "Where
+  /// memory binds"): a priced seed DP, transient classes, the layer
+  /// block's Lagrangian rest test, and the layer dual -- the layer DP's
+  /// fronts priced at the Lagrangian multiplier of the memory limit that
+  /// bounds the plan best: that bound prunes the layer products, the
+  /// least-priced plan that fits lowers the bound, and the products run
+  /// first for plans just above the dual bound. Same results either way;
+  /// false turns them off (for testing).
   bool layerDual = true;
   /// Memory the DP's nodes and front points may take (bytes, estimated at
   /// 56 per node); past it solveDP fails (isSolverFailure) instead of
