@@ -2485,7 +2485,9 @@ Expected<Plan> Instance::Impl::solve() {
         return true;
       if (v0.mem <= room)
         return false;
-      double x = std::log2((bound - v0.time) / (v0.mem - room));
+      // (Starting where lambda x the excess memory closes the gap.)
+      double x =
+          std::log2(std::max(bound - v0.time, 1e-12 * bound) / (v0.mem - room));
       return std::isinf(maximizeUnimodal(x - 8, x + 8, 24, [&](double x) {
         double value = classBound(k, std::exp2(x), room).time;
         return value >= bound + lagrangeSlack(std::exp2(x)) ? inf : value;
