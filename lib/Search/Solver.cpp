@@ -458,7 +458,8 @@ struct Instance::Impl {
   /// With timeOnly: each front keeps its least time + priceLambda x
   /// additive memory instead (seconds per byte; 0: the time-only
   /// relaxation). A heuristic's plan (solveDP's priced seed), not a bound:
-  /// the DP still prunes by time against `bound`.
+  /// the DP still prunes by time against `bound`, and (unlike the
+  /// relaxation) by memory against the limit.
   double priceLambda = 0;
   /// Set when the DP's nodes pass SolverOptions::maxDPBytes (about 56
   /// bytes each with the front point they stand for); solve() then fails
@@ -1937,19 +1938,6 @@ private:
 /// Fronts keyed by layout ids.
 using Matrix = std::map<std::pair<int, int>, Front>;
 
-/// Lagrangian bounds of the memory limit computed from the layer DP's own
-/// fronts (exact runs where memory binds; Instance::Impl::solve). At a
-/// multiplier lambda >= 0 (seconds per byte) every point is priced
-/// time + lambda x additive memory; each front then counts only by its
-/// least price, so the pre section, the layer block and the post section
-/// become vectors and a matrix of prices over the carry's layouts
-/// (anchors), and the layers a min-plus chain of that matrix. A plan that
-/// fits leaves its additive memory at most `room` (the limit less its
-/// largest transient), so its time is at least its price minus
-/// lambda x room: the Lagrangian relaxation of a resource-constrained
-/// shortest path, with the DP's exact prices instead of the chain bounds'
-/// relaxed ones (docs/search.md, "Pruning"). The least-priced plan itself
-/// is a plan of the configuration, often one that fits: it seeds the bound.
 /// Golden-section search for the maximum of `f` over [lo, hi], which must
 /// be unimodal there (the Lagrangian bounds below are concave in lambda,
 /// so unimodal in log2 lambda): `iterations` steps after the first two
@@ -1980,6 +1968,19 @@ double maximizeUnimodal(double lo, double hi, int iterations, F f) {
   return std::max(f1, f2);
 }
 
+/// Lagrangian bounds of the memory limit computed from the layer DP's own
+/// fronts (exact runs where memory binds; Instance::Impl::solve). At a
+/// multiplier lambda >= 0 (seconds per byte) every point is priced
+/// time + lambda x additive memory; each front then counts only by its
+/// least price, so the pre section, the layer block and the post section
+/// become vectors and a matrix of prices over the carry's layouts
+/// (anchors), and the layers a min-plus chain of that matrix. A plan that
+/// fits leaves its additive memory at most `room` (the limit less its
+/// largest transient), so its time is at least its price minus
+/// lambda x room: the Lagrangian relaxation of a resource-constrained
+/// shortest path, with the DP's exact prices instead of the chain bounds'
+/// relaxed ones (docs/search.md, "Pruning"). The least-priced plan itself
+/// is a plan of the configuration, often one that fits: it seeds the bound.
 class LayerDual {
 public:
   /// `layers` identical layers between `pre` (fronts per carry layout) and
@@ -2519,6 +2520,8 @@ Expected<Plan> Instance::Impl::solve() {
   // bounds at each lambda > 0 are kept to prune the layer products
   // (`lagranges`) and the best prices the layer block's DP (PricedRest).
   std::vector<SectionBounds> lagranges;
+  // The one of them whose plan bound is the largest.
+  std::optional<size_t> bestLagrange;
   if (std::isfinite(bound) && limit - peakLB > 0) {
     double room = limit - peakLB;
     // The bound of the whole plan and the memory of the choices attaining
@@ -2551,6 +2554,7 @@ Expected<Plan> Instance::Impl::solve() {
         if (planBound(lagranges.back()).time > planBound(lagranges[bestJ]).time)
           bestJ = int(lagranges.size()) - 1;
       }
+      bestLagrange = size_t(bestJ);
       // (Exact runs) its maximum, between the grid's best and its
       // neighbours.
       if (!options.isCapped()) {
@@ -2563,6 +2567,7 @@ Expected<Plan> Instance::Impl::solve() {
           return planBound(b).time;
         });
         lagranges.push_back(best);
+        bestLagrange = lagranges.size() - 1;
         if (planBound(best).time >= bound + lagrangeSlack(best.lambda))
           return err("no plan beats the bound");
       }
@@ -3237,18 +3242,9 @@ Expected<Plan> Instance::Impl::solve() {
         rerun = out < first;
       }
       std::optional<PricedRest> priced;
-      if ((!timeOnly || priceLambda > 0) && !lagranges.empty() &&
-          options.layerDual && !options.isCapped()) {
-        const SectionBounds *best = nullptr;
-        double bestValue = -inf;
-        for (const SectionBounds &l : lagranges) {
-          double v = l.pre.time + layers * l.layer.time + l.post.time -
-                     l.lambda * (limit - peakLB);
-          if (v > bestValue) {
-            bestValue = v;
-            best = &l;
-          }
-        }
+      if ((!timeOnly || priceLambda > 0) && bestLagrange && options.layerDual &&
+          !options.isCapped()) {
+        const SectionBounds *best = &lagranges[*bestLagrange];
         double prePrice = inf;
         for (auto &[l, f] : preFront)
           for (const Point &pt : f)
@@ -3585,26 +3581,23 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
             Expected<Plan> priced = I.solve();
             I.timeOnly = false;
             I.priceLambda = 0;
-            bool fits = false;
-            if (priced) {
-              Expected<PlanCost> c = evaluate(priced->partitions);
-              if (!c)
-                return c.takeError();
-              fits = c->feasible;
-              if (fits && c->stepTime >= seedTime)
-                break;
-              if (fits && c->stepTime < seedTime) {
-                seedTime = c->stepTime;
-                priced->cost = std::move(*c);
-                seed = std::move(*priced);
-              }
-            } else {
+            if (!priced) {
               std::string message = toString(priced.takeError());
               if (isSolverFailure(message))
                 return err(message);
-            }
-            if (!priced)
               break;
+            }
+            Expected<PlanCost> c = evaluate(priced->partitions);
+            if (!c)
+              return c.takeError();
+            bool fits = c->feasible;
+            if (fits) {
+              if (c->stepTime >= seedTime)
+                break;
+              seedTime = c->stepTime;
+              priced->cost = std::move(*c);
+              seed = std::move(*priced);
+            }
             (!fits ? small : large) = lambda;
             if (std::isinf(large))
               lambda = 4 * small;

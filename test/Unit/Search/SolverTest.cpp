@@ -650,7 +650,9 @@ TEST(Exactness, LayerDualChangesNoOptimum) {
   // bound, then the layer dual (SolverOptions::layerDual): its Lagrangian
   // bound prunes the layer products, its least-priced plan that fits
   // lowers the bound, and the products run first for plans just above the
-  // dual bound. On random
+  // dual bound; transient classes and the layer block's Lagrangian rest
+  // test prune before and inside the DP (all of it off with
+  // layerDual = false). On random
   // problems with deep layer stacks (4-32 layers, beyond brute force) and a
   // binding memory limit, the DP with it must return the optimum of the DP
   // without it for bounds well above (x 1.2, where the DP without it can
