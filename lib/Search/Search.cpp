@@ -489,13 +489,8 @@ searchWith(const Problem &problem, const Cluster &cluster,
   size_t reported = 0;
   if (options.progress && skipped > 0 && skipped < total)
     options.progress(reported = skipped, total);
-  for (size_t n = 0; n < order.size(); ++n) {
-    auto [lowerBound, i] = order[n];
-    double bound = result.best && options.branchAndBound
-                       ? result.best->cost.stepTime
-                       : inf;
-    if (lowerBound >= bound)
-      break;
+  // One configuration's DP under `bound`, its tables from the cache.
+  auto solveConfig = [&](size_t i, double bound) -> Expected<Plan> {
     const Instance *same = cache.find(configs[i], options.solver.space);
     Expected<std::unique_ptr<Instance>> inst =
         Instance::create(problem, cluster, configs[i], eff, options.solver,
@@ -513,20 +508,76 @@ searchWith(const Problem &problem, const Cluster &cluster,
     }
     DPStats stats;
     Expected<Plan> plan = (*inst)->solveDP(&stats, bound);
-    ++result.solvedConfigurations;
     result.stats += stats;
+    return plan;
+  };
+  auto currentBound = [&] {
+    return result.best && options.branchAndBound ? result.best->cost.stepTime
+                                                 : inf;
+  };
+  // A configuration whose DP passed its memory budget under some bound is
+  // set aside and solved again after the others, whose plans may lower the
+  // bound (a lower bound prunes more of its states). Exact: it is dropped
+  // only when its lower bound cannot beat the bound, and the search fails
+  // when it passes the budget under a bound no lower than before.
+  struct Deferred {
+    double lowerBound;
+    size_t config;
+    double failedBound; // the bound its last DP passed the budget under
+    std::string message;
+  };
+  std::vector<Deferred> deferred;
+  // Keeps `plan` (or its "no plan" answer); false with `message` set for
+  // a failure of the solver.
+  auto answer = [&](Expected<Plan> plan, std::string &message) {
     if (plan) {
       keepBest(result, std::move(*plan));
-    } else {
-      // Only "no plan fits / beats the bound" is an answer; a failure of
-      // the solver (an internal error of the tables, the DP's memory
-      // budget) must not silently drop a configuration.
-      std::string message = toString(plan.takeError());
-      if (isSolverFailure(message))
+      return true;
+    }
+    // Only "no plan fits / beats the bound" is an answer; a failure of
+    // the solver (an internal error of the tables, the DP's memory
+    // budget) must not silently drop a configuration.
+    message = toString(plan.takeError());
+    return !isSolverFailure(message);
+  };
+  for (size_t n = 0; n < order.size(); ++n) {
+    auto [lowerBound, i] = order[n];
+    double bound = currentBound();
+    if (lowerBound >= bound)
+      break;
+    std::string message;
+    ++result.solvedConfigurations;
+    if (!answer(solveConfig(i, bound), message)) {
+      if (!isBudgetFailure(message) || !options.branchAndBound)
         return err(message);
+      deferred.push_back({lowerBound, i, bound, message});
     }
     if (options.progress && skipped + n + 1 < total)
       options.progress(reported = skipped + n + 1, total);
+  }
+  // The set-aside configurations, in increasing lower bound, until every
+  // one is solved or cannot beat the bound; a round in which the bound
+  // has not dropped below any one's failed bound would fail the same way.
+  while (!deferred.empty()) {
+    double bound = currentBound();
+    llvm::erase_if(deferred,
+                   [&](const Deferred &d) { return d.lowerBound >= bound; });
+    if (deferred.empty())
+      break;
+    auto retry = llvm::find_if(
+        deferred, [&](const Deferred &d) { return bound < d.failedBound; });
+    if (retry == deferred.end())
+      return err(deferred.front().message);
+    ++result.retriedConfigurations;
+    std::string message;
+    if (answer(solveConfig(retry->config, bound), message)) {
+      deferred.erase(retry);
+      continue;
+    }
+    if (!isBudgetFailure(message))
+      return err(message);
+    retry->failedBound = bound;
+    retry->message = message;
   }
   if (secondPass) {
     SearchOptions second = options;
@@ -556,6 +607,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
     result.configurations += t->configurations;
     result.solvedConfigurations += t->solvedConfigurations;
     result.dominatedConfigurations += t->dominatedConfigurations;
+    result.retriedConfigurations += t->retriedConfigurations;
     result.stats += t->stats;
   }
   if (options.progress && reported < total)

@@ -59,9 +59,13 @@ static Error err(const Twine &message) {
 static constexpr const char *kBudgetMessage =
     "the DP needs more memory than its budget";
 
+bool isBudgetFailure(const std::string &message) {
+  return StringRef(message).starts_with(kBudgetMessage);
+}
+
 bool isSolverFailure(const std::string &message) {
-  StringRef m(message);
-  return m.starts_with("internal error") || m.starts_with(kBudgetMessage);
+  return StringRef(message).starts_with("internal error") ||
+         isBudgetFailure(message);
 }
 
 static constexpr double kAdamBytesPerParam = 28;

@@ -270,6 +270,12 @@ struct RelayoutCoefficients;
 /// search must report it, not skip the configuration.
 bool isSolverFailure(const std::string &message);
 
+/// Whether an error message of Instance::solveDP is the DP passing its
+/// memory budget (SolverOptions::maxDPBytes), one kind of solver failure
+/// (isSolverFailure). A lower bound prunes more states, so the same
+/// configuration may solve within the budget under a lower bound.
+bool isBudgetFailure(const std::string &message);
+
 /// The objective for one problem under one configuration. Holds the
 /// operators with the micro-batch extent, candidate tables and a re-layout
 /// cache.
@@ -484,6 +490,10 @@ struct SearchResult {
   /// Configurations dropped because another ZeRO stage of the same mesh
   /// dominates them.
   size_t dominatedConfigurations = 0;
+  /// DPs run again on configurations set aside after passing the DP's
+  /// memory budget (SolverOptions::maxDPBytes), under a lower bound than
+  /// their first run's; not counted in solvedConfigurations.
+  size_t retriedConfigurations = 0;
   DPStats stats;
 };
 

@@ -765,6 +765,49 @@ TEST(Exactness, MemoryBudgetIsReportedNotSkipped) {
   }
 }
 
+TEST(Exactness, BudgetFailuresAreRetriedUnderALowerBound) {
+  // A configuration whose DP passes the memory budget is set aside and
+  // solved again once the other configurations have lowered the bound.
+  // Under a small budget the search either fails with the budget's error or
+  // finds the optimum of the unlimited search, never another plan; some
+  // searches succeed only through a retry.
+  std::mt19937 rng(12);
+  EfficiencyModel eff = getDefaultEfficiency();
+  int agreed = 0, failed = 0, retried = 0;
+  for (int attempt = 0; attempt < 150; ++attempt) {
+    auto [p, opts] = randomSearch(rng, 3);
+    Expected<SearchResult> free = search(p, cluster(), eff, opts);
+    ASSERT_TRUE(bool(free)) << toString(free.takeError());
+    for (size_t nodes : {24, 96, 384}) {
+      SearchOptions tight = opts;
+      tight.solver.maxDPBytes = 56 * nodes;
+      // Without the capped search's seed the first DP runs unbounded.
+      tight.seedBound = attempt % 2;
+      Expected<SearchResult> r = search(p, cluster(), eff, tight);
+      if (!r) {
+        std::string m = toString(r.takeError());
+        EXPECT_TRUE(isBudgetFailure(m)) << m;
+        ++failed;
+        continue;
+      }
+      ASSERT_EQ(r->best.has_value(), free->best.has_value())
+          << "problem " << attempt;
+      if (r->best) {
+        EXPECT_NEAR(r->best->cost.stepTime, free->best->cost.stepTime,
+                    1e-9 * free->best->cost.stepTime)
+            << "problem " << attempt;
+      }
+      retried += r->retriedConfigurations > 0;
+      ++agreed;
+    }
+  }
+  std::printf("memory budget: %d searches agree with the unlimited one (%d "
+              "after a retry), %d fail with the budget's error\n",
+              agreed, retried, failed);
+  EXPECT_GT(retried, 0);
+  EXPECT_GT(failed, 0);
+}
+
 TEST(Exactness, BranchAndBoundMatchesSolvingEveryConfiguration) {
   // The outer search prunes configurations by lower bounds and runs each DP
   // against the best plan so far; without that it solves every
