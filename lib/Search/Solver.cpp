@@ -465,11 +465,25 @@ struct Instance::Impl {
   /// the DP still prunes by time against `bound`, and (unlike the
   /// relaxation) by memory against the limit.
   double priceLambda = 0;
+  /// With timeOnly and priceLambda: no memory test either, so that each
+  /// front's point is the least price of its state (a bound, solve()'s
+  /// layer price).
+  bool noMemoryTest = false;
   /// Set when the DP's nodes pass SolverOptions::maxDPBytes (about 56
   /// bytes each with the front point they stand for); solve() then fails
   /// with kBudgetMessage instead of growing until the allocator aborts.
   bool overBudget = false;
+  /// A first, quick try of a Pareto DP (solveDP): without the layer price
+  /// search (solve(), the layer block's Lagrangian), and past
+  /// `quickTryNodes` nodes from there on it stops with overQuickTry set
+  /// (and overBudget, so it stops as at the budget), to be run again with
+  /// the search.
+  bool quickTry = false;
+  size_t quickTryNodes = 0, quickTryLimit = ~size_t(0);
+  bool overQuickTry = false;
   bool checkBudget() {
+    if (nodes.size() > quickTryLimit)
+      overQuickTry = overBudget = true;
     if (nodes.size() > options.maxDPBytes / 56)
       overBudget = true;
     return overBudget;
@@ -2128,6 +2142,8 @@ Expected<Plan> Instance::Impl::solve() {
   const double givenBound = bound;
   llvm::scope_exit restoreBound([&] { bound = givenBound; });
   overBudget = false;
+  overQuickTry = false;
+  quickTryLimit = ~size_t(0);
   auto budgetError = [&] {
     return err(Twine(kBudgetMessage) + " (SolverOptions::maxDPBytes, " +
                Twine(options.maxDPBytes >> 20) +
@@ -2177,7 +2193,7 @@ Expected<Plan> Instance::Impl::solve() {
   auto admissible = [&](const Point &p, double restTime, double restMem) {
     if (p.time + restTime + constantTime >= bound || p.peak > peakCeiling)
       return false;
-    return (timeOnly && priceLambda == 0) ||
+    return (timeOnly && (priceLambda == 0 || noMemoryTest)) ||
            p.mem + restMem + std::max(p.peak, peakLB) <= limit * (1 + 1e-12);
   };
 
@@ -2612,11 +2628,15 @@ Expected<Plan> Instance::Impl::solve() {
   // memory binds): `rest` is the segment's chain bound at `lambda`, and
   // `out` bounds the price (time + lambda x additive memory) of everything
   // outside the segment. A point whose price plus those, minus lambda x the
-  // room its transient leaves, cannot beat `bound` is dropped.
+  // room its transient leaves, cannot beat `bound` is dropped. Without
+  // `ownTransient` the room is the one every plan has (limit - peakLB), so
+  // that whether a point is dropped depends on its price alone (as a front
+  // of one point, kept by its price, needs).
   struct PricedRest {
     double lambda;
     ChainBound rest;
     double out;
+    bool ownTransient = true;
   };
   auto runSegment =
       [&](const std::vector<SegItem> &items, const std::vector<SegEdge> &edges,
@@ -2990,11 +3010,13 @@ Expected<Plan> Instance::Impl::solve() {
                      std::max(pt.peak, sc.peak), -1};
             if (!admissible(np, sc.rest + outTime, restM))
               continue;
-            if (priced &&
-                np.time + priced->lambda * np.mem + sc.restPrice + priced->out +
-                        constantTime -
-                        priced->lambda * (limit - std::max(np.peak, peakLB)) >=
-                    bound + lagrangeSlack(priced->lambda)) {
+            if (priced && np.time + priced->lambda * np.mem + sc.restPrice +
+                                  priced->out + constantTime -
+                                  priced->lambda *
+                                      (limit - (priced->ownTransient
+                                                    ? std::max(np.peak, peakLB)
+                                                    : peakLB)) >=
+                              bound + lagrangeSlack(priced->lambda)) {
               ++stats.pricedRestDrops;
               continue;
             }
@@ -3249,14 +3271,84 @@ Expected<Plan> Instance::Impl::solve() {
       if ((!timeOnly || priceLambda > 0) && bestLagrange && options.layerDual &&
           !options.isCapped()) {
         const SectionBounds *best = &lagranges[*bestLagrange];
-        double prePrice = inf;
-        for (auto &[l, f] : preFront)
-          for (const Point &pt : f)
-            prePrice = std::min(prePrice, pt.time + best->lambda * pt.mem);
+        // Every other layer's price is at least one layer's least price,
+        // which the block's DP with fronts of one point priced time +
+        // lambda x additive memory finds (exact for that sum, by Bellman)
+        // with no time, memory or transient test. Unlike the chain bound
+        // it counts every re-layout, and it is multiplied by layers - 1.
+        // Its points are pruned by the Lagrangian test with the chain
+        // bound of the other layers and the room every plan has (so by
+        // price alone): every layer through a dropped point costs at least
+        // `cut`, so min(least price, cut) bounds every layer of a plan that
+        // beats the bound. (Pareto runs only: a priced seed's run would
+        // pay for it again per lambda.)
+        double room = limit - peakLB;
+        auto prePriceAt = [&](double lambda, const SectionBounds &b) {
+          double price = inf;
+          for (auto &[l, f] : preFront)
+            for (const Point &pt : f)
+              price = std::min(price, pt.time + lambda * pt.mem);
+          return std::max(price, b.pre.time);
+        };
+        auto layerPriceAt = [&](double lambda, const SectionBounds &b) {
+          PricedRest others{lambda, chainBound(seg.items, seg.edges, lambda),
+                            prePriceAt(lambda, b) +
+                                (layers - 1) * b.layer.time + b.post.time,
+                            /*ownTransient=*/false};
+          double cut = bound + lagrangeSlack(lambda) + lambda * room -
+                       others.out - constantTime;
+          const double givenCeiling = peakCeiling;
+          peakCeiling = inf;
+          timeOnly = true;
+          priceLambda = lambda;
+          noMemoryTest = true;
+          size_t mark = nodes.size();
+          StateMap least = runSegment(seg.items, seg.edges, sticky, -inf, 0,
+                                      given, std::nullopt, &others);
+          nodes.resize(mark);
+          timeOnly = false;
+          priceLambda = 0;
+          noMemoryTest = false;
+          peakCeiling = givenCeiling;
+          double price = cut;
+          for (auto &[k, f] : least)
+            for (const Point &pt : f)
+              price = std::min(price, pt.time + lambda * pt.mem);
+          return std::max(b.layer.time, price);
+        };
+        double lambda = best->lambda, layerPrice = best->layer.time;
+        SectionBounds at = *best;
+        if (!timeOnly && layers > 1 && quickTry) {
+          quickTryLimit = nodes.size() + quickTryNodes;
+        } else if (!timeOnly && layers > 1) {
+          // The layer price's plan bound is concave in lambda (a least of
+          // sums linear in it, less lambda x room): its maximum near the
+          // chain bound's best lambda, stopping at a lambda that rejects
+          // the configuration.
+          double bestValue = -inf;
+          double x0 = std::log2(best->lambda);
+          maximizeUnimodal(x0 - 1, x0 + 2, 6, [&](double x) {
+            double l = std::exp2(x);
+            SectionBounds b = sectionBounds(l);
+            double lp = layerPriceAt(l, b);
+            double v = prePriceAt(l, b) + layers * lp + b.post.time - l * room +
+                       constantTime;
+            if (v > bestValue) {
+              bestValue = v;
+              lambda = l;
+              layerPrice = lp;
+              at = b;
+            }
+            return v >= bound + lagrangeSlack(l) ? inf : v;
+          });
+          if (overBudget)
+            return budgetError();
+          if (bestValue >= bound + lagrangeSlack(lambda))
+            return err("no plan beats the bound");
+        }
         priced.emplace(PricedRest{
-            best->lambda, chainBound(seg.items, seg.edges, best->lambda),
-            std::max(prePrice, best->pre.time) +
-                (layers - 1) * best->layer.time + best->post.time});
+            lambda, chainBound(seg.items, seg.edges, lambda),
+            prePriceAt(lambda, at) + (layers - 1) * layerPrice + at.post.time});
       }
       if (rerun)
         res = runSegment(seg.items, seg.edges, sticky, out, outMem, given, exit,
@@ -3547,6 +3639,7 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
     I.timeOnly = true;
     Expected<Plan> relaxed = I.solve();
     I.timeOnly = false;
+    uint64_t relaxedStates = I.stats.statesVisited;
     if (!relaxed) {
       plan.emplace(relaxed.takeError());
     } else {
@@ -3585,22 +3678,25 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
             Expected<Plan> priced = I.solve();
             I.timeOnly = false;
             I.priceLambda = 0;
+            bool fits = false;
             if (!priced) {
               std::string message = toString(priced.takeError());
               if (isSolverFailure(message))
                 return err(message);
-              break;
-            }
-            Expected<PlanCost> c = evaluate(priced->partitions);
-            if (!c)
-              return c.takeError();
-            bool fits = c->feasible;
-            if (fits) {
-              if (c->stepTime >= seedTime)
+              if (std::isinf(large))
                 break;
-              seedTime = c->stepTime;
-              priced->cost = std::move(*c);
-              seed = std::move(*priced);
+            } else {
+              Expected<PlanCost> c = evaluate(priced->partitions);
+              if (!c)
+                return c.takeError();
+              fits = c->feasible;
+              if (fits) {
+                if (c->stepTime >= seedTime)
+                  break;
+                seedTime = c->stepTime;
+                priced->cost = std::move(*c);
+                seed = std::move(*priced);
+              }
             }
             (!fits ? small : large) = lambda;
             if (std::isinf(large))
@@ -3615,9 +3711,22 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
           if (seed)
             ++I.stats.pricedSeeds;
         }
+        // The layer price search (solve()) costs a few DPs of one layer
+        // with fronts of one point; it pays where the Pareto DP of the
+        // layer is large. So the Pareto DP is first tried without it, up to
+        // 4 nodes per state the relaxation visited, and only past that run
+        // again with it (the tries differ only in what they prune: exact).
         I.nodes.resize(1);
         I.bound = seedTime;
+        I.quickTry = true;
+        I.quickTryNodes = 4 * relaxedStates;
         Expected<Plan> exact = I.solve();
+        I.quickTry = false;
+        if (!exact && I.overQuickTry) {
+          consumeError(exact.takeError());
+          I.nodes.resize(1);
+          exact = I.solve();
+        }
         I.bound = bound;
         if (!exact && seed) {
           std::string message = toString(exact.takeError());
