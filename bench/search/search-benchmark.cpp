@@ -162,6 +162,8 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
   SearchOptions forcedOpts = opts;
   forcedOpts.solver.space.onlyTemporal = true;
   forcedOpts.squareMeshesOnly = true;
+  // (Below: its exact DP may pass the memory budget.)
+  forcedOpts.retryOverBudget = false;
   SearchOptions megatronOpts = opts;
   megatronOpts.solver = SolverOptions();
 
@@ -243,12 +245,13 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
       Expected<SearchResult> spatial = search(p, *cluster, eff, spatialOpts);
       Expected<SearchResult> mega =
           searchMegatron(p, *cluster, eff, false, megatronOpts);
-      Expected<SearchResult> forced = search(p, *cluster, eff, forcedOpts);
       // The forced baseline is the hardest problem of the row (every linear
       // temporal, a wide gap between its fastest plans and those that
       // fit): where its exact DP passes the memory budget, the row keeps
       // the capped forced plan (48/4096/3, the capped table's caps) and
-      // says so.
+      // says so, without retrying the configuration under a lower bound
+      // (each try can take minutes).
+      Expected<SearchResult> forced = search(p, *cluster, eff, forcedOpts);
       bool forcedCapped = false;
       if (!forced && !forcedOpts.solver.isCapped()) {
         std::string message = toString(forced.takeError());

@@ -548,7 +548,8 @@ searchWith(const Problem &problem, const Cluster &cluster,
     std::string message;
     ++result.solvedConfigurations;
     if (!answer(solveConfig(i, bound), message)) {
-      if (!isBudgetFailure(message) || !options.branchAndBound)
+      if (!isBudgetFailure(message) || !options.branchAndBound ||
+          !options.retryOverBudget)
         return err(message);
       deferred.push_back({lowerBound, i, bound, message});
     }

@@ -430,6 +430,13 @@ struct SearchOptions {
   /// cannot beat a plan already found; the capped plan is kept where nothing
   /// beats it.
   bool seedBound = true;
+  /// With branchAndBound: a configuration whose DP passes the memory budget
+  /// (SolverOptions::maxDPBytes) is set aside and solved again once the
+  /// other configurations have lowered the bound, and the search fails only
+  /// when a retry passes the budget under a bound no lower than before.
+  /// Off: the search fails at the first such DP (a caller that falls back
+  /// to a capped search rather than wait for the retries).
+  bool retryOverBudget = true;
   /// Capped search with the temporal primitive: a second pass over the
   /// configurations whose matmuls keep only their temporal candidates
   /// (SpaceOptions::onlyTemporal), bounded by the first pass's plan; the

@@ -797,7 +797,15 @@ TEST(Exactness, BudgetFailuresAreRetriedUnderALowerBound) {
                     1e-9 * free->best->cost.stepTime)
             << "problem " << attempt;
       }
-      retried += r->retriedConfigurations > 0;
+      if (r->retriedConfigurations > 0) {
+        ++retried;
+        // Without the retry the same search fails at the budget.
+        tight.retryOverBudget = false;
+        Expected<SearchResult> once = search(p, cluster(), eff, tight);
+        ASSERT_FALSE(bool(once)) << "problem " << attempt;
+        std::string m = toString(once.takeError());
+        EXPECT_TRUE(isBudgetFailure(m)) << m;
+      }
       ++agreed;
     }
   }
