@@ -3662,8 +3662,11 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
         // too small while none is known large enough, else the geometric
         // mean of the two (at most 6 runs). The runs drop points that cannot
         // fit or beat the bound (the memory test of `admissible`, transient
-        // classes, the segments' Lagrangian rests), so they stop where a run
-        // finds no plan or a fitting plan no faster than the last.
+        // classes, the segments' Lagrangian rests), so they stop at a
+        // fitting plan no faster than the last, or at a run with no plan
+        // while no lambda is known large enough; once one is, a run with no
+        // plan counts as too small (a heuristic: below a fitting lambda its
+        // plans are faster, so what it drops is mostly what does not fit).
         std::optional<Plan> seed;
         double seedTime = bound;
         if (I.options.layerDual && std::isfinite(bound) &&
