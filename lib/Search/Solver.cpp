@@ -473,12 +473,11 @@ struct Instance::Impl {
   /// bytes each with the front point they stand for); solve() then fails
   /// with kBudgetMessage instead of growing until the allocator aborts.
   bool overBudget = false;
-  /// A first, quick try of a Pareto DP (solveDP): without the layer price
-  /// search (solve(), the layer block's Lagrangian), and past
-  /// `quickTryNodes` nodes from there on it stops with overQuickTry set
-  /// (and overBudget, so it stops as at the budget), to be run again with
-  /// the search.
-  bool quickTry = false;
+  /// A first, quick try of a Pareto DP (solveDP), while quickTryNodes > 0:
+  /// without the layer price search (solve(), the layer block's
+  /// Lagrangian), and past `quickTryNodes` nodes from there on it stops
+  /// with overQuickTry set (and overBudget, so it stops as at the budget),
+  /// to be run again with the search.
   size_t quickTryNodes = 0, quickTryLimit = ~size_t(0);
   bool overQuickTry = false;
   bool checkBudget() {
@@ -3318,7 +3317,7 @@ Expected<Plan> Instance::Impl::solve() {
         };
         double lambda = best->lambda, layerPrice = best->layer.time;
         SectionBounds at = *best;
-        if (!timeOnly && layers > 1 && quickTry) {
+        if (!timeOnly && layers > 1 && quickTryNodes > 0) {
           quickTryLimit = nodes.size() + quickTryNodes;
         } else if (!timeOnly && layers > 1) {
           // The layer price's plan bound is concave in lambda (a least of
@@ -3721,10 +3720,9 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
         // again with it (the tries differ only in what they prune: exact).
         I.nodes.resize(1);
         I.bound = seedTime;
-        I.quickTry = true;
-        I.quickTryNodes = 4 * relaxedStates;
+        I.quickTryNodes = std::max<size_t>(1, 4 * relaxedStates);
         Expected<Plan> exact = I.solve();
-        I.quickTry = false;
+        I.quickTryNodes = 0;
         if (!exact && I.overQuickTry) {
           consumeError(exact.takeError());
           I.nodes.resize(1);
