@@ -5,7 +5,8 @@
 //===----------------------------------------------------------------------===//
 //
 // `stpar-bench-search [--protocol full|primepar] [--quick] [--only NAME]
-// [--devices N] [--exact | --caps C,S,F] [--progress] [--plans] [--space]`:
+// [--devices N] [--exact | --caps C,S,F] [--progress] [--plans] [--space]
+// [--trace] [--search-only] [--layers N]`:
 // runs the partition search (exact by default; with PrimePar's protocol
 // capped by default, docs/search.md) on PrimePar's models (OPT, Llama-2, BLOOM
 // shapes through the transformer builder) on v100-sxm2-32g-4x8 at 4, 8, 16 and
@@ -15,7 +16,11 @@
 // search, the speedups, peak-memory ratios and predicted MFU (stpar's plan and
 // the Megatron grid's). All numbers come from the search objective
 // (docs/search.md). `--protocol primepar` runs PrimePar's comparison instead
-// (runPrimeParProtocol). Not a test.
+// (runPrimeParProtocol). `--trace` prints a line per configuration's DP of
+// the timed search on stderr (printTrace); `--search-only` (PrimePar's
+// protocol) stops each row after the timed search (no baselines), and
+// `--layers N` (PrimePar's protocol) runs N layers (at most the model's)
+// instead of the largest count that fits under both. Not a test.
 //
 //===----------------------------------------------------------------------===//
 
@@ -134,6 +139,39 @@ Breakdown getBreakdown(const PlanCost &c) {
           c.stepTime * 1e3};
 }
 
+/// One line per configuration's DP on stderr (`--trace`): the
+/// configuration, its lower bound and the bound it ran under, its wall time
+/// and where the time went (DPStats's phases: states / seconds), and its
+/// answer.
+void printTrace(const ConfigurationTrace &t) {
+  std::string config;
+  raw_string_ostream os(config);
+  printPlanConfig(os, t.config);
+  config = StringRef(config).rtrim().str();
+  const DPStats &s = t.stats;
+  std::string phases;
+  auto phase = [&](const char *name, const DPStats::Phase &p) {
+    if (p.states > 0 || p.seconds > 0)
+      phases += sformat(" %s %.2fM/%.2fs", name, p.states / 1e6, p.seconds);
+  };
+  phase("relaxation", s.relaxation);
+  phase("seed", s.seed);
+  phase("layer-price", s.layerPrice);
+  phase("quick-try", s.quickTry);
+  phase("pareto", s.pareto);
+  errs() << format("trace: %s%s | lower bound %.1f ms, bound %.1f ms | "
+                   "%.3f s, %.2fM states:",
+                   t.capped  ? "(capped) "
+                   : t.retry ? "(retry) "
+                             : "",
+                   config.c_str(), t.lowerBound * 1e3, t.bound * 1e3, t.seconds,
+                   s.statesVisited / 1e6)
+         << phases << " | "
+         << (t.stepTime ? sformat("plan %.1f ms", *t.stepTime * 1e3)
+                        : t.message)
+         << "\n";
+}
+
 /// Protocol (1) of issue 12, PrimePar's (ASPLOS'24 Sec. 6.1): the six
 /// models at 4, 8, 16, 32 V100s of the PrimePar testbed, no pipeline, no
 /// ZeRO; stpar searches spatial partitions and the temporal primitive,
@@ -142,7 +180,8 @@ Breakdown getBreakdown(const PlanCost &c) {
 /// accumulate gradients over micro-batches. A model that does not fit whole
 /// under both runs with the largest layer count that does.
 int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
-                        const SolverOptions &caps, bool plans) {
+                        const SolverOptions &caps, bool plans, bool trace,
+                        bool searchOnly, int64_t fixedLayers) {
   const char *clusterName = "v100-sxm2-32g-4x8";
   Expected<Cluster> cluster = getPreset(clusterName);
   if (!cluster) {
@@ -214,23 +253,27 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
         return b->best.has_value();
       };
       int64_t layers = m.layers;
-      Expected<bool> whole = fits(layers);
-      if (!whole) {
-        errs() << toString(whole.takeError()) << "\n";
-        return 1;
-      }
-      if (!*whole) {
-        int64_t lo = 0, hi = m.layers; // fits(lo) (or lo = 0), !fits(hi)
-        while (hi - lo > 1) {
-          int64_t mid = (lo + hi) / 2;
-          Expected<bool> f = fits(mid);
-          if (!f) {
-            errs() << toString(f.takeError()) << "\n";
-            return 1;
-          }
-          (*f ? lo : hi) = mid;
+      if (fixedLayers > 0) {
+        layers = std::min(fixedLayers, m.layers);
+      } else {
+        Expected<bool> whole = fits(layers);
+        if (!whole) {
+          errs() << toString(whole.takeError()) << "\n";
+          return 1;
         }
-        layers = lo;
+        if (!*whole) {
+          int64_t lo = 0, hi = m.layers; // fits(lo) (or lo = 0), !fits(hi)
+          while (hi - lo > 1) {
+            int64_t mid = (lo + hi) / 2;
+            Expected<bool> f = fits(mid);
+            if (!f) {
+              errs() << toString(f.takeError()) << "\n";
+              return 1;
+            }
+            (*f ? lo : hi) = mid;
+          }
+          layers = lo;
+        }
       }
       if (layers == 0) {
         outs() << format("%-12s %5lld %7s  not even one layer fits under "
@@ -239,9 +282,30 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
         continue;
       }
       Problem p = problemFor(layers);
+      SearchOptions timedOpts = opts;
+      if (trace)
+        timedOpts.trace = printTrace;
       auto t0 = std::chrono::steady_clock::now();
-      Expected<SearchResult> best = search(p, *cluster, eff, opts);
+      Expected<SearchResult> best = search(p, *cluster, eff, timedOpts);
       double wall = seconds(t0);
+      if (searchOnly) {
+        if (!best) {
+          errs() << "error: " << m.name << " at " << n
+                 << " devices: " << toString(best.takeError()) << "\n";
+          return 1;
+        }
+        outs() << format("%-12s %5lld %7lld %7.3f ", m.name, (long long)n,
+                         (long long)layers, wall)
+               << (best->best
+                       ? sformat("%10.1f  %s", best->best->cost.stepTime * 1e3,
+                                 describePlan(p, *best->best).c_str())
+                       : std::string("no plan"))
+               << sformat("; %zu solved, %zu retried\n",
+                          best->solvedConfigurations,
+                          best->retriedConfigurations);
+        outs().flush();
+        continue;
+      }
       Expected<SearchResult> spatial = search(p, *cluster, eff, spatialOpts);
       Expected<SearchResult> mega =
           searchMegatron(p, *cluster, eff, false, megatronOpts);
@@ -325,6 +389,8 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
       }
       outs().flush();
     }
+  if (searchOnly)
+    return 0;
   printGeoMean(speedups32, "the best Megatron dp x tp grid");
   // Where the time goes (PrimePar Fig. 9's categories), and for plans
   // without the temporal primitive the term that makes it lose when forced
@@ -376,6 +442,7 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
 
 int main(int argc, char **argv) {
   bool quick = false, progress = false, plans = false, space = false;
+  bool trace = false, searchOnly = false;
   // The DP's caps: candidates per operator, states per step, front points
   // (0 = exact).
   // Default: exact for the full protocol, the default caps for PrimePar's
@@ -384,7 +451,7 @@ int main(int argc, char **argv) {
   std::optional<SolverOptions> capsOption;
   SolverOptions caps;
   std::string only, protocol = "full";
-  int64_t onlyDevices = 0;
+  int64_t onlyDevices = 0, fixedLayers = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
@@ -410,6 +477,12 @@ int main(int argc, char **argv) {
       plans = true;
     else if (!std::strcmp(argv[i], "--space"))
       space = true;
+    else if (!std::strcmp(argv[i], "--trace"))
+      trace = true;
+    else if (!std::strcmp(argv[i], "--search-only"))
+      searchOnly = true;
+    else if (!std::strcmp(argv[i], "--layers") && i + 1 < argc)
+      fixedLayers = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
     else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc)
@@ -421,7 +494,8 @@ int main(int argc, char **argv) {
           << "stpar-bench-search: unknown option '" << argv[i]
           << "'\nusage: stpar-bench-search [--protocol full|primepar] "
              "[--quick] [--only NAME] [--devices N] [--exact | --caps C,S,F] "
-             "[--progress] [--plans] [--space]\n";
+             "[--progress] [--plans] [--space] [--trace] "
+             "[--search-only] [--layers N]\n";
       return 1;
     }
   }
@@ -430,7 +504,8 @@ int main(int argc, char **argv) {
   else if (protocol == "primepar")
     caps.setDefaultCaps();
   if (protocol == "primepar")
-    return runPrimeParProtocol(only, onlyDevices, caps, plans);
+    return runPrimeParProtocol(only, onlyDevices, caps, plans, trace,
+                               searchOnly, fixedLayers);
   if (protocol != "full") {
     errs() << "stpar-bench-search: unknown protocol '" << protocol
            << "' (full or primepar)\n";
@@ -543,6 +618,8 @@ int main(int argc, char **argv) {
     }
     SearchOptions timedOpts = opts;
     timedOpts.microBatchChoices = r.microBatchChoices;
+    if (trace)
+      timedOpts.trace = printTrace;
     if (progress)
       timedOpts.progress = [&](size_t done, size_t total) {
         errs() << "\r" << r.model->name << " " << r.devices << ": " << done

@@ -16,6 +16,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/Parallel.h"
 
+#include <chrono>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -490,7 +491,8 @@ searchWith(const Problem &problem, const Cluster &cluster,
   if (options.progress && skipped > 0 && skipped < total)
     options.progress(reported = skipped, total);
   // One configuration's DP under `bound`, its tables from the cache.
-  auto solveConfig = [&](size_t i, double bound) -> Expected<Plan> {
+  auto solveConfig = [&](size_t i, double bound, double lowerBound,
+                         bool retry) -> Expected<Plan> {
     const Instance *same = cache.find(configs[i], options.solver.space);
     Expected<std::unique_ptr<Instance>> inst =
         Instance::create(problem, cluster, configs[i], eff, options.solver,
@@ -507,8 +509,24 @@ searchWith(const Problem &problem, const Cluster &cluster,
       cache.keep(configs[i], options.solver.space, std::move(*rep));
     }
     DPStats stats;
+    auto start = std::chrono::steady_clock::now();
     Expected<Plan> plan = (*inst)->solveDP(&stats, bound);
+    std::chrono::duration<double> wall =
+        std::chrono::steady_clock::now() - start;
     result.stats += stats;
+    if (options.trace) {
+      ConfigurationTrace t{configs[i],   lowerBound, bound,
+                           wall.count(), stats,      {},
+                           {},           retry,      options.solver.isCapped()};
+      if (plan) {
+        t.stepTime = plan->cost.stepTime;
+        options.trace(t);
+        return plan;
+      }
+      t.message = toString(plan.takeError());
+      options.trace(t);
+      return err(t.message);
+    }
     return plan;
   };
   auto currentBound = [&] {
@@ -547,7 +565,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
       break;
     std::string message;
     ++result.solvedConfigurations;
-    if (!answer(solveConfig(i, bound), message)) {
+    if (!answer(solveConfig(i, bound, lowerBound, false), message)) {
       if (!isBudgetFailure(message) || !options.branchAndBound ||
           !options.retryOverBudget)
         return err(message);
@@ -571,7 +589,8 @@ searchWith(const Problem &problem, const Cluster &cluster,
       return err(deferred.front().message);
     ++result.retriedConfigurations;
     std::string message;
-    if (answer(solveConfig(retry->config, bound), message)) {
+    if (answer(solveConfig(retry->config, bound, retry->lowerBound, true),
+               message)) {
       deferred.erase(retry);
       continue;
     }

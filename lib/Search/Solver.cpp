@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -473,6 +474,21 @@ struct Instance::Impl {
   /// bytes each with the front point they stand for); solve() then fails
   /// with kBudgetMessage instead of growing until the allocator aborts.
   bool overBudget = false;
+  /// Runs `run` and adds its states visited and wall time to `phase`, less
+  /// those of the layer price's runs inside it (counted in their own).
+  template <typename Run> auto measurePhase(DPStats::Phase &phase, Run run) {
+    // (A layer price run has none inside it: the differences are zero.)
+    DPStats::Phase inner = stats.layerPrice;
+    uint64_t states = stats.statesVisited;
+    auto start = std::chrono::steady_clock::now();
+    auto result = run();
+    std::chrono::duration<double> wall =
+        std::chrono::steady_clock::now() - start;
+    phase.states +=
+        stats.statesVisited - states - (stats.layerPrice.states - inner.states);
+    phase.seconds += wall.count() - (stats.layerPrice.seconds - inner.seconds);
+    return result;
+  }
   /// A first, quick try of a Pareto DP (solveDP), while quickTryNodes > 0:
   /// without the layer price search (solve(), the layer block's
   /// Lagrangian), and past `quickTryNodes` nodes from there on it stops
@@ -3302,8 +3318,10 @@ Expected<Plan> Instance::Impl::solve() {
           priceLambda = lambda;
           noMemoryTest = true;
           size_t mark = nodes.size();
-          StateMap least = runSegment(seg.items, seg.edges, sticky, -inf, 0,
-                                      given, std::nullopt, &others);
+          StateMap least = measurePhase(stats.layerPrice, [&] {
+            return runSegment(seg.items, seg.edges, sticky, -inf, 0, given,
+                              std::nullopt, &others);
+          });
           nodes.resize(mark);
           timeOnly = false;
           priceLambda = 0;
@@ -3636,7 +3654,8 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
     // fits in memory that plan is the optimum; only otherwise is the
     // Pareto DP over (time, memory, transient) run.
     I.timeOnly = true;
-    Expected<Plan> relaxed = I.solve();
+    Expected<Plan> relaxed =
+        I.measurePhase(I.stats.relaxation, [&] { return I.solve(); });
     I.timeOnly = false;
     uint64_t relaxedStates = I.stats.statesVisited;
     if (!relaxed) {
@@ -3677,7 +3696,8 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
             I.nodes.resize(1);
             I.timeOnly = true;
             I.priceLambda = lambda;
-            Expected<Plan> priced = I.solve();
+            Expected<Plan> priced =
+                I.measurePhase(I.stats.seed, [&] { return I.solve(); });
             I.timeOnly = false;
             I.priceLambda = 0;
             bool fits = false;
@@ -3721,12 +3741,17 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
         I.nodes.resize(1);
         I.bound = seedTime;
         I.quickTryNodes = std::max<size_t>(1, 4 * relaxedStates);
-        Expected<Plan> exact = I.solve();
+        DPStats::Phase quickTry;
+        Expected<Plan> exact =
+            I.measurePhase(quickTry, [&] { return I.solve(); });
         I.quickTryNodes = 0;
         if (!exact && I.overQuickTry) {
+          I.stats.quickTry += quickTry;
           consumeError(exact.takeError());
           I.nodes.resize(1);
-          exact = I.solve();
+          exact = I.measurePhase(I.stats.pareto, [&] { return I.solve(); });
+        } else {
+          I.stats.pareto += quickTry;
         }
         I.bound = bound;
         if (!exact && seed) {

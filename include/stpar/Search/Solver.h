@@ -218,8 +218,28 @@ struct DPStats {
   /// configuration or narrowed the transient an answer can have, and the
   /// points the layer block's Lagrangian rest test dropped.
   uint64_t transientCuts = 0, pricedRestDrops = 0;
+  /// Where an exact memory-bound DP spends its work, per pass: states
+  /// visited and wall seconds of the time-only relaxation, the priced
+  /// seed's runs, the layer price's runs (the block's Lagrangian test), a
+  /// quick try of the Pareto DP that was abandoned, and the Pareto DP that
+  /// answered (its states are statesVisited less the others).
+  struct Phase {
+    uint64_t states = 0;
+    double seconds = 0;
+    Phase &operator+=(const Phase &o) {
+      states += o.states;
+      seconds += o.seconds;
+      return *this;
+    }
+  };
+  Phase relaxation, seed, layerPrice, quickTry, pareto;
   bool isExact() const { return droppedStates == 0 && droppedPoints == 0; }
   DPStats &operator+=(const DPStats &o) {
+    relaxation += o.relaxation;
+    seed += o.seed;
+    layerPrice += o.layerPrice;
+    quickTry += o.quickTry;
+    pareto += o.pareto;
     memoryBoundSolves += o.memoryBoundSolves;
     dualSolves += o.dualSolves;
     dualSeeds += o.dualSeeds;
@@ -234,6 +254,25 @@ struct DPStats {
     droppedPoints += o.droppedPoints;
     return *this;
   }
+};
+
+/// One configuration's DP in a search (SearchOptions::trace).
+struct ConfigurationTrace {
+  Config config;
+  /// The configuration's lower bound and the bound its DP ran under (s per
+  /// step; inf: none).
+  double lowerBound = 0, bound = 0;
+  /// Wall time of the DP (s).
+  double seconds = 0;
+  DPStats stats;
+  /// The plan's step time (s), or the DP's answer or error.
+  std::optional<double> stepTime;
+  std::string message;
+  /// A retry of a configuration set aside past the DP's memory budget.
+  bool retry = false;
+  /// A capped DP (SolverOptions::isCapped), e.g. of the capped search that
+  /// seeds an exact one's bound (SearchOptions::seedBound).
+  bool capped = false;
 };
 
 /// One communication the objective charges for a plan, and the flattened
@@ -458,6 +497,10 @@ struct SearchOptions {
   /// temporal pass, `total` counts its configurations too (after the first
   /// pass's), so one count runs from 0 to total.
   std::function<void(size_t, size_t)> progress;
+  /// Called after each configuration's DP (in the order they run, retries
+  /// included, the temporal pass's too): what it was,
+  /// the bound it ran under and how it went (for a trace of a slow search).
+  std::function<void(const ConfigurationTrace &)> trace;
   /// The Megatron baseline (searchMegatron) on problems whose edges do not
   /// carry every split (an imported model: the bridge keeps no edge through
   /// a reshape or transpose): Megatron's partition of every flattened

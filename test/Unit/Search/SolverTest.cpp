@@ -783,6 +783,18 @@ TEST(Exactness, BudgetFailuresAreRetriedUnderALowerBound) {
       tight.solver.maxDPBytes = 56 * nodes;
       // Without the capped search's seed the first DP runs unbounded.
       tight.seedBound = attempt % 2;
+      // The trace sees every DP of the search: each solved configuration
+      // once, each retry once, with the statistics the result sums.
+      size_t traced = 0, tracedRetries = 0;
+      uint64_t tracedStates = 0;
+      tight.trace = [&](const ConfigurationTrace &t) {
+        if (t.capped)
+          return;
+        ++traced;
+        tracedRetries += t.retry;
+        tracedStates += t.stats.statesVisited;
+        EXPECT_EQ(t.stepTime.has_value(), t.message.empty());
+      };
       Expected<SearchResult> r = search(p, cluster(), eff, tight);
       if (!r) {
         std::string m = toString(r.takeError());
@@ -792,6 +804,9 @@ TEST(Exactness, BudgetFailuresAreRetriedUnderALowerBound) {
       }
       ASSERT_EQ(r->best.has_value(), free->best.has_value())
           << "problem " << attempt;
+      EXPECT_EQ(traced, r->solvedConfigurations + r->retriedConfigurations);
+      EXPECT_EQ(tracedRetries, r->retriedConfigurations);
+      EXPECT_EQ(tracedStates, r->stats.statesVisited);
       if (r->best) {
         EXPECT_NEAR(r->best->cost.stepTime, free->best->cost.stepTime,
                     1e-9 * free->best->cost.stepTime)
