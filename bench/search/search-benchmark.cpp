@@ -6,7 +6,7 @@
 //
 // `stpar-bench-search [--protocol full|primepar] [--quick] [--only NAME]
 // [--devices N] [--exact | --caps C,S,F] [--progress] [--plans] [--space]
-// [--trace] [--search-only] [--layers N]`:
+// [--trace] [--search-only] [--layers N] [--no-layer-price]`:
 // runs the partition search (exact by default; with PrimePar's protocol
 // capped by default, docs/search.md) on PrimePar's models (OPT, Llama-2, BLOOM
 // shapes through the transformer builder) on v100-sxm2-32g-4x8 at 4, 8, 16 and
@@ -20,7 +20,8 @@
 // the timed search on stderr (printTrace); `--search-only` (PrimePar's
 // protocol) stops each row after the timed search (no baselines), and
 // `--layers N` (PrimePar's protocol) runs N layers (at most the model's)
-// instead of the largest count that fits under both. Not a test.
+// instead of the largest count that fits under both; `--no-layer-price`
+// turns SolverOptions::layerPrice off (an ablation). Not a test.
 //
 //===----------------------------------------------------------------------===//
 
@@ -159,17 +160,21 @@ void printTrace(const ConfigurationTrace &t) {
   phase("layer-price", s.layerPrice);
   phase("quick-try", s.quickTry);
   phase("pareto", s.pareto);
+  const char *pass = t.capped                  ? "(capped) "
+                     : t.retry                 ? "(retry) "
+                     : t.pass == DPPass::Cheap ? "(cheap) "
+                     : t.pass == DPPass::Rest  ? "(rest) "
+                                               : "";
+  std::string answer =
+      t.stepTime ? sformat("plan %.1f ms", *t.stepTime * 1e3) : t.message;
+  if (!t.settled)
+    answer = "memory binds, Pareto DP later; priced seed " +
+             (t.stepTime ? answer : std::string("none"));
   errs() << format("trace: %s%s | lower bound %.1f ms, bound %.1f ms | "
                    "%.3f s, %.2fM states:",
-                   t.capped  ? "(capped) "
-                   : t.retry ? "(retry) "
-                             : "",
-                   config.c_str(), t.lowerBound * 1e3, t.bound * 1e3, t.seconds,
-                   s.statesVisited / 1e6)
-         << phases << " | "
-         << (t.stepTime ? sformat("plan %.1f ms", *t.stepTime * 1e3)
-                        : t.message)
-         << "\n";
+                   pass, config.c_str(), t.lowerBound * 1e3, t.bound * 1e3,
+                   t.seconds, s.statesVisited / 1e6)
+         << phases << " | " << answer << "\n";
 }
 
 /// Protocol (1) of issue 12, PrimePar's (ASPLOS'24 Sec. 6.1): the six
@@ -442,7 +447,7 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
 
 int main(int argc, char **argv) {
   bool quick = false, progress = false, plans = false, space = false;
-  bool trace = false, searchOnly = false;
+  bool trace = false, searchOnly = false, noLayerPrice = false;
   // The DP's caps: candidates per operator, states per step, front points
   // (0 = exact).
   // Default: exact for the full protocol, the default caps for PrimePar's
@@ -481,6 +486,8 @@ int main(int argc, char **argv) {
       trace = true;
     else if (!std::strcmp(argv[i], "--search-only"))
       searchOnly = true;
+    else if (!std::strcmp(argv[i], "--no-layer-price"))
+      noLayerPrice = true;
     else if (!std::strcmp(argv[i], "--layers") && i + 1 < argc)
       fixedLayers = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
@@ -495,7 +502,7 @@ int main(int argc, char **argv) {
           << "'\nusage: stpar-bench-search [--protocol full|primepar] "
              "[--quick] [--only NAME] [--devices N] [--exact | --caps C,S,F] "
              "[--progress] [--plans] [--space] [--trace] "
-             "[--search-only] [--layers N]\n";
+             "[--search-only] [--layers N] [--no-layer-price]\n";
       return 1;
     }
   }
@@ -503,6 +510,7 @@ int main(int argc, char **argv) {
     caps = *capsOption;
   else if (protocol == "primepar")
     caps.setDefaultCaps();
+  caps.layerPrice = !noLayerPrice;
   if (protocol == "primepar")
     return runPrimeParProtocol(only, onlyDevices, caps, plans, trace,
                                searchOnly, fixedLayers);

@@ -491,8 +491,8 @@ searchWith(const Problem &problem, const Cluster &cluster,
   if (options.progress && skipped > 0 && skipped < total)
     options.progress(reported = skipped, total);
   // One configuration's DP under `bound`, its tables from the cache.
-  auto solveConfig = [&](size_t i, double bound, double lowerBound,
-                         bool retry) -> Expected<Plan> {
+  auto solveConfig = [&](size_t i, double bound, double lowerBound, bool retry,
+                         DPPass pass, bool *settled) -> Expected<Plan> {
     const Instance *same = cache.find(configs[i], options.solver.space);
     Expected<std::unique_ptr<Instance>> inst =
         Instance::create(problem, cluster, configs[i], eff, options.solver,
@@ -510,14 +510,21 @@ searchWith(const Problem &problem, const Cluster &cluster,
     }
     DPStats stats;
     auto start = std::chrono::steady_clock::now();
-    Expected<Plan> plan = (*inst)->solveDP(&stats, bound);
+    Expected<Plan> plan = (*inst)->solveDP(&stats, bound, pass, settled);
     std::chrono::duration<double> wall =
         std::chrono::steady_clock::now() - start;
     result.stats += stats;
     if (options.trace) {
-      ConfigurationTrace t{configs[i],   lowerBound, bound,
-                           wall.count(), stats,      {},
-                           {},           retry,      options.solver.isCapped()};
+      ConfigurationTrace t;
+      t.config = configs[i];
+      t.lowerBound = lowerBound;
+      t.bound = bound;
+      t.seconds = wall.count();
+      t.stats = stats;
+      t.retry = retry;
+      t.capped = options.solver.isCapped();
+      t.pass = pass;
+      t.settled = !settled || *settled;
       if (plan) {
         t.stepTime = plan->cost.stepTime;
         options.trace(t);
@@ -558,21 +565,59 @@ searchWith(const Problem &problem, const Cluster &cluster,
     message = toString(plan.takeError());
     return !isSolverFailure(message);
   };
-  for (size_t n = 0; n < order.size(); ++n) {
-    auto [lowerBound, i] = order[n];
+  // Keeps a configuration's answer, or sets it aside past the memory
+  // budget; the failure's message otherwise.
+  auto settle = [&](Expected<Plan> plan, size_t i, double lowerBound,
+                    double bound) -> std::optional<std::string> {
+    std::string message;
+    if (answer(std::move(plan), message))
+      return std::nullopt;
+    if (!isBudgetFailure(message) || !options.branchAndBound ||
+        !options.retryOverBudget)
+      return message;
+    deferred.push_back({lowerBound, i, bound, message});
+    return std::nullopt;
+  };
+  size_t done = skipped;
+  auto reportDone = [&] {
+    if (options.progress && ++done < total)
+      options.progress(reported = done, total);
+  };
+  // The cheap passes first (SearchOptions::cheapFirst), then the Pareto
+  // DPs of the configurations they did not settle.
+  bool cheapFirst = options.cheapFirst && options.branchAndBound && !capped;
+  std::vector<std::pair<double, size_t>> unsettled;
+  for (auto [lowerBound, i] : order) {
     double bound = currentBound();
     if (lowerBound >= bound)
       break;
-    std::string message;
     ++result.solvedConfigurations;
-    if (!answer(solveConfig(i, bound, lowerBound, false), message)) {
-      if (!isBudgetFailure(message) || !options.branchAndBound ||
-          !options.retryOverBudget)
-        return err(message);
-      deferred.push_back({lowerBound, i, bound, message});
+    bool settled = true;
+    Expected<Plan> plan =
+        solveConfig(i, bound, lowerBound, false,
+                    cheapFirst ? DPPass::Cheap : DPPass::Whole, &settled);
+    if (!settled) {
+      // (Its seed's plan, if one fits, lowers the bound.)
+      if (plan)
+        keepBest(result, std::move(*plan));
+      else
+        consumeError(plan.takeError());
+      unsettled.push_back({lowerBound, i});
+      continue;
     }
-    if (options.progress && skipped + n + 1 < total)
-      options.progress(reported = skipped + n + 1, total);
+    if (std::optional<std::string> m =
+            settle(std::move(plan), i, lowerBound, bound))
+      return err(*m);
+    reportDone();
+  }
+  for (auto [lowerBound, i] : unsettled) {
+    double bound = currentBound();
+    if (lowerBound < bound)
+      if (std::optional<std::string> m = settle(
+              solveConfig(i, bound, lowerBound, false, DPPass::Rest, nullptr),
+              i, lowerBound, bound))
+        return err(*m);
+    reportDone();
   }
   // The set-aside configurations, in increasing lower bound, until every
   // one is solved or cannot beat the bound; a round in which the bound
@@ -589,7 +634,8 @@ searchWith(const Problem &problem, const Cluster &cluster,
       return err(deferred.front().message);
     ++result.retriedConfigurations;
     std::string message;
-    if (answer(solveConfig(retry->config, bound, retry->lowerBound, true),
+    if (answer(solveConfig(retry->config, bound, retry->lowerBound, true,
+                           DPPass::Whole, nullptr),
                message)) {
       deferred.erase(retry);
       continue;

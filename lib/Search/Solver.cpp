@@ -3337,7 +3337,7 @@ Expected<Plan> Instance::Impl::solve() {
         SectionBounds at = *best;
         if (!timeOnly && layers > 1 && quickTryNodes > 0) {
           quickTryLimit = nodes.size() + quickTryNodes;
-        } else if (!timeOnly && layers > 1) {
+        } else if (!timeOnly && layers > 1 && options.layerPrice) {
           // The layer price's plan bound is concave in lambda (a least of
           // sums linear in it, less lambda x room): its maximum near the
           // chain bound's best lambda, stopping at a lambda that rejects
@@ -3639,8 +3639,11 @@ Expected<Plan> Instance::Impl::solve() {
   return plan;
 }
 
-Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
+Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
+                                 bool *settled) {
   Impl &I = *impl;
+  if (settled)
+    *settled = true;
   I.stats = {};
   I.nodes.resize(1);
   I.bound = bound;
@@ -3687,8 +3690,8 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
         // plans are faster, so what it drops is mostly what does not fit).
         std::optional<Plan> seed;
         double seedTime = bound;
-        if (I.options.layerDual && std::isfinite(bound) &&
-            pc->getMemory() > I.limit) {
+        if (pass != DPPass::Rest && I.options.layerDual &&
+            std::isfinite(bound) && pc->getMemory() > I.limit) {
           double small = 0, large = std::numeric_limits<double>::infinity();
           double lambda = std::max(bound - pc->stepTime, 1e-12 * bound) /
                           (pc->getMemory() - I.limit);
@@ -3733,6 +3736,18 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
           if (seed)
             ++I.stats.pricedSeeds;
         }
+        if (pass == DPPass::Cheap) {
+          // The Pareto DP is left to a DPPass::Rest; the seed (if any) is
+          // a plan of the configuration, not its optimum.
+          if (settled)
+            *settled = false;
+          if (stats)
+            *stats = I.stats;
+          if (!seed)
+            return err("no plan beats the bound of " + std::to_string(bound) +
+                       " s (not settled: the Pareto DP has not run)");
+          return std::move(*seed);
+        }
         // The layer price search (solve()) costs a few DPs of one layer
         // with fronts of one point; it pays where the Pareto DP of the
         // layer is large. So the Pareto DP is first tried without it, up to
@@ -3740,7 +3755,8 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound) {
         // again with it (the tries differ only in what they prune: exact).
         I.nodes.resize(1);
         I.bound = seedTime;
-        I.quickTryNodes = std::max<size_t>(1, 4 * relaxedStates);
+        I.quickTryNodes =
+            I.options.layerPrice ? std::max<size_t>(1, 4 * relaxedStates) : 0;
         DPStats::Phase quickTry;
         Expected<Plan> exact =
             I.measurePhase(quickTry, [&] { return I.solve(); });

@@ -184,6 +184,11 @@ struct SolverOptions {
   /// first for plans just above the dual bound. Same results either way;
   /// false turns them off (for testing).
   bool layerDual = true;
+  /// With layerDual: the layer block's Lagrangian test prices the other
+  /// layers at one layer's exact least price, searched over lambda (and
+  /// the Pareto DP is first tried without it); false: at the chain bound's.
+  /// Same results either way (for measuring what it costs and saves).
+  bool layerPrice = true;
   /// Memory the DP's nodes and front points may take (bytes, estimated at
   /// 56 per node); past it solveDP fails (isSolverFailure) instead of
   /// growing until the allocator aborts. Exact DPs of memory-bound
@@ -256,6 +261,9 @@ struct DPStats {
   }
 };
 
+/// The part of an exact DP that Instance::solveDP runs.
+enum class DPPass { Whole, Cheap, Rest };
+
 /// One configuration's DP in a search (SearchOptions::trace).
 struct ConfigurationTrace {
   Config config;
@@ -270,6 +278,11 @@ struct ConfigurationTrace {
   std::string message;
   /// A retry of a configuration set aside past the DP's memory budget.
   bool retry = false;
+  /// The part of the DP that ran (SearchOptions::cheapFirst), and whether
+  /// its answer is the configuration's (false: a DPPass::Cheap whose
+  /// relaxed plan does not fit; `stepTime` is then the priced seed's).
+  DPPass pass = DPPass::Whole;
+  bool settled = true;
   /// A capped DP (SolverOptions::isCapped), e.g. of the capped search that
   /// seeds an exact one's bound (SearchOptions::seedBound).
   bool capped = false;
@@ -374,9 +387,19 @@ public:
   /// bound of the rest > limit) are dropped, which keeps the DP exact.
   /// Its other failures (an internal error, the memory budget
   /// SolverOptions::maxDPBytes) are told apart by isSolverFailure.
-  llvm::Expected<Plan> solveDP(DPStats *stats = nullptr,
-                               double bound =
-                                   std::numeric_limits<double>::infinity());
+  ///
+  /// `pass` splits an exact DP in two (a capped DP is always whole): DPPass
+  /// Cheap runs the time-only relaxation and, where its plan does not fit
+  /// in memory, the priced seed; DPPass::Rest the relaxation again and the
+  /// Pareto DP, without the seed. Cheap sets `*settled` (if given) to
+  /// whether its answer is the DP's (the relaxation's plan fits, or nothing
+  /// beats the bound); where it is not, it returns the seed's plan if one
+  /// fits and an error otherwise, and Rest must run (under a bound no
+  /// higher than the seed's step time) for the answer.
+  llvm::Expected<Plan>
+  solveDP(DPStats *stats = nullptr,
+          double bound = std::numeric_limits<double>::infinity(),
+          DPPass pass = DPPass::Whole, bool *settled = nullptr);
 
   /// True when `other` has the same mesh, micro-batches and candidate
   /// partitions and every candidate here costs no more time, additive memory
@@ -476,6 +499,15 @@ struct SearchOptions {
   /// Off: the search fails at the first such DP (a caller that falls back
   /// to a capped search rather than wait for the retries).
   bool retryOverBudget = true;
+  /// With branch and bound and an exact DP, every configuration first runs
+  /// only the cheap part of its DP (DPPass::Cheap: the time-only
+  /// relaxation, which settles it where its plan fits, and the priced
+  /// seed), in increasing lower bound; the Pareto DPs of the others run
+  /// after that (DPPass::Rest), in the same order, under the bound the
+  /// cheap passes left. Exact either way (each configuration is solved in
+  /// full or dropped by its lower bound); the cheap passes' plans lower the
+  /// bound before the first Pareto DP runs. False: each DP whole in turn.
+  bool cheapFirst = true;
   /// Capped search with the temporal primitive: a second pass over the
   /// configurations whose matmuls keep only their temporal candidates
   /// (SpaceOptions::onlyTemporal), bounded by the first pass's plan; the

@@ -788,12 +788,18 @@ TEST(Exactness, BudgetFailuresAreRetriedUnderALowerBound) {
       size_t traced = 0, tracedRetries = 0;
       uint64_t tracedStates = 0;
       tight.trace = [&](const ConfigurationTrace &t) {
-        if (t.capped)
+        if (t.capped || t.pass == DPPass::Rest)
           return;
         ++traced;
         tracedRetries += t.retry;
-        tracedStates += t.stats.statesVisited;
         EXPECT_EQ(t.stepTime.has_value(), t.message.empty());
+      };
+      // (Every pass's states, the Pareto DPs' too.)
+      auto counted = tight.trace;
+      tight.trace = [&](const ConfigurationTrace &t) {
+        if (!t.capped)
+          tracedStates += t.stats.statesVisited;
+        counted(t);
       };
       Expected<SearchResult> r = search(p, cluster(), eff, tight);
       if (!r) {
@@ -925,6 +931,54 @@ CappedVsExact compareCapped(unsigned seed, int problems) {
   }
   EXPECT_EQ(r.capped, problems);
   return r;
+}
+
+TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
+  // SearchOptions::cheapFirst: every configuration's relaxation and priced
+  // seed run before any Pareto DP, whose configurations are then solved
+  // under the bound that left. Where memory binds (the limit just under
+  // the unconstrained optimum's memory) the search finds the optimum of
+  // the search that solves each DP whole in turn.
+  std::mt19937 rng(31);
+  EfficiencyModel eff = getDefaultEfficiency();
+  int compared = 0, unsettled = 0, infeasible = 0;
+  for (int attempt = 0; attempt < 400 && compared < 40; ++attempt) {
+    auto [p, opts] = randomSearch(rng, 2);
+    if (!is_contained(p.sections, Section::Layer))
+      continue;
+    p.layers = std::uniform_int_distribution<int>(4, 16)(rng);
+    p.memoryLimit = std::numeric_limits<double>::infinity();
+    Expected<SearchResult> free = search(p, cluster(), eff, opts);
+    ASSERT_TRUE(bool(free)) << toString(free.takeError());
+    if (!free->best)
+      continue;
+    p.memoryLimit = free->best->cost.getMemory() *
+                    std::uniform_real_distribution<double>(0.85, 0.99)(rng);
+    SearchOptions cheap = opts;
+    cheap.trace = [&](const ConfigurationTrace &t) { unsettled += !t.settled; };
+    SearchOptions whole = opts;
+    whole.cheapFirst = false;
+    Expected<SearchResult> a = search(p, cluster(), eff, cheap);
+    Expected<SearchResult> b = search(p, cluster(), eff, whole);
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->best.has_value(), b->best.has_value())
+        << "problem " << attempt;
+    if (!a->best) {
+      ++infeasible;
+      continue;
+    }
+    EXPECT_TRUE(a->stats.isExact());
+    ASSERT_NEAR(a->best->cost.stepTime, b->best->cost.stepTime,
+                1e-9 * b->best->cost.stepTime)
+        << "problem " << attempt;
+    EXPECT_TRUE(a->best->cost.feasible);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 40);
+  EXPECT_GT(unsettled, 10);
+  std::printf("cheap passes first: %d problems agree (%d infeasible in "
+              "both); %d cheap passes left their Pareto DP for later\n",
+              compared, infeasible, unsettled);
 }
 
 TEST(Exactness, CappedSearchMatchesExactOnRandomProblems) {
