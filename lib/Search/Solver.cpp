@@ -3401,6 +3401,7 @@ Expected<Plan> Instance::Impl::solve() {
     // layouts. The bound is concave in lambda, so a golden-section search
     // over log2 lambda finds its maximum.
     std::optional<LayerDual> dual;
+    std::vector<LayerDual> moreDuals;
     double dualValue = inf;
     if (!timeOnly && !options.isCapped() && options.layerDual &&
         std::isfinite(bound) && limit - peakLB > 0) {
@@ -3442,6 +3443,13 @@ Expected<Plan> Instance::Impl::solve() {
       dualValue = value(*dual);
       if (value(*dual) >= bound + lagrangeSlack(dual->lambda))
         return err("no plan beats the bound");
+      // The products' test below holds at every lambda, and which lambda
+      // rejects a point depends on its memory: a point heavier than the
+      // optimum's is rejected sooner by a larger lambda, a lighter one by
+      // a smaller. So the duals at lambda x 2^k (k = +-1..3) test too.
+      for (int k : {-3, -2, -1, 1, 2, 3})
+        moreDuals.emplace_back(anchors, preFront, block, postFront, P.layers,
+                               std::ldexp(dual->lambda, k));
       // A plan that fits and beats `bound` is this configuration's answer
       // unless the products find a faster one, so `bound` drops to it.
       if (seedLambda >= 0) {
@@ -3463,11 +3471,31 @@ Expected<Plan> Instance::Impl::solve() {
     // a and left in b can beat `bound` by the dual's prices: it leaves the
     // rest at most limit - m - max(p, peakLB) bytes, so the plan's time is
     // at least t + lambda m + rest - lambda (limit - max(p, peakLB)).
-    auto dualAdmissible = [&](const Point &p, double rest) {
-      return !dual ||
-             p.time + dual->lambda * p.mem + rest + constantTime -
-                     dual->lambda * (limit - std::max(p.peak, peakLB)) <
-                 bound + lagrangeSlack(dual->lambda);
+    // `rests`: getRest of `dual` and of each of `moreDuals`, in order.
+    auto dualAdmissible = [&](const Point &p, ArrayRef<double> rests) {
+      if (!dual)
+        return true;
+      double room = limit - std::max(p.peak, peakLB);
+      auto passes = [&](const LayerDual &d, double rest) {
+        return p.time + d.lambda * p.mem + rest + constantTime -
+                   d.lambda * room <
+               bound + lagrangeSlack(d.lambda);
+      };
+      if (!passes(*dual, rests[0]))
+        return false;
+      for (auto [d, rest] : llvm::zip(moreDuals, rests.drop_front()))
+        if (!passes(d, rest))
+          return false;
+      return true;
+    };
+    auto restsOf = [&](int a, int b, int64_t count,
+                       SmallVectorImpl<double> &rests) {
+      rests.clear();
+      if (!dual)
+        return;
+      rests.push_back(dual->getRest(a, b, count));
+      for (const LayerDual &d : moreDuals)
+        rests.push_back(d.getRest(a, b, count));
     };
     // A point standing for `count` layers, with time t, additive memory m
     // and transient p, leaves the rest at most limit - m - max(p, peakLB)
@@ -3500,6 +3528,7 @@ Expected<Plan> Instance::Impl::solve() {
       for (auto &[bc, f] : B)
         rows[bc.first].push_back({bc.second, &f});
       Matrix C;
+      SmallVector<double, 8> rests;
       for (auto &[ab, fa] : A) {
         if (checkBudget())
           return Matrix{};
@@ -3508,12 +3537,13 @@ Expected<Plan> Instance::Impl::solve() {
           continue;
         for (auto &[c, fb] : it->second) {
           Front *dst = nullptr;
-          double rest = dual ? dual->getRest(ab.first, c, count) : 0;
+          restsOf(ab.first, c, count, rests);
           for (const Point &pa : fa)
             for (const Point &pb : *fb) {
               Point sum = addPoints(pa, pb);
               if (!admissible(sum, restT, restM) ||
-                  !lagrangeAdmissible(sum, count) || !dualAdmissible(sum, rest))
+                  !lagrangeAdmissible(sum, count) ||
+                  !dualAdmissible(sum, rests))
                 continue;
               if (!dst)
                 dst = &C[{ab.first, c}];
@@ -3535,11 +3565,12 @@ Expected<Plan> Instance::Impl::solve() {
       std::optional<Matrix> power;
       int64_t powerCount = 0, baseCount = 1;
       Matrix base = block;
+      SmallVector<double, 8> rests;
       if (dual)
         for (auto it = base.begin(); it != base.end();) {
-          double rest = dual->getRest(it->first.first, it->first.second, 1);
+          restsOf(it->first.first, it->first.second, 1, rests);
           erase_if(it->second,
-                   [&](const Point &p) { return !dualAdmissible(p, rest); });
+                   [&](const Point &p) { return !dualAdmissible(p, rests); });
           it = it->second.empty() ? base.erase(it) : std::next(it);
         }
       for (int64_t r = P.layers; r > 0; r >>= 1) {
