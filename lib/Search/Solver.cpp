@@ -495,6 +495,10 @@ struct Instance::Impl {
   /// with overQuickTry set (and overBudget, so it stops as at the budget),
   /// to be run again with the search.
   size_t quickTryNodes = 0, quickTryLimit = ~size_t(0);
+  /// The states the layer price's lambda search may visit (solve(); it
+  /// evaluates no further lambda past them): as many as the quick try's
+  /// nodes, so that neither costs more than the other.
+  uint64_t layerPriceStates = ~uint64_t(0);
   bool overQuickTry = false;
   bool checkBudget() {
     if (nodes.size() > quickTryLimit)
@@ -3342,9 +3346,14 @@ Expected<Plan> Instance::Impl::solve() {
           // sums linear in it, less lambda x room): its maximum near the
           // chain bound's best lambda, stopping at a lambda that rejects
           // the configuration.
+          // Its DPs stop at layerPriceStates (the golden section keeps the
+          // best lambda evaluated; any lambda's price is a bound).
           double bestValue = -inf;
           double x0 = std::log2(best->lambda);
+          uint64_t spent = stats.layerPrice.states;
           maximizeUnimodal(x0 - 1, x0 + 2, 6, [&](double x) {
+            if (stats.layerPrice.states - spent > layerPriceStates)
+              return -inf;
             double l = std::exp2(x);
             SectionBounds b = sectionBounds(l);
             double lp = layerPriceAt(l, b);
@@ -3783,11 +3792,13 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
         // with fronts of one point; it pays where the Pareto DP of the
         // layer is large. So the Pareto DP is first tried without it, up to
         // 4 nodes per state the relaxation visited, and only past that run
-        // again with it (the tries differ only in what they prune: exact).
+        // again with it (the tries differ only in what they prune: exact),
+        // its lambda search stopping past as many states.
         I.nodes.resize(1);
         I.bound = seedTime;
         I.quickTryNodes =
             I.options.layerPrice ? std::max<size_t>(1, 4 * relaxedStates) : 0;
+        I.layerPriceStates = I.quickTryNodes;
         DPStats::Phase quickTry;
         Expected<Plan> exact =
             I.measurePhase(quickTry, [&] { return I.solve(); });
