@@ -3547,7 +3547,21 @@ Expected<Plan> Instance::Impl::solve() {
         for (auto &[c, fb] : it->second) {
           Front *dst = nullptr;
           restsOf(ab.first, c, count, rests);
-          for (const Point &pa : fa)
+          // Every test below only grows with the time, memory and
+          // transient of the pair, so a point of A that fails one with
+          // B's least of each fails it with every point of B.
+          Point floor{inf, inf, inf, -1};
+          for (const Point &pb : *fb) {
+            floor.time = std::min(floor.time, pb.time);
+            floor.mem = std::min(floor.mem, pb.mem);
+            floor.peak = std::min(floor.peak, pb.peak);
+          }
+          for (const Point &pa : fa) {
+            Point least = addPoints(pa, floor);
+            if (!admissible(least, restT, restM) ||
+                !lagrangeAdmissible(least, count) ||
+                !dualAdmissible(least, rests))
+              continue;
             for (const Point &pb : *fb) {
               Point sum = addPoints(pa, pb);
               if (!admissible(sum, restT, restM) ||
@@ -3560,6 +3574,7 @@ Expected<Plan> Instance::Impl::solve() {
               if (!insert(*dst, np))
                 nodes.pop_back();
             }
+          }
         }
       }
       for (auto it = C.begin(); it != C.end();)
