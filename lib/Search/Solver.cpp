@@ -289,6 +289,14 @@ struct Tables {
   }
   /// Chain bounds of the sections per configuration and lambda (solve).
   std::map<PriceKey, SectionBounds> sectionBounds;
+  /// Per configuration whose time-only plan does not fit: that plan's DP
+  /// time (s) and the states its relaxation visited, kept by a
+  /// DPPass::Cheap for its DPPass::Rest (solveDP).
+  struct Relaxation {
+    double time;
+    uint64_t states;
+  };
+  std::map<Config::PriceFields, Relaxation> relaxations;
   /// Per operator and candidate (raw's order): the smallest time over a
   /// group of configurations sharing these tables
   /// (Instance::shareGroupPrices), and the sections' chain bounds at those
@@ -3711,130 +3719,152 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
     // where it finds nothing under `bound` nothing does, and where its plan
     // fits in memory that plan is the optimum; only otherwise is the
     // Pareto DP over (time, memory, transient) run.
-    I.timeOnly = true;
-    Expected<Plan> relaxed =
-        I.measurePhase(I.stats.relaxation, [&] { return I.solve(); });
-    I.timeOnly = false;
-    uint64_t relaxedStates = I.stats.statesVisited;
-    if (!relaxed) {
-      plan.emplace(relaxed.takeError());
+    // A DPPass::Rest reuses its cheap pass's relaxation (kept in the
+    // tables): its time-only optimum is the same under any bound above it.
+    uint64_t relaxedStates = 0;
+    std::optional<PlanCost> pc; // the relaxed plan's cost (if it ran)
+    bool memoryBound = false;
+    const Config::PriceFields key = I.config.getPriceFields();
+    auto known = I.tables->relaxations.find(key);
+    if (pass == DPPass::Rest && known != I.tables->relaxations.end()) {
+      relaxedStates = known->second.states;
+      if (known->second.time >= bound)
+        plan.emplace(err("no plan beats the bound"));
+      else
+        memoryBound = true;
     } else {
-      Expected<PlanCost> pc = evaluate(relaxed->partitions);
-      if (!pc)
-        return pc.takeError();
-      if (pc->feasible) {
-        plan.emplace(std::move(*relaxed));
+      I.timeOnly = true;
+      Expected<Plan> relaxed =
+          I.measurePhase(I.stats.relaxation, [&] { return I.solve(); });
+      I.timeOnly = false;
+      relaxedStates = I.stats.statesVisited;
+      if (!relaxed) {
+        plan.emplace(relaxed.takeError());
       } else {
-        ++I.stats.memoryBoundSolves;
-        // A seed for the Pareto DP (SolverOptions::layerDual): the DP with
-        // fronts of one point priced time + lambda x additive memory (as
-        // cheap as the time-only relaxation) returns plans that trade time
-        // for memory; the fastest that fits lowers the bound, and the
-        // Pareto DP then looks only for faster plans (exact: where it finds
-        // none, the seed is the optimum). lambda starts where saving the
-        // relaxed plan's excess memory is worth the time the bound leaves;
-        // a plan that does not fit means lambda is too small, one that fits
-        // that it is large enough; the next lambda is 4 times the largest
-        // too small while none is known large enough, else the geometric
-        // mean of the two (at most 6 runs). The runs drop points that cannot
-        // fit or beat the bound (the memory test of `admissible`, transient
-        // classes, the segments' Lagrangian rests), so they stop at a
-        // fitting plan no faster than the last, or at a run with no plan
-        // while no lambda is known large enough; once one is, a run with no
-        // plan counts as too small (a heuristic: below a fitting lambda its
-        // plans are faster, so what it drops is mostly what does not fit).
-        std::optional<Plan> seed;
-        double seedTime = bound;
-        if (pass != DPPass::Rest && I.options.layerDual &&
-            std::isfinite(bound) && pc->getMemory() > I.limit) {
-          double small = 0, large = std::numeric_limits<double>::infinity();
-          double lambda = std::max(bound - pc->stepTime, 1e-12 * bound) /
-                          (pc->getMemory() - I.limit);
-          for (int tries = 0; tries < 6; ++tries) {
-            I.nodes.resize(1);
-            I.timeOnly = true;
-            I.priceLambda = lambda;
-            Expected<Plan> priced =
-                I.measurePhase(I.stats.seed, [&] { return I.solve(); });
-            I.timeOnly = false;
-            I.priceLambda = 0;
-            bool fits = false;
-            if (!priced) {
-              std::string message = toString(priced.takeError());
-              if (isSolverFailure(message))
-                return err(message);
-              if (std::isinf(large))
-                break;
-            } else {
-              Expected<PlanCost> c = evaluate(priced->partitions);
-              if (!c)
-                return c.takeError();
-              fits = c->feasible;
-              if (fits) {
-                if (c->stepTime >= seedTime)
-                  break;
-                seedTime = c->stepTime;
-                priced->cost = std::move(*c);
-                seed = std::move(*priced);
-              }
-            }
-            (!fits ? small : large) = lambda;
-            if (std::isinf(large))
-              lambda = 4 * small;
-            else if (small == 0)
-              lambda = large / 4;
-            else if (large / small > 1.5)
-              lambda = std::sqrt(small * large);
-            else
-              break;
-          }
-          if (seed)
-            ++I.stats.pricedSeeds;
+        Expected<PlanCost> cost = evaluate(relaxed->partitions);
+        if (!cost)
+          return cost.takeError();
+        pc = std::move(*cost);
+        if (pc->feasible) {
+          plan.emplace(std::move(*relaxed));
+        } else {
+          memoryBound = true;
+          if (pass == DPPass::Cheap)
+            I.tables->relaxations[key] = {relaxed->cost.stepTime,
+                                          relaxedStates};
         }
-        if (pass == DPPass::Cheap) {
-          // The Pareto DP is left to a DPPass::Rest; the seed (if any) is
-          // a plan of the configuration, not its optimum.
-          if (settled)
-            *settled = false;
-          if (stats)
-            *stats = I.stats;
-          if (!seed)
-            return err("no plan beats the bound of " + std::to_string(bound) +
-                       " s (not settled: the Pareto DP has not run)");
-          return std::move(*seed);
-        }
-        // The layer price search (solve()) costs a few DPs of one layer
-        // with fronts of one point; it pays where the Pareto DP of the
-        // layer is large. So the Pareto DP is first tried without it, up to
-        // 4 nodes per state the relaxation visited, and only past that run
-        // again with it (the tries differ only in what they prune: exact),
-        // its lambda search stopping past as many states.
-        I.nodes.resize(1);
-        I.bound = seedTime;
-        I.quickTryNodes =
-            I.options.layerPrice ? std::max<size_t>(1, 4 * relaxedStates) : 0;
-        I.layerPriceStates = I.quickTryNodes;
-        DPStats::Phase quickTry;
-        Expected<Plan> exact =
-            I.measurePhase(quickTry, [&] { return I.solve(); });
-        I.quickTryNodes = 0;
-        if (!exact && I.overQuickTry) {
-          I.stats.quickTry += quickTry;
-          consumeError(exact.takeError());
+      }
+    }
+    if (memoryBound) {
+      ++I.stats.memoryBoundSolves;
+      // A seed for the Pareto DP (SolverOptions::layerDual): the DP with
+      // fronts of one point priced time + lambda x additive memory (as
+      // cheap as the time-only relaxation) returns plans that trade time
+      // for memory; the fastest that fits lowers the bound, and the
+      // Pareto DP then looks only for faster plans (exact: where it finds
+      // none, the seed is the optimum). lambda starts where saving the
+      // relaxed plan's excess memory is worth the time the bound leaves;
+      // a plan that does not fit means lambda is too small, one that fits
+      // that it is large enough; the next lambda is 4 times the largest
+      // too small while none is known large enough, else the geometric
+      // mean of the two (at most 6 runs). The runs drop points that cannot
+      // fit or beat the bound (the memory test of `admissible`, transient
+      // classes, the segments' Lagrangian rests), so they stop at a
+      // fitting plan no faster than the last, or at a run with no plan
+      // while no lambda is known large enough; once one is, a run with no
+      // plan counts as too small (a heuristic: below a fitting lambda its
+      // plans are faster, so what it drops is mostly what does not fit).
+      std::optional<Plan> seed;
+      double seedTime = bound;
+      if (pass != DPPass::Rest && pc && I.options.layerDual &&
+          std::isfinite(bound) && pc->getMemory() > I.limit) {
+        double small = 0, large = std::numeric_limits<double>::infinity();
+        double lambda = std::max(bound - pc->stepTime, 1e-12 * bound) /
+                        (pc->getMemory() - I.limit);
+        for (int tries = 0; tries < 6; ++tries) {
           I.nodes.resize(1);
-          exact = I.measurePhase(I.stats.pareto, [&] { return I.solve(); });
-        } else {
-          I.stats.pareto += quickTry;
+          I.timeOnly = true;
+          I.priceLambda = lambda;
+          Expected<Plan> priced =
+              I.measurePhase(I.stats.seed, [&] { return I.solve(); });
+          I.timeOnly = false;
+          I.priceLambda = 0;
+          bool fits = false;
+          if (!priced) {
+            std::string message = toString(priced.takeError());
+            if (isSolverFailure(message))
+              return err(message);
+            if (std::isinf(large))
+              break;
+          } else {
+            Expected<PlanCost> c = evaluate(priced->partitions);
+            if (!c)
+              return c.takeError();
+            fits = c->feasible;
+            if (fits) {
+              if (c->stepTime >= seedTime)
+                break;
+              seedTime = c->stepTime;
+              priced->cost = std::move(*c);
+              seed = std::move(*priced);
+            }
+          }
+          (!fits ? small : large) = lambda;
+          if (std::isinf(large))
+            lambda = 4 * small;
+          else if (small == 0)
+            lambda = large / 4;
+          else if (large / small > 1.5)
+            lambda = std::sqrt(small * large);
+          else
+            break;
         }
-        I.bound = bound;
-        if (!exact && seed) {
-          std::string message = toString(exact.takeError());
-          if (isSolverFailure(message))
-            return err(message);
-          plan.emplace(std::move(*seed));
-        } else {
-          plan.emplace(std::move(exact));
-        }
+        if (seed)
+          ++I.stats.pricedSeeds;
+      }
+      if (pass == DPPass::Cheap) {
+        // The Pareto DP is left to a DPPass::Rest; the seed (if any) is
+        // a plan of the configuration, not its optimum.
+        if (settled)
+          *settled = false;
+        if (stats)
+          *stats = I.stats;
+        if (!seed)
+          return err("no plan beats the bound of " + std::to_string(bound) +
+                     " s (not settled: the Pareto DP has not run)");
+        return std::move(*seed);
+      }
+      // The layer price search (solve()) costs a few DPs of one layer
+      // with fronts of one point; it pays where the Pareto DP of the
+      // layer is large. So the Pareto DP is first tried without it, up to
+      // 4 nodes per state the relaxation visited, and only past that run
+      // again with it (the tries differ only in what they prune: exact),
+      // its lambda search stopping past as many states.
+      I.nodes.resize(1);
+      I.bound = seedTime;
+      I.quickTryNodes =
+          I.options.layerPrice ? std::max<size_t>(1, 4 * relaxedStates) : 0;
+      I.layerPriceStates = I.quickTryNodes;
+      DPStats::Phase quickTry;
+      Expected<Plan> exact =
+          I.measurePhase(quickTry, [&] { return I.solve(); });
+      I.quickTryNodes = 0;
+      if (!exact && I.overQuickTry) {
+        I.stats.quickTry += quickTry;
+        consumeError(exact.takeError());
+        I.nodes.resize(1);
+        exact = I.measurePhase(I.stats.pareto, [&] { return I.solve(); });
+      } else {
+        I.stats.pareto += quickTry;
+      }
+      I.bound = bound;
+      if (!exact && seed) {
+        std::string message = toString(exact.takeError());
+        if (isSolverFailure(message))
+          return err(message);
+        plan.emplace(std::move(*seed));
+      } else {
+        plan.emplace(std::move(exact));
       }
     }
   } else {
