@@ -3541,9 +3541,23 @@ Expected<Plan> Instance::Impl::solve() {
                      postTimeLB;
       double restM =
           preMem + (layers - double(count)) * blockMemLB + postMemLB;
-      std::map<int, std::vector<std::pair<int, const Front *>>> rows;
-      for (auto &[bc, f] : B)
-        rows[bc.first].push_back({bc.second, &f});
+      // B's entries by their first layout, each with its least time, least
+      // memory and least transient (the floor test below).
+      struct Entry {
+        int c;
+        const Front *front;
+        Point floor;
+      };
+      std::map<int, std::vector<Entry>> rows;
+      for (auto &[bc, f] : B) {
+        Point floor{inf, inf, inf, -1};
+        for (const Point &pb : f) {
+          floor.time = std::min(floor.time, pb.time);
+          floor.mem = std::min(floor.mem, pb.mem);
+          floor.peak = std::min(floor.peak, pb.peak);
+        }
+        rows[bc.first].push_back({bc.second, &f, floor});
+      }
       Matrix C;
       SmallVector<double, 8> rests;
       for (auto &[ab, fa] : A) {
@@ -3552,18 +3566,12 @@ Expected<Plan> Instance::Impl::solve() {
         auto it = rows.find(ab.second);
         if (it == rows.end())
           continue;
-        for (auto &[c, fb] : it->second) {
+        for (auto &[c, fb, floor] : it->second) {
           Front *dst = nullptr;
           restsOf(ab.first, c, count, rests);
           // Every test below only grows with the time, memory and
           // transient of the pair, so a point of A that fails one with
           // B's least of each fails it with every point of B.
-          Point floor{inf, inf, inf, -1};
-          for (const Point &pb : *fb) {
-            floor.time = std::min(floor.time, pb.time);
-            floor.mem = std::min(floor.mem, pb.mem);
-            floor.peak = std::min(floor.peak, pb.peak);
-          }
           for (const Point &pa : fa) {
             Point least = addPoints(pa, floor);
             if (!admissible(least, restT, restM) ||
