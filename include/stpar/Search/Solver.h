@@ -390,8 +390,10 @@ public:
   ///
   /// `pass` splits an exact DP in two (a capped DP is always whole): DPPass
   /// Cheap runs the time-only relaxation and, where its plan does not fit
-  /// in memory, the priced seed; DPPass::Rest the relaxation again and the
-  /// Pareto DP, without the seed. Cheap sets `*settled` (if given) to
+  /// in memory, the priced seed; DPPass::Rest the Pareto DP, without the
+  /// seed, reusing the cheap pass's relaxation of the same configuration
+  /// (kept in the shared tables; solved again where it is not there).
+  /// Cheap sets `*settled` (if given) to
   /// whether its answer is the DP's (the relaxation's plan fits, or nothing
   /// beats the bound); where it is not, it returns the seed's plan if one
   /// fits and an error otherwise, and Rest must run (under a bound no
@@ -529,9 +531,10 @@ struct SearchOptions {
   /// temporal pass, `total` counts its configurations too (after the first
   /// pass's), so one count runs from 0 to total.
   std::function<void(size_t, size_t)> progress;
-  /// Called after each configuration's DP (in the order they run, retries
-  /// included, the temporal pass's too): what it was,
-  /// the bound it ran under and how it went (for a trace of a slow search).
+  /// Called after each configuration's DP (in the order they run: the
+  /// capped seed search's (ConfigurationTrace::capped), cheap and rest
+  /// passes, retries, the temporal pass's): what it was, the bound it ran
+  /// under and how it went (for a trace of a slow search).
   std::function<void(const ConfigurationTrace &)> trace;
   /// The Megatron baseline (searchMegatron) on problems whose edges do not
   /// carry every split (an imported model: the bridge keeps no edge through
