@@ -2027,14 +2027,17 @@ double maximizeUnimodal(double lo, double hi, int iterations, F f) {
 /// relaxed ones (docs/search.md, "Pruning"). The least-priced plan itself
 /// is a plan of the configuration, often one that fits: it seeds the bound.
 class LayerDual {
+  static constexpr double inf = std::numeric_limits<double>::infinity();
+
 public:
   /// `layers` identical layers between `pre` (fronts per carry layout) and
   /// `post` (per carry layout); `block` maps (layout in, layout out) to the
   /// fronts of one layer. Points the DP pruned by the bound are absent,
-  /// which only raises the prices of plans that cannot beat it.
+  /// which only raises the prices of plans that cannot beat it. Only the
+  /// plans whose transient is at most `maxPeak` (bytes) are priced.
   LayerDual(ArrayRef<int> anchors, const std::map<int, Front> &pre,
             const Matrix &block, const std::map<int, Front> &post,
-            int64_t layers, double lambda)
+            int64_t layers, double lambda, double maxPeak = inf)
       : lambda(lambda), layers(layers) {
     size_t n = anchors.size();
     for (auto [i, a] : llvm::enumerate(anchors))
@@ -2042,7 +2045,7 @@ public:
     auto cheapest = [&](const Front &f) {
       const Point *best = nullptr;
       for (const Point &p : f)
-        if (!best || price(p) < price(*best))
+        if (p.peak <= maxPeak && (!best || price(p) < price(*best)))
           best = &p;
       return best;
     };
@@ -2123,7 +2126,6 @@ public:
   }
 
 private:
-  static constexpr double inf = std::numeric_limits<double>::infinity();
   double price(const Point &p) const { return p.time + lambda * p.mem; }
   struct Cell {
     double price = inf;
@@ -2212,8 +2214,9 @@ Expected<Plan> Instance::Impl::solve() {
   // Exact pruning: a point whose time plus a lower bound of the rest cannot
   // beat `bound`, or whose memory plus a lower bound of the rest exceeds the
   // limit, is never part of an answer.
-  // The largest transient a plan that beats `bound` can have (transient
-  // classes, below); peakLB may be raised there for the same reason.
+  // peakCeiling: the largest transient a plan that beats `bound` can have
+  // (transient classes, below); peakLB may be raised there for the same
+  // reason.
   double peakCeiling = inf;
   const double givenPeakLB = peakLB;
   llvm::scope_exit restorePeakLB([&] { peakLB = givenPeakLB; });
@@ -2261,8 +2264,12 @@ Expected<Plan> Instance::Impl::solve() {
                             nullptr) {
     using Value = ChainBound::Value;
     auto memOf = [](const Cand &c) { return c.stateBytes + c.actBytes; };
+    // (A candidate over the transient ceiling is in no plan that beats
+    // the bound.)
     auto price = [&](unsigned op, size_t k) {
       const Cand &c = cands[op][k];
+      if (c.peak > peakCeiling)
+        return inf;
       return prices ? (*prices)[op][k] : c.time + lambda * memOf(c);
     };
     unsigned n = unsigned(items.size());
@@ -2447,6 +2454,9 @@ Expected<Plan> Instance::Impl::solve() {
       };
   Tables::PriceKey priceKey = Tables::getPriceKey(config, 0);
   auto sectionBounds = [&](double lambda) {
+    // (Under a transient ceiling, below, the bounds are this pass's own.)
+    if (std::isfinite(peakCeiling))
+      return computeSectionBounds(lambda, nullptr);
     // The same configuration's bounds are asked for by every pass of a
     // search (the capped seed and the exact pass): kept in the tables.
     auto [it, ins] =
@@ -2541,20 +2551,27 @@ Expected<Plan> Instance::Impl::solve() {
         return value >= bound + lagrangeSlack(std::exp2(x)) ? inf : value;
       }));
     };
+    // (Only the lowest and the highest class that can beat it matter.)
     std::optional<size_t> lowest, highest;
-    for (size_t k = 0; k < numClasses; ++k)
-      if (!beaten(k)) {
-        if (!lowest)
-          lowest = k;
+    for (size_t k = 0; k < numClasses && !lowest; ++k)
+      if (!beaten(k))
+        lowest = k;
+    for (size_t k = numClasses; lowest && !highest && k-- > *lowest;)
+      if (k == *lowest || !beaten(k))
         highest = k;
-      }
     if (!lowest || *lowest > 0 || *highest + 1 < numClasses)
       ++stats.transientCuts;
     if (!lowest)
       return err("no plan beats the bound");
     peakLB = std::max(peakLB, classLow(*lowest));
-    if (*highest + 1 < numClasses)
+    if (*highest + 1 < numClasses) {
       peakCeiling = classHigh(*highest);
+      zero = sectionBounds(0);
+      if (hasLayers)
+        blockTimeLB = std::max(blockTimeLB, zero.layer.time);
+      if (!post.empty())
+        postTimeLB = std::max(postTimeLB, zero.post.time);
+    }
   }
 
   // A configuration that cannot beat `bound` is rejected before any DP:
@@ -3324,8 +3341,6 @@ Expected<Plan> Instance::Impl::solve() {
                             /*ownTransient=*/false};
           double cut = bound + lagrangeSlack(lambda) + lambda * room -
                        others.out - constantTime;
-          const double givenCeiling = peakCeiling;
-          peakCeiling = inf;
           timeOnly = true;
           priceLambda = lambda;
           noMemoryTest = true;
@@ -3338,7 +3353,6 @@ Expected<Plan> Instance::Impl::solve() {
           timeOnly = false;
           priceLambda = 0;
           noMemoryTest = false;
-          peakCeiling = givenCeiling;
           double price = cut;
           for (auto &[k, f] : least)
             for (const Point &pt : f)
@@ -3460,6 +3474,64 @@ Expected<Plan> Instance::Impl::solve() {
       dualValue = value(*dual);
       if (value(*dual) >= bound + lagrangeSlack(dual->lambda))
         return err("no plan beats the bound");
+      // Per transient class of the fronts: a plan whose transient lies in
+      // [T_lo, T_hi] has parts of transient <= T_hi only and leaves at
+      // most limit - T_lo for its additive memory, so the dual over those
+      // parts, with that room and its own best lambda, bounds it (the
+      // whole dual's single lambda and room limit - peakLB are weaker
+      // where the plans that fit carry larger transients). Where no class
+      // can beat the bound, no plan does. The class of the whole dual's
+      // plan first: it is the likeliest to beat the bound, which ends
+      // the test.
+      {
+        std::vector<double> peaks;
+        auto collect = [&](const Front &f) {
+          for (const Point &p : f)
+            peaks.push_back(std::max(p.peak, peakLB));
+        };
+        for (auto &[l, f] : preFront)
+          collect(f);
+        for (auto &[ab, f] : block)
+          collect(f);
+        for (auto &[l, f] : postFront)
+          collect(f);
+        llvm::sort(peaks);
+        peaks.erase(std::unique(peaks.begin(), peaks.end()), peaks.end());
+        size_t numClasses = std::min<size_t>(peaks.size(), 8);
+        std::vector<size_t> order;
+        double wholePeak = std::max(dual->getWholeTotal().peak, peakLB);
+        for (size_t k = 0; k < numClasses; ++k)
+          order.push_back(k);
+        auto classOf = [&](size_t k) {
+          return std::make_pair(peaks[k * peaks.size() / numClasses],
+                                peaks[(k + 1) * peaks.size() / numClasses - 1]);
+        };
+        std::stable_partition(order.begin(), order.end(), [&](size_t k) {
+          auto [lo, hi] = classOf(k);
+          return lo <= wholePeak && wholePeak <= hi;
+        });
+        bool beatable = numClasses < 2;
+        for (size_t k : order) {
+          if (beatable)
+            break;
+          auto [lo, hi] = classOf(k);
+          double classRoom = limit - lo;
+          if (classRoom <= 0)
+            continue;
+          double top = std::log2(std::max(timeLB, bound) / classRoom) + 12;
+          beatable =
+              std::isfinite(maximizeUnimodal(top - 48, top, 32, [&](double x) {
+                LayerDual d(anchors, preFront, block, postFront, P.layers,
+                            std::exp2(x), hi);
+                double v = d.getWhole() + constantTime - d.lambda * classRoom;
+                return v >= bound + lagrangeSlack(d.lambda) ? inf : v;
+              }));
+        }
+        if (!beatable) {
+          ++stats.classDualRejections;
+          return err("no plan beats the bound");
+        }
+      }
       // The products' test below holds at every lambda, and which lambda
       // rejects a point depends on its memory: a point heavier than the
       // optimum's is rejected sooner by a larger lambda, a lighter one by

@@ -223,6 +223,9 @@ struct DPStats {
   /// configuration or narrowed the transient an answer can have, and the
   /// points the layer block's Lagrangian rest test dropped.
   uint64_t transientCuts = 0, pricedRestDrops = 0;
+  /// Pareto DPs that the layer dual rejected only per transient class
+  /// (each class of the fronts' transients at its own multiplier).
+  uint64_t classDualRejections = 0;
   /// Where an exact memory-bound DP spends its work, per pass: states
   /// visited and wall seconds of the time-only relaxation, the priced
   /// seed's runs, the layer price's runs (the block's Lagrangian test), a
@@ -252,6 +255,7 @@ struct DPStats {
     pricedSeeds += o.pricedSeeds;
     transientCuts += o.transientCuts;
     pricedRestDrops += o.pricedRestDrops;
+    classDualRejections += o.classDualRejections;
     candidates += o.candidates;
     prunedCandidates += o.prunedCandidates;
     statesVisited += o.statesVisited;

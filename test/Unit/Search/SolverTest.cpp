@@ -644,24 +644,19 @@ TEST(Exactness, SlotTableAndHashMapAgree) {
   EXPECT_GT(visited, 10000u);
 }
 
-TEST(Exactness, LayerDualChangesNoOptimum) {
-  // Exact DPs where memory binds first run a priced DP (one point per
-  // front, time + lambda x memory) whose plan, where it fits, lowers the
-  // bound, then the layer dual (SolverOptions::layerDual): its Lagrangian
-  // bound prunes the layer products, its least-priced plan that fits
-  // lowers the bound, and the products run first for plans just above the
-  // dual bound; transient classes and the layer block's Lagrangian rest
-  // test prune before and inside the DP (all of it off with
-  // layerDual = false). On random
-  // problems with deep layer stacks (4-32 layers, beyond brute force) and a
-  // binding memory limit, the DP with it must return the optimum of the DP
-  // without it for bounds well above (x 1.2, where the DP without it can
-  // take minutes), just above and just below it (no plan).
-  std::mt19937 rng(2027);
+/// Compares the exact DP with SolverOptions::layerDual against the DP
+/// without it on `wanted` random problems with deep layer stacks (4-32
+/// layers, beyond brute force) whose memory limit `limitOf` draws from the
+/// unconstrained optimum's cost: both must give the same optimum for bounds
+/// well above (x 1.2, where the DP without it can take minutes), just above
+/// and just below it (no plan). Returns the DP statistics with it.
+static DPStats compareLayerDual(
+    std::mt19937 &rng, int wanted,
+    llvm::function_ref<double(const PlanCost &, std::mt19937 &)> limitOf) {
   EfficiencyModel eff = getDefaultEfficiency();
   int compared = 0;
   DPStats total;
-  for (int attempt = 0; attempt < 4000 && compared < 100; ++attempt) {
+  for (int attempt = 0; attempt < 4000 && compared < wanted; ++attempt) {
     Problem p = randomProblem(rng);
     if (!is_contained(p.sections, Section::Layer))
       continue;
@@ -672,23 +667,28 @@ TEST(Exactness, LayerDualChangesNoOptimum) {
     SolverOptions off = on;
     off.layerDual = false;
     auto free = Instance::create(p, cluster(), c, eff, off);
-    ASSERT_TRUE(bool(free)) << toString(free.takeError());
+    EXPECT_TRUE(bool(free)) << toString(free.takeError());
+    if (!free)
+      return total;
     Expected<Plan> unconstrained = (*free)->solveDP();
     if (!unconstrained) {
       consumeError(unconstrained.takeError());
       continue;
     }
-    p.memoryLimit = unconstrained->cost.getMemory() *
-                    std::uniform_real_distribution<double>(0.85, 0.99)(rng);
+    p.memoryLimit = limitOf(unconstrained->cost, rng);
     auto withDual = Instance::create(p, cluster(), c, eff, on);
     auto without = Instance::create(p, cluster(), c, eff, off);
-    ASSERT_TRUE(withDual && without);
+    EXPECT_TRUE(withDual && without);
+    if (!withDual || !without)
+      return total;
     // The reference: the DP without the dual, bounded by the capped DP's
     // plan (unbounded, its Pareto products grow through deep stacks).
     SolverOptions capped = off;
     capped.setDefaultCaps();
     auto seed = Instance::create(p, cluster(), c, eff, capped);
-    ASSERT_TRUE(bool(seed));
+    EXPECT_TRUE(bool(seed));
+    if (!seed)
+      return total;
     Expected<Plan> seedPlan = (*seed)->solveDP();
     if (!seedPlan) {
       consumeError(seedPlan.takeError());
@@ -696,23 +696,58 @@ TEST(Exactness, LayerDualChangesNoOptimum) {
     }
     Expected<Plan> ref =
         (*without)->solveDP(nullptr, seedPlan->cost.stepTime * (1 + 1e-9));
-    ASSERT_TRUE(bool(ref)) << toString(ref.takeError());
+    EXPECT_TRUE(bool(ref)) << toString(ref.takeError());
+    if (!ref)
+      return total;
     double t = ref->cost.stepTime;
     for (double f : {1.2, 1 + 1e-9, 1 - 1e-9}) {
       DPStats stats;
       Expected<Plan> a = (*withDual)->solveDP(&stats, t * f);
       total += stats;
-      ASSERT_EQ(bool(a), f > 1) << "problem " << attempt << " bound x" << f;
+      EXPECT_EQ(bool(a), f > 1) << "problem " << attempt << " bound x" << f;
       if (!a) {
         consumeError(a.takeError());
         continue;
       }
-      ASSERT_NEAR(a->cost.stepTime, t, 1e-9 * t) << "problem " << attempt;
+      EXPECT_NEAR(a->cost.stepTime, t, 1e-9 * t) << "problem " << attempt;
       EXPECT_TRUE(a->cost.feasible);
     }
     ++compared;
   }
-  EXPECT_EQ(compared, 100);
+  EXPECT_EQ(compared, wanted);
+  return total;
+}
+
+static void printDualStats(const char *what, const DPStats &total) {
+  std::printf("%s: %llu priced seeds, %llu dual runs, %llu seeded, %llu "
+              "answered below the seed's bound, %llu transient cuts, %llu "
+              "points dropped by Lagrangian rests, %llu rejected by the "
+              "per-class duals\n",
+              what, (unsigned long long)total.pricedSeeds,
+              (unsigned long long)total.dualSolves,
+              (unsigned long long)total.dualSeeds,
+              (unsigned long long)total.dualEarlyAnswers,
+              (unsigned long long)total.transientCuts,
+              (unsigned long long)total.pricedRestDrops,
+              (unsigned long long)total.classDualRejections);
+}
+
+TEST(Exactness, LayerDualChangesNoOptimum) {
+  // Exact DPs where memory binds first run a priced DP (one point per
+  // front, time + lambda x memory) whose plan, where it fits, lowers the
+  // bound, then the layer dual (SolverOptions::layerDual): its Lagrangian
+  // bound prunes the layer products, its least-priced plan that fits
+  // lowers the bound, and the products run first for plans just above the
+  // dual bound; transient classes and the layer block's Lagrangian rest
+  // test prune before and inside the DP (all of it off with
+  // layerDual = false). Here the limit is 0.85-0.99 of the unconstrained
+  // optimum's memory.
+  std::mt19937 rng(2027);
+  DPStats total =
+      compareLayerDual(rng, 100, [](const PlanCost &free, std::mt19937 &rng) {
+        return free.getMemory() *
+               std::uniform_real_distribution<double>(0.85, 0.99)(rng);
+      });
   // The dual's three parts all ran: its bound, its seed plan, and an
   // answer from a pass below the seed's bound.
   EXPECT_GT(total.dualSolves, 100u);
@@ -722,16 +757,23 @@ TEST(Exactness, LayerDualChangesNoOptimum) {
   // And the transient classes and the layer block's Lagrangian rests cut.
   EXPECT_GT(total.transientCuts, 10u);
   EXPECT_GT(total.pricedRestDrops, 1000u);
-  std::printf("layer dual: %d problems agree; %llu priced seeds, %llu dual "
-              "runs, %llu seeded, %llu answered below the seed's bound, "
-              "%llu transient cuts, %llu points dropped by Lagrangian "
-              "rests\n",
-              compared, (unsigned long long)total.pricedSeeds,
-              (unsigned long long)total.dualSolves,
-              (unsigned long long)total.dualSeeds,
-              (unsigned long long)total.dualEarlyAnswers,
-              (unsigned long long)total.transientCuts,
-              (unsigned long long)total.pricedRestDrops);
+  printDualStats("layer dual, 100 problems agree", total);
+}
+
+TEST(Exactness, TransientBindingChangesNoOptimum) {
+  // The same where the transient decides what fits: the limit leaves the
+  // unconstrained optimum its additive memory and 0.2-0.95 of its
+  // transient, so that the transient classes (their ceiling in the chain
+  // bounds, the per-class duals) do the pruning.
+  std::mt19937 rng(2031);
+  DPStats total =
+      compareLayerDual(rng, 100, [](const PlanCost &free, std::mt19937 &rng) {
+        return free.stateBytes + free.activationBytes +
+               free.transientBytes *
+                   std::uniform_real_distribution<double>(0.2, 0.95)(rng);
+      });
+  EXPECT_GT(total.transientCuts, 10u);
+  printDualStats("transient binding, 100 problems agree", total);
 }
 
 TEST(Exactness, MemoryBudgetIsReportedNotSkipped) {
