@@ -536,6 +536,17 @@ searchWith(const Problem &problem, const Cluster &cluster,
     }
     return plan;
   };
+  // Whether a configuration's pre-DP tests leave room for a plan under
+  // `bound` (Instance::mayBeat).
+  auto probeConfig = [&](size_t i, double bound) -> Expected<bool> {
+    const Instance *same = cache.find(configs[i], options.solver.space);
+    Expected<std::unique_ptr<Instance>> inst =
+        Instance::create(problem, cluster, configs[i], eff, options.solver,
+                         same, cache.findCoefficients(configs[i]));
+    if (!inst)
+      return inst.takeError();
+    return (*inst)->mayBeat(bound);
+  };
   auto currentBound = [&] {
     return result.best && options.branchAndBound ? result.best->cost.stepTime
                                                  : inf;
@@ -587,10 +598,34 @@ searchWith(const Problem &problem, const Cluster &cluster,
   // DPs of the configurations they did not settle.
   bool cheapFirst = options.cheapFirst && options.branchAndBound && !capped;
   std::vector<std::pair<double, size_t>> unsettled;
-  for (auto [lowerBound, i] : order) {
+  // (A min-heap by lower bound: probes raise and reinsert them.)
+  std::vector<std::pair<double, size_t>> queue(order.begin(), order.end());
+  auto later = [](const std::pair<double, size_t> &a,
+                  const std::pair<double, size_t> &b) { return a > b; };
+  std::make_heap(queue.begin(), queue.end(), later);
+  std::vector<unsigned> probes(configs.size(), 0);
+  while (!queue.empty()) {
+    std::pop_heap(queue.begin(), queue.end(), later);
+    auto [lowerBound, i] = queue.back();
+    queue.pop_back();
     double bound = currentBound();
     if (lowerBound >= bound)
       break;
+    if (cheapFirst && std::isfinite(bound) && probes[i] < options.probeBounds) {
+      ++probes[i];
+      double mid = lowerBound + (bound - lowerBound) / 2;
+      Expected<bool> may = probeConfig(i, mid);
+      if (!may)
+        return may.takeError();
+      ++result.boundProbes;
+      if (!*may) {
+        ++result.raisedBounds;
+        queue.push_back({mid, i});
+        std::push_heap(queue.begin(), queue.end(), later);
+        continue;
+      }
+      probes[i] = options.probeBounds;
+    }
     ++result.solvedConfigurations;
     bool settled = true;
     Expected<Plan> plan =

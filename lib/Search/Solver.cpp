@@ -410,6 +410,9 @@ struct Instance::Impl {
   /// seconds; 0 until computed).
   bool groupBoundOnly = false;
   double groupLB = 0;
+  /// mayBeat: solve() stops before its first DP step, setting boundsPassed
+  /// where its tests left room for a plan under `bound`.
+  bool boundsOnly = false, boundsPassed = false;
 
   void computeBounds();
 
@@ -2638,6 +2641,11 @@ Expected<Plan> Instance::Impl::solve() {
     }
   }
 
+  if (boundsOnly) {
+    boundsPassed = true;
+    return err("bounds only");
+  }
+
   // Whether a cap ranks choices (the candidate or the state cap): only
   // then do the segments' exits (SegmentExit) matter.
   bool capsRank = options.maxCandidates || options.maxStates;
@@ -4009,6 +4017,23 @@ double Instance::getGroupLowerBound() {
   if (!stop)
     consumeError(stop.takeError());
   return getLowerBound();
+}
+
+bool Instance::mayBeat(double bound) {
+  Impl &I = *impl;
+  if (I.smallestMemory > I.limit * (1 + 1e-9))
+    return false;
+  I.boundsOnly = true;
+  I.timeOnly = true;
+  I.boundsPassed = false;
+  I.nodes.resize(1);
+  I.bound = bound;
+  Expected<Plan> stop = I.solve(); // (stops before the DP)
+  I.boundsOnly = false;
+  I.timeOnly = false;
+  if (!stop)
+    consumeError(stop.takeError());
+  return I.boundsPassed;
 }
 
 bool Instance::dominates(const Instance &other) const {

@@ -435,6 +435,15 @@ public:
   /// getLowerBound() as it is.
   double getGroupLowerBound();
 
+  /// Whether the tests the time-only relaxation runs before its first DP
+  /// step (the group bound, the chain bounds at lambda = 0 and their
+  /// Lagrangian of the memory limit) leave room for a plan faster than
+  /// `bound` (seconds) that fits: false proves there is none, so the
+  /// configuration's optimum is at least `bound` (the search's lazy lower
+  /// bounds, SearchOptions::probeBounds). Runs no DP; the chain bounds are
+  /// kept in the shared tables, as the DP's own.
+  bool mayBeat(double bound);
+
   /// Smallest memory (bytes per device) of any plan of this configuration,
   /// exact (memory does not depend on re-layouts): for "no plan fits"
   /// diagnostics and to skip configurations that cannot fit.
@@ -514,6 +523,16 @@ struct SearchOptions {
   /// full or dropped by its lower bound); the cheap passes' plans lower the
   /// bound before the first Pareto DP runs. False: each DP whole in turn.
   bool cheapFirst = true;
+  /// With cheapFirst: before a configuration's cheap pass, its tests
+  /// before any DP (Instance::mayBeat) are tried at the midpoint of its
+  /// lower bound and the bound; where they rule out every plan under it,
+  /// its lower bound rises to that midpoint (at most `probeBounds` times)
+  /// and the configuration of least lower bound goes next. Exact (a lower
+  /// bound only orders and drops configurations); where memory binds, the
+  /// pre-DP tests see it while the configurations' first lower bounds do
+  /// not, so a configuration whose plans must trade much time for memory
+  /// no longer runs its DPs under a weak bound first. 0: no probes.
+  unsigned probeBounds = 4;
   /// Capped search with the temporal primitive: a second pass over the
   /// configurations whose matmuls keep only their temporal candidates
   /// (SpaceOptions::onlyTemporal), bounded by the first pass's plan; the
@@ -583,6 +602,9 @@ struct SearchResult {
   /// memory budget (SolverOptions::maxDPBytes), under a lower bound than
   /// their first run's; not counted in solvedConfigurations.
   size_t retriedConfigurations = 0;
+  /// Probes of the configurations' lower bounds (SearchOptions::
+  /// probeBounds), and how many raised one.
+  size_t boundProbes = 0, raisedBounds = 0;
   DPStats stats;
 };
 

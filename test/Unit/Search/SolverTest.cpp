@@ -978,12 +978,15 @@ CappedVsExact compareCapped(unsigned seed, int problems) {
 TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
   // SearchOptions::cheapFirst: every configuration's relaxation and priced
   // seed run before any Pareto DP, whose configurations are then solved
-  // under the bound that left. Where memory binds (the limit just under
-  // the unconstrained optimum's memory) the search finds the optimum of
-  // the search that solves each DP whole in turn.
+  // under the bound that left, the configurations' lower bounds raised by
+  // probes of their pre-DP tests (SearchOptions::probeBounds). Where memory
+  // binds (the limit just under the unconstrained optimum's memory) the
+  // search finds the optimum of the search that solves each DP whole in
+  // turn, without probes.
   std::mt19937 rng(31);
   EfficiencyModel eff = getDefaultEfficiency();
   int compared = 0, unsettled = 0, infeasible = 0;
+  size_t probes = 0, raised = 0;
   for (int attempt = 0; attempt < 400 && compared < 40; ++attempt) {
     auto [p, opts] = randomSearch(rng, 2);
     if (!is_contained(p.sections, Section::Layer))
@@ -1003,6 +1006,9 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
     Expected<SearchResult> a = search(p, cluster(), eff, cheap);
     Expected<SearchResult> b = search(p, cluster(), eff, whole);
     ASSERT_TRUE(a && b);
+    probes += a->boundProbes;
+    raised += a->raisedBounds;
+    EXPECT_EQ(b->boundProbes, 0u);
     ASSERT_EQ(a->best.has_value(), b->best.has_value())
         << "problem " << attempt;
     if (!a->best) {
@@ -1018,9 +1024,11 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
   }
   EXPECT_EQ(compared, 40);
   EXPECT_GT(unsettled, 10);
+  EXPECT_GT(raised, 10u);
   std::printf("cheap passes first: %d problems agree (%d infeasible in "
-              "both); %d cheap passes left their Pareto DP for later\n",
-              compared, infeasible, unsettled);
+              "both); %d cheap passes left their Pareto DP for later; %zu "
+              "probes raised %zu lower bounds\n",
+              compared, infeasible, unsettled, probes, raised);
 }
 
 TEST(Exactness, CappedSearchMatchesExactOnRandomProblems) {
