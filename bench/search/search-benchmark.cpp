@@ -305,9 +305,11 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
                        ? sformat("%10.1f  %s", best->best->cost.stepTime * 1e3,
                                  describePlan(p, *best->best).c_str())
                        : std::string("no plan"))
-               << sformat("; %zu solved, %zu retried\n",
+               << sformat("; %zu solved, %zu retried, %zu of %zu probes "
+                          "raised a lower bound\n",
                           best->solvedConfigurations,
-                          best->retriedConfigurations);
+                          best->retriedConfigurations, best->raisedBounds,
+                          best->boundProbes);
         outs().flush();
         continue;
       }
