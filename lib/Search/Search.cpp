@@ -490,16 +490,13 @@ searchWith(const Problem &problem, const Cluster &cluster,
   size_t reported = 0;
   if (options.progress && skipped > 0 && skipped < total)
     options.progress(reported = skipped, total);
-  // One configuration's DP under `bound`, its tables from the cache.
-  auto solveConfig = [&](size_t i, double bound, double lowerBound, bool retry,
-                         DPPass pass, bool *settled) -> Expected<Plan> {
+  // One configuration's instance, its tables from the cache.
+  auto getInstance = [&](size_t i) -> Expected<std::unique_ptr<Instance>> {
     const Instance *same = cache.find(configs[i], options.solver.space);
     Expected<std::unique_ptr<Instance>> inst =
         Instance::create(problem, cluster, configs[i], eff, options.solver,
                          same, cache.findCoefficients(configs[i]));
-    if (!inst)
-      return inst.takeError();
-    if (!same) {
+    if (inst && !same) {
       // Dropped from the cache (its bound): kept again for the group's
       // other configurations.
       Expected<std::unique_ptr<Instance>> rep = Instance::create(
@@ -508,6 +505,14 @@ searchWith(const Problem &problem, const Cluster &cluster,
         return rep.takeError();
       cache.keep(configs[i], options.solver.space, std::move(*rep));
     }
+    return inst;
+  };
+  // One configuration's DP under `bound`.
+  auto solveConfig = [&](size_t i, double bound, double lowerBound, bool retry,
+                         DPPass pass, bool *settled) -> Expected<Plan> {
+    Expected<std::unique_ptr<Instance>> inst = getInstance(i);
+    if (!inst)
+      return inst.takeError();
     DPStats stats;
     auto start = std::chrono::steady_clock::now();
     Expected<Plan> plan = (*inst)->solveDP(&stats, bound, pass, settled);
@@ -539,10 +544,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
   // Whether a configuration's pre-DP tests leave room for a plan under
   // `bound` (Instance::mayBeat).
   auto probeConfig = [&](size_t i, double bound) -> Expected<bool> {
-    const Instance *same = cache.find(configs[i], options.solver.space);
-    Expected<std::unique_ptr<Instance>> inst =
-        Instance::create(problem, cluster, configs[i], eff, options.solver,
-                         same, cache.findCoefficients(configs[i]));
+    Expected<std::unique_ptr<Instance>> inst = getInstance(i);
     if (!inst)
       return inst.takeError();
     return (*inst)->mayBeat(bound);
