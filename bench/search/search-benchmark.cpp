@@ -459,6 +459,15 @@ int main(int argc, char **argv) {
   SolverOptions caps;
   std::string only, protocol = "full";
   int64_t onlyDevices = 0, fixedLayers = 0;
+  // A positive integer option's value, or an error naming it.
+  auto positive = [&](const char *option, const char *text, int64_t &value) {
+    if (StringRef(text).getAsInteger(10, value) || value <= 0) {
+      errs() << "stpar-bench-search: " << option
+             << " expects a positive integer, got '" << text << "'\n";
+      return false;
+    }
+    return true;
+  };
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
@@ -490,13 +499,15 @@ int main(int argc, char **argv) {
       searchOnly = true;
     else if (!std::strcmp(argv[i], "--no-layer-price"))
       noLayerPrice = true;
-    else if (!std::strcmp(argv[i], "--layers") && i + 1 < argc)
-      fixedLayers = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+    else if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) {
+      if (!positive("--layers", argv[++i], fixedLayers))
+        return 1;
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
-    else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc)
-      onlyDevices = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--protocol") && i + 1 < argc)
+    else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc) {
+      if (!positive("--devices", argv[++i], onlyDevices))
+        return 1;
+    } else if (!std::strcmp(argv[i], "--protocol") && i + 1 < argc)
       protocol = argv[++i];
     else {
       errs()
