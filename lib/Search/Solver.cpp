@@ -3326,7 +3326,9 @@ Expected<Plan> Instance::Impl::solve() {
         // Every other layer's price is at least one layer's least price,
         // which the block's DP with fronts of one point priced time +
         // lambda x additive memory finds (exact for that sum, by Bellman)
-        // with no time, memory or transient test. Unlike the chain bound
+        // with no time or memory test; only the transient ceiling holds
+        // (a candidate over it is in no plan that beats the bound, and a
+        // point over it stays over it). Unlike the chain bound
         // it counts every re-layout, and it is multiplied by layers - 1.
         // Its points are pruned by the Lagrangian test with the chain
         // bound of the other layers and the room every plan has (so by
