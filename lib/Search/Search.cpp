@@ -626,7 +626,6 @@ searchWith(const Problem &problem, const Cluster &cluster,
         std::push_heap(queue.begin(), queue.end(), later);
         continue;
       }
-      probes[i] = options.probeBounds;
     }
     ++result.solvedConfigurations;
     bool settled = true;

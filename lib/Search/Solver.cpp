@@ -1992,6 +1992,30 @@ using Matrix = std::map<std::pair<int, int>, Front>;
 /// evaluations. `f` may return +inf to stop the search at once (a value
 /// that already settles what the caller asks). Returns the largest value
 /// seen; the caller keeps whatever else it needs of that evaluation.
+/// Transient classes: the distinct transients (bytes) given, split in
+/// increasing order into at most `most` runs [low(k), high(k)] of nearly
+/// equal counts. A plan's transient is one of its parts' (candidates',
+/// points') transients, so it lies in one run.
+class TransientClasses {
+public:
+  TransientClasses(std::vector<double> peaks, size_t most)
+      : peaks(std::move(peaks)) {
+    llvm::sort(this->peaks);
+    this->peaks.erase(std::unique(this->peaks.begin(), this->peaks.end()),
+                      this->peaks.end());
+    count = std::min(this->peaks.size(), most);
+  }
+  size_t size() const { return count; }
+  double low(size_t k) const { return peaks[k * peaks.size() / count]; }
+  double high(size_t k) const {
+    return peaks[(k + 1) * peaks.size() / count - 1];
+  }
+
+private:
+  std::vector<double> peaks;
+  size_t count = 0;
+};
+
 template <typename F>
 double maximizeUnimodal(double lo, double hi, int iterations, F f) {
   const double g = (std::sqrt(5.0) - 1) / 2;
@@ -2512,15 +2536,10 @@ Expected<Plan> Instance::Impl::solve() {
       for (const Cand &c : cands[op])
         if (c.peak >= peakLB)
           peaks.push_back(c.peak);
-    llvm::sort(peaks);
-    peaks.erase(std::unique(peaks.begin(), peaks.end()), peaks.end());
-    size_t numClasses = std::min<size_t>(peaks.size(), 24);
-    auto classLow = [&](size_t k) {
-      return peaks[k * peaks.size() / numClasses];
-    };
-    auto classHigh = [&](size_t k) {
-      return peaks[(k + 1) * peaks.size() / numClasses - 1];
-    };
+    TransientClasses classes(std::move(peaks), 24);
+    size_t numClasses = classes.size();
+    auto classLow = [&](size_t k) { return classes.low(k); };
+    auto classHigh = [&](size_t k) { return classes.high(k); };
     std::vector<std::vector<double>> prices(P.ops.size());
     for (unsigned op = 0; op < P.ops.size(); ++op)
       prices[op].resize(cands[op].size());
@@ -3505,16 +3524,14 @@ Expected<Plan> Instance::Impl::solve() {
           collect(f);
         for (auto &[l, f] : postFront)
           collect(f);
-        llvm::sort(peaks);
-        peaks.erase(std::unique(peaks.begin(), peaks.end()), peaks.end());
-        size_t numClasses = std::min<size_t>(peaks.size(), 8);
+        TransientClasses classes(std::move(peaks), 8);
+        size_t numClasses = classes.size();
         std::vector<size_t> order;
         double wholePeak = std::max(dual->getWholeTotal().peak, peakLB);
         for (size_t k = 0; k < numClasses; ++k)
           order.push_back(k);
         auto classOf = [&](size_t k) {
-          return std::make_pair(peaks[k * peaks.size() / numClasses],
-                                peaks[(k + 1) * peaks.size() / numClasses - 1]);
+          return std::make_pair(classes.low(k), classes.high(k));
         };
         std::stable_partition(order.begin(), order.end(), [&](size_t k) {
           auto [lo, hi] = classOf(k);
