@@ -543,11 +543,12 @@ searchWith(const Problem &problem, const Cluster &cluster,
   };
   // Whether a configuration's pre-DP tests leave room for a plan under
   // `bound` (Instance::mayBeat).
-  auto probeConfig = [&](size_t i, double bound) -> Expected<bool> {
+  auto probeConfig = [&](size_t i, double bound,
+                         bool *memoryBinds) -> Expected<bool> {
     Expected<std::unique_ptr<Instance>> inst = getInstance(i);
     if (!inst)
       return inst.takeError();
-    return (*inst)->mayBeat(bound);
+    return (*inst)->mayBeat(bound, memoryBinds);
   };
   auto currentBound = [&] {
     return result.best && options.branchAndBound ? result.best->cost.stepTime
@@ -606,6 +607,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
                   const std::pair<double, size_t> &b) { return a > b; };
   std::make_heap(queue.begin(), queue.end(), later);
   std::vector<unsigned> probes(configs.size(), 0);
+  std::vector<bool> solved(configs.size(), false);
   while (!queue.empty()) {
     std::pop_heap(queue.begin(), queue.end(), later);
     auto [lowerBound, i] = queue.back();
@@ -613,10 +615,13 @@ searchWith(const Problem &problem, const Cluster &cluster,
     double bound = currentBound();
     if (lowerBound >= bound)
       break;
+    // (Under a probe, the cheap pass runs under `runBound`, the midpoint.)
+    double runBound = bound;
     if (cheapFirst && std::isfinite(bound) && probes[i] < options.probeBounds) {
       ++probes[i];
       double mid = lowerBound + (bound - lowerBound) / 2;
-      Expected<bool> may = probeConfig(i, mid);
+      bool memoryBinds = false;
+      Expected<bool> may = probeConfig(i, mid, &memoryBinds);
       if (!may)
         return may.takeError();
       ++result.boundProbes;
@@ -626,12 +631,47 @@ searchWith(const Problem &problem, const Cluster &cluster,
         std::push_heap(queue.begin(), queue.end(), later);
         continue;
       }
+      if (options.probeRelaxations && !memoryBinds)
+        runBound = mid;
     }
-    ++result.solvedConfigurations;
+    if (!solved[i]) {
+      solved[i] = true;
+      ++result.solvedConfigurations;
+    }
     bool settled = true;
     Expected<Plan> plan =
-        solveConfig(i, bound, lowerBound, false,
+        solveConfig(i, runBound, lowerBound, false,
                     cheapFirst ? DPPass::Cheap : DPPass::Whole, &settled);
+    if (runBound < bound) {
+      ++result.relaxationProbes;
+      if (!settled) {
+        // Its relaxation's plan under the midpoint does not fit: the
+        // cheap pass runs again under the whole bound (the Pareto DP's
+        // budgets are measured on that relaxation), its seed kept.
+        if (plan)
+          keepBest(result, std::move(*plan));
+        else
+          consumeError(plan.takeError());
+        probes[i] = options.probeBounds;
+        queue.push_back({lowerBound, i});
+        std::push_heap(queue.begin(), queue.end(), later);
+        continue;
+      }
+      if (!plan) {
+        // Nothing under the midpoint: its lower bound rises there (a
+        // failure of the solver is left to a run under the whole bound).
+        std::string message = toString(plan.takeError());
+        if (!isSolverFailure(message)) {
+          ++result.raisedBounds;
+          ++result.relaxationRaises;
+          queue.push_back({runBound, i});
+          std::push_heap(queue.begin(), queue.end(), later);
+          continue;
+        }
+        plan =
+            solveConfig(i, bound, lowerBound, false, DPPass::Cheap, &settled);
+      }
+    }
     if (!settled) {
       // (Its seed's plan, if one fits, lowers the bound.)
       if (plan)

@@ -481,6 +481,9 @@ struct Instance::Impl {
   /// front's point is the least price of its state (a bound, solve()'s
   /// layer price).
   bool noMemoryTest = false;
+  /// Set by solve() where the choices of the sections' chain bounds at
+  /// lambda = 0 do not fit in the memory (its Lagrangian tests ran).
+  bool chainMemoryBinds = false;
   /// Set when the DP's nodes pass SolverOptions::maxDPBytes (about 56
   /// bytes each with the front point they stand for); solve() then fails
   /// with kBudgetMessage instead of growing until the allocator aborts.
@@ -506,17 +509,37 @@ struct Instance::Impl {
   /// with overQuickTry set (and overBudget, so it stops as at the budget),
   /// to be run again with the search.
   size_t quickTryNodes = 0, quickTryLimit = ~size_t(0);
-  /// The states the layer price's lambda search may visit (solve(); it
-  /// evaluates no further lambda past them): as many as the quick try's
-  /// nodes, so that neither costs more than the other.
+  /// The states the layer price's lambda search may visit (solve(); its
+  /// DP stops past them, so no more are visited): as many as the quick
+  /// try's nodes, so that neither costs more than the other.
   uint64_t layerPriceStates = ~uint64_t(0);
   bool overQuickTry = false;
+  /// A limit on the nodes of a whole solve() (solveDP's first try of the
+  /// Pareto DP, SolverOptions::paretoFirstNodes): past it, as past
+  /// quickTryLimit.
+  size_t nodeLimit = ~size_t(0);
+  /// Set with overBudget where the nodes passed SolverOptions::maxDPBytes
+  /// (not a quick try's limit).
+  bool overMemoryBudget = false;
   bool checkBudget() {
-    if (nodes.size() > quickTryLimit)
+    if (nodes.size() > quickTryLimit || nodes.size() > nodeLimit)
       overQuickTry = overBudget = true;
     if (nodes.size() > options.maxDPBytes / 56)
-      overBudget = true;
+      overMemoryBudget = overBudget = true;
     return overBudget;
+  }
+  /// Whether the time-only relaxation's tests before its first DP step
+  /// pass under `bound` (Instance::mayBeat); sets chainMemoryBinds.
+  bool passesBounds() {
+    boundsOnly = true;
+    timeOnly = true;
+    boundsPassed = false;
+    Expected<Plan> stop = solve(); // (stops before the DP)
+    boundsOnly = false;
+    timeOnly = false;
+    if (!stop)
+      consumeError(stop.takeError());
+    return boundsPassed;
   }
   double rank(const Point &p) const { return p.time + priceLambda * p.mem; }
   /// Placement of each mesh axis (relayoutEdge; filled on first use).
@@ -2197,9 +2220,10 @@ Expected<Plan> Instance::Impl::solve() {
   // the caller's is restored on return.
   const double givenBound = bound;
   llvm::scope_exit restoreBound([&] { bound = givenBound; });
-  overBudget = false;
+  overBudget = overMemoryBudget = false;
   overQuickTry = false;
   quickTryLimit = ~size_t(0);
+  chainMemoryBinds = false;
   auto budgetError = [&] {
     return err(Twine(kBudgetMessage) + " (SolverOptions::maxDPBytes, " +
                Twine(options.maxDPBytes >> 20) +
@@ -2620,6 +2644,7 @@ Expected<Plan> Instance::Impl::solve() {
     ChainBound::Value b0 = planBound(zero);
     if (b0.time >= bound)
       return err("no plan beats the bound");
+    chainMemoryBinds = b0.mem > room;
     // Where the choices attaining the lambda = 0 bound fit in the memory,
     // no lambda > 0 can raise it (they price below it); otherwise try a
     // geometric grid of lambda around the one that would close the gap.
@@ -3363,7 +3388,9 @@ Expected<Plan> Instance::Impl::solve() {
               price = std::min(price, pt.time + lambda * pt.mem);
           return std::max(price, b.pre.time);
         };
-        auto layerPriceAt = [&](double lambda, const SectionBounds &b) {
+        // (Its DP stops past `maxNodes` nodes: then no price, nullopt.)
+        auto layerPriceAt = [&](double lambda, const SectionBounds &b,
+                                size_t maxNodes) -> std::optional<double> {
           PricedRest others{lambda, chainBound(seg.items, seg.edges, lambda),
                             prePriceAt(lambda, b) +
                                 (layers - 1) * b.layer.time + b.post.time,
@@ -3374,14 +3401,23 @@ Expected<Plan> Instance::Impl::solve() {
           priceLambda = lambda;
           noMemoryTest = true;
           size_t mark = nodes.size();
+          size_t givenLimit = quickTryLimit;
+          if (givenLimit > mark && maxNodes < givenLimit - mark)
+            quickTryLimit = mark + maxNodes;
           StateMap least = measurePhase(stats.layerPrice, [&] {
             return runSegment(seg.items, seg.edges, sticky, -inf, 0, given,
                               std::nullopt, &others);
           });
+          quickTryLimit = givenLimit;
           nodes.resize(mark);
           timeOnly = false;
           priceLambda = 0;
           noMemoryTest = false;
+          if (overQuickTry) {
+            overQuickTry = false;
+            overBudget = overMemoryBudget;
+            return std::nullopt;
+          }
           double price = cut;
           for (auto &[k, f] : least)
             for (const Point &pt : f)
@@ -3397,17 +3433,26 @@ Expected<Plan> Instance::Impl::solve() {
           // sums linear in it, less lambda x room): its maximum near the
           // chain bound's best lambda, stopping at a lambda that rejects
           // the configuration.
-          // Its DPs stop at layerPriceStates (the golden section keeps the
-          // best lambda evaluated; any lambda's price is a bound).
+          // Its DPs stop at layerPriceStates nodes in all (the golden
+          // section keeps the best lambda evaluated; any lambda's price is
+          // a bound; a DP stopped short gives none).
           double bestValue = -inf;
           double x0 = std::log2(best->lambda);
-          uint64_t spent = stats.layerPrice.states;
+          size_t spent = 0;
           maximizeUnimodal(x0 - 1, x0 + 2, 6, [&](double x) {
-            if (stats.layerPrice.states - spent > layerPriceStates)
+            if (spent >= layerPriceStates)
               return -inf;
             double l = std::exp2(x);
             SectionBounds b = sectionBounds(l);
-            double lp = layerPriceAt(l, b);
+            uint64_t before = stats.layerPrice.states;
+            std::optional<double> price =
+                layerPriceAt(l, b, layerPriceStates - spent);
+            spent += stats.layerPrice.states - before;
+            if (!price) {
+              spent = layerPriceStates;
+              return -inf;
+            }
+            double lp = *price;
             double v = prePriceAt(l, b) + layers * lp + b.post.time - l * room +
                        constantTime;
             if (v > bestValue) {
@@ -3833,31 +3878,74 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
     bool memoryBound = false;
     const Config::PriceFields key = I.config.getPriceFields();
     auto known = I.tables->relaxations.find(key);
+    // The time-only relaxation, stopped past `limit` nodes (overQuickTry);
+    // relaxedStates: the states it visited.
+    auto relax = [&](size_t limit) {
+      I.nodes.resize(1);
+      I.timeOnly = true;
+      I.nodeLimit = limit;
+      uint64_t before = I.stats.statesVisited;
+      Expected<Plan> relaxed =
+          I.measurePhase(I.stats.relaxation, [&] { return I.solve(); });
+      relaxedStates = I.stats.statesVisited - before;
+      I.timeOnly = false;
+      I.nodeLimit = ~size_t(0);
+      return relaxed;
+    };
+    std::optional<Expected<Plan>> relaxed;
     if (pass == DPPass::Rest && known != I.tables->relaxations.end()) {
       relaxedStates = known->second.states;
       if (known->second.time >= bound)
         plan.emplace(err("no plan beats the bound"));
       else
         memoryBound = true;
-    } else {
-      I.timeOnly = true;
-      Expected<Plan> relaxed =
-          I.measurePhase(I.stats.relaxation, [&] { return I.solve(); });
-      I.timeOnly = false;
-      relaxedStates = I.stats.statesVisited;
-      if (!relaxed) {
-        plan.emplace(relaxed.takeError());
+    } else if (pass == DPPass::Cheap && I.options.paretoFirstNodes > 0 &&
+               I.options.layerDual && std::isfinite(bound) &&
+               I.passesBounds() && I.chainMemoryBinds) {
+      // SolverOptions::paretoFirstNodes: where memory binds the chain
+      // bounds, the relaxation up to relaxationFirstNodes nodes; past
+      // them, the Pareto DP (no layer price) up to paretoFirstNodes, whose
+      // answer, where it finishes, is the configuration's; then the
+      // relaxation in full.
+      relaxed.emplace(relax(I.options.relaxationFirstNodes));
+      if (!*relaxed && I.overQuickTry) {
+        consumeError(relaxed->takeError());
+        relaxed.reset();
+        ++I.stats.paretoFirstTries;
+        I.nodes.resize(1);
+        I.nodeLimit = I.options.paretoFirstNodes;
+        I.quickTryNodes = I.options.paretoFirstNodes;
+        DPStats::Phase firstTry;
+        Expected<Plan> exact =
+            I.measurePhase(firstTry, [&] { return I.solve(); });
+        I.nodeLimit = ~size_t(0);
+        I.quickTryNodes = 0;
+        if (!exact && I.overQuickTry) {
+          I.stats.quickTry += firstTry;
+          consumeError(exact.takeError());
+        } else {
+          ++I.stats.paretoFirstAnswers;
+          I.stats.pareto += firstTry;
+          plan.emplace(std::move(exact));
+        }
+      }
+    }
+    if (!plan && !memoryBound) {
+      if (!relaxed)
+        relaxed.emplace(relax(~size_t(0)));
+      if (!*relaxed) {
+        plan.emplace(relaxed->takeError());
       } else {
-        Expected<PlanCost> cost = evaluate(relaxed->partitions);
+        Expected<PlanCost> cost = evaluate((*relaxed)->partitions);
         if (!cost)
           return cost.takeError();
         pc = std::move(*cost);
         if (pc->feasible) {
-          plan.emplace(std::move(*relaxed));
+          plan.emplace(std::move(**relaxed));
         } else {
           memoryBound = true;
           if (pass == DPPass::Cheap)
-            I.tables->relaxations[key] = {relaxed->cost.stepTime,
+            I.tables->relaxations[key] = {(*relaxed)->cost.stepTime,
                                           relaxedStates};
         }
       }
@@ -4038,21 +4126,16 @@ double Instance::getGroupLowerBound() {
   return getLowerBound();
 }
 
-bool Instance::mayBeat(double bound) {
+bool Instance::mayBeat(double bound, bool *memoryBinds) {
   Impl &I = *impl;
   if (I.smallestMemory > I.limit * (1 + 1e-9))
     return false;
-  I.boundsOnly = true;
-  I.timeOnly = true;
-  I.boundsPassed = false;
   I.nodes.resize(1);
   I.bound = bound;
-  Expected<Plan> stop = I.solve(); // (stops before the DP)
-  I.boundsOnly = false;
-  I.timeOnly = false;
-  if (!stop)
-    consumeError(stop.takeError());
-  return I.boundsPassed;
+  bool passed = I.passesBounds();
+  if (memoryBinds)
+    *memoryBinds = I.chainMemoryBinds;
+  return passed;
 }
 
 bool Instance::dominates(const Instance &other) const {

@@ -189,6 +189,17 @@ struct SolverOptions {
   /// the Pareto DP is first tried without it); false: at the chain bound's.
   /// Same results either way (for measuring what it costs and saves).
   bool layerPrice = true;
+  /// With layerDual: where the sections' chain bounds at lambda = 0 choose
+  /// partitions that do not fit in the memory, a DPPass::Cheap runs the
+  /// time-only relaxation up to `relaxationFirstNodes` nodes first; past
+  /// them it tries the Pareto DP (without the layer price) up to
+  /// `paretoFirstNodes`, whose answer, where it finishes, is the
+  /// configuration's, and only then runs the relaxation in full: close to
+  /// a configuration's optimum the Pareto DP's memory test drops most
+  /// states, where the relaxation, blind to memory, can visit millions.
+  /// Same results either way (both exact); paretoFirstNodes = 0: no try.
+  size_t relaxationFirstNodes = size_t(1) << 18;
+  size_t paretoFirstNodes = size_t(1) << 18;
   /// Memory the DP's nodes and front points may take (bytes, estimated at
   /// 56 per node); past it solveDP fails (isSolverFailure) instead of
   /// growing until the allocator aborts. Exact DPs of memory-bound
@@ -226,6 +237,9 @@ struct DPStats {
   /// Pareto DPs that the layer dual rejected only per transient class
   /// (each class of the fronts' transients at its own multiplier).
   uint64_t classDualRejections = 0;
+  /// Cheap passes that tried the Pareto DP first (SolverOptions::
+  /// paretoFirstNodes), and those of them it answered.
+  uint64_t paretoFirstTries = 0, paretoFirstAnswers = 0;
   /// Where an exact memory-bound DP spends its work, per pass: states
   /// visited and wall seconds of the time-only relaxation, the priced
   /// seed's runs, the layer price's runs (the block's Lagrangian test), a
@@ -256,6 +270,8 @@ struct DPStats {
     transientCuts += o.transientCuts;
     pricedRestDrops += o.pricedRestDrops;
     classDualRejections += o.classDualRejections;
+    paretoFirstTries += o.paretoFirstTries;
+    paretoFirstAnswers += o.paretoFirstAnswers;
     candidates += o.candidates;
     prunedCandidates += o.prunedCandidates;
     statesVisited += o.statesVisited;
@@ -394,7 +410,9 @@ public:
   ///
   /// `pass` splits an exact DP in two (a capped DP is always whole): DPPass
   /// Cheap runs the time-only relaxation and, where its plan does not fit
-  /// in memory, the priced seed; DPPass::Rest the Pareto DP, without the
+  /// in memory, the priced seed (after a first try of the Pareto DP where
+  /// memory binds, SolverOptions::paretoFirstNodes, which answers where
+  /// it finishes); DPPass::Rest the Pareto DP, without the
   /// seed, reusing the cheap pass's relaxation of the same configuration
   /// (kept in the shared tables; solved again where it is not there).
   /// Cheap sets `*settled` (if given) to
@@ -441,8 +459,10 @@ public:
   /// `bound` (seconds) that fits: false proves there is none, so the
   /// configuration's optimum is at least `bound` (the search's lazy lower
   /// bounds, SearchOptions::probeBounds). Runs no DP; the chain bounds are
-  /// kept in the shared tables, as the DP's own.
-  bool mayBeat(double bound);
+  /// kept in the shared tables, as the DP's own. `memoryBinds` (if given)
+  /// is set to whether the chain bounds' choices at lambda = 0 do not fit
+  /// in the memory (then the Lagrangian tests ran).
+  bool mayBeat(double bound, bool *memoryBinds = nullptr);
 
   /// Smallest memory (bytes per device) of any plan of this configuration,
   /// exact (memory does not depend on re-layouts): for "no plan fits"
@@ -533,6 +553,17 @@ struct SearchOptions {
   /// not, so a configuration whose plans must trade much time for memory
   /// no longer runs its DPs under a weak bound first. 0: no probes.
   unsigned probeBounds = 4;
+  /// With probeBounds: where a probe's pre-DP tests leave room under the
+  /// midpoint and memory does not bind them (Instance::mayBeat), the
+  /// cheap pass runs under the midpoint too (its time-only relaxation,
+  /// whose plan then likely fits, visits fewer states under a lower
+  /// bound); where it finds no plan there, the lower bound rises to the
+  /// midpoint as after a probe (counted in raisedBounds) and the
+  /// configuration is queued again; where its plan does not fit, the
+  /// cheap pass runs again under the search's bound. Exact, as the probes
+  /// (what the relaxation finds under the midpoint is its answer under any
+  /// higher bound). False: the cheap pass runs under the search's bound.
+  bool probeRelaxations = true;
   /// Capped search with the temporal primitive: a second pass over the
   /// configurations whose matmuls keep only their temporal candidates
   /// (SpaceOptions::onlyTemporal), bounded by the first pass's plan; the
@@ -603,8 +634,11 @@ struct SearchResult {
   /// their first run's; not counted in solvedConfigurations.
   size_t retriedConfigurations = 0;
   /// Probes of the configurations' lower bounds (SearchOptions::
-  /// probeBounds), and how many raised one.
+  /// probeBounds), and how many raised one; of those, the ones that ran
+  /// the cheap pass (SearchOptions::probeRelaxations), and how many of
+  /// these raised one.
   size_t boundProbes = 0, raisedBounds = 0;
+  size_t relaxationProbes = 0, relaxationRaises = 0;
   DPStats stats;
 };
 

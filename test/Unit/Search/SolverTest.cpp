@@ -825,8 +825,12 @@ TEST(Exactness, BudgetFailuresAreRetriedUnderALowerBound) {
       tight.solver.maxDPBytes = 56 * nodes;
       // Without the capped search's seed the first DP runs unbounded.
       tight.seedBound = attempt % 2;
+      // (Cheap passes under the probes' midpoints, which can pass the
+      // budget too, on every third problem.)
+      tight.probeRelaxations = attempt % 3 == 0;
       // The trace sees every DP of the search: each solved configuration
-      // once, each retry once, with the statistics the result sums.
+      // once (more often under probes), each retry once, with the
+      // statistics the result sums.
       size_t traced = 0, tracedRetries = 0;
       uint64_t tracedStates = 0;
       tight.trace = [&](const ConfigurationTrace &t) {
@@ -852,7 +856,10 @@ TEST(Exactness, BudgetFailuresAreRetriedUnderALowerBound) {
       }
       ASSERT_EQ(r->best.has_value(), free->best.has_value())
           << "problem " << attempt;
-      EXPECT_EQ(traced, r->solvedConfigurations + r->retriedConfigurations);
+      if (tight.probeRelaxations)
+        EXPECT_GE(traced, r->solvedConfigurations + r->retriedConfigurations);
+      else
+        EXPECT_EQ(traced, r->solvedConfigurations + r->retriedConfigurations);
       EXPECT_EQ(tracedRetries, r->retriedConfigurations);
       EXPECT_EQ(tracedStates, r->stats.statesVisited);
       if (r->best) {
@@ -983,10 +990,15 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
   // binds (the limit just under the unconstrained optimum's memory) the
   // search finds the optimum of the search that solves each DP whole in
   // turn, without probes.
+  // The same with the Pareto DP's first try in the cheap pass
+  // (SolverOptions::paretoFirstNodes: after a relaxation stopped at once,
+  // and stopped itself at once) and with the cheap passes run under the
+  // probes' midpoints (SearchOptions::probeRelaxations).
   std::mt19937 rng(31);
   EfficiencyModel eff = getDefaultEfficiency();
   int compared = 0, unsettled = 0, infeasible = 0;
-  size_t probes = 0, raised = 0;
+  size_t probes = 0, raised = 0, relaxationRaises = 0;
+  uint64_t firstAnswers = 0, abandoned = 0;
   for (int attempt = 0; attempt < 400 && compared < 40; ++attempt) {
     auto [p, opts] = randomSearch(rng, 2);
     if (!is_contained(p.sections, Section::Layer))
@@ -997,38 +1009,88 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
     ASSERT_TRUE(bool(free)) << toString(free.takeError());
     if (!free->best)
       continue;
+    // (Without a memory limit the cheap passes run under the probes'
+    // midpoints: SearchOptions::probeRelaxations.)
+    SearchOptions freeWhole = opts;
+    freeWhole.cheapFirst = false;
+    Expected<SearchResult> freeB = search(p, cluster(), eff, freeWhole);
+    ASSERT_TRUE(freeB && freeB->best);
+    ASSERT_NEAR(free->best->cost.stepTime, freeB->best->cost.stepTime,
+                1e-9 * freeB->best->cost.stepTime)
+        << "problem " << attempt;
+    relaxationRaises += free->relaxationRaises;
+    // From a loose bound (an incumbent 1.05 x the optimum, no capped
+    // seed) the probes' midpoints can lie below the optimum.
+    {
+      Plan loose = *free->best;
+      loose.cost.stepTime *= 1.05;
+      SearchOptions fromLoose = opts;
+      fromLoose.seedBound = false;
+      Expected<SearchResult> l = search(p, cluster(), eff, fromLoose, &loose);
+      ASSERT_TRUE(l && l->best);
+      ASSERT_NEAR(l->best->cost.stepTime, free->best->cost.stepTime,
+                  1e-9 * free->best->cost.stepTime)
+          << "problem " << attempt;
+      relaxationRaises += l->relaxationRaises;
+    }
     p.memoryLimit = free->best->cost.getMemory() *
                     std::uniform_real_distribution<double>(0.85, 0.99)(rng);
     SearchOptions cheap = opts;
+    cheap.solver.paretoFirstNodes = 0;
+    cheap.probeRelaxations = false;
     cheap.trace = [&](const ConfigurationTrace &t) { unsettled += !t.settled; };
+    SearchOptions first = opts;
+    first.solver.relaxationFirstNodes = 1;
+    SearchOptions giveUp = first;
+    giveUp.solver.paretoFirstNodes = 1;
     SearchOptions whole = opts;
     whole.cheapFirst = false;
-    Expected<SearchResult> a = search(p, cluster(), eff, cheap);
     Expected<SearchResult> b = search(p, cluster(), eff, whole);
-    ASSERT_TRUE(a && b);
-    probes += a->boundProbes;
-    raised += a->raisedBounds;
+    ASSERT_TRUE(bool(b));
     EXPECT_EQ(b->boundProbes, 0u);
-    ASSERT_EQ(a->best.has_value(), b->best.has_value())
-        << "problem " << attempt;
-    if (!a->best) {
-      ++infeasible;
-      continue;
+    bool feasible = b->best.has_value();
+    for (const SearchOptions *o : {&cheap, &first, &giveUp}) {
+      Expected<SearchResult> a = search(p, cluster(), eff, *o);
+      ASSERT_TRUE(bool(a));
+      if (o == &cheap) {
+        probes += a->boundProbes;
+        raised += a->raisedBounds;
+        EXPECT_EQ(a->relaxationProbes, 0u);
+        EXPECT_EQ(a->stats.paretoFirstTries, 0u);
+      } else if (o == &first) {
+        relaxationRaises += a->relaxationRaises;
+        firstAnswers += a->stats.paretoFirstAnswers;
+      } else {
+        EXPECT_EQ(a->stats.paretoFirstAnswers, 0u);
+        abandoned += a->stats.paretoFirstTries;
+      }
+      ASSERT_EQ(a->best.has_value(), feasible) << "problem " << attempt;
+      if (!feasible)
+        continue;
+      EXPECT_TRUE(a->stats.isExact());
+      ASSERT_NEAR(a->best->cost.stepTime, b->best->cost.stepTime,
+                  1e-9 * b->best->cost.stepTime)
+          << "problem " << attempt;
+      EXPECT_TRUE(a->best->cost.feasible);
     }
-    EXPECT_TRUE(a->stats.isExact());
-    ASSERT_NEAR(a->best->cost.stepTime, b->best->cost.stepTime,
-                1e-9 * b->best->cost.stepTime)
-        << "problem " << attempt;
-    EXPECT_TRUE(a->best->cost.feasible);
-    ++compared;
+    infeasible += !feasible;
+    compared += feasible;
   }
   EXPECT_EQ(compared, 40);
   EXPECT_GT(unsettled, 10);
   EXPECT_GT(raised, 10u);
+  EXPECT_GE(firstAnswers, 5u);
+  EXPECT_GE(relaxationRaises, 5u);
+  EXPECT_GE(abandoned, 5u);
   std::printf("cheap passes first: %d problems agree (%d infeasible in "
-              "both); %d cheap passes left their Pareto DP for later; %zu "
-              "probes raised %zu lower bounds\n",
-              compared, infeasible, unsettled, probes, raised);
+              "all); %d cheap passes left their Pareto DP for later; %zu "
+              "probes raised %zu lower bounds; %llu cheap "
+              "passes answered by the Pareto DP's first try, %zu lower "
+              "bounds raised by a cheap pass under the probe (with and "
+              "without the memory limit); %llu first tries given up\n",
+              compared, infeasible, unsettled, probes, raised,
+              (unsigned long long)firstAnswers, relaxationRaises,
+              (unsigned long long)abandoned);
 }
 
 TEST(Exactness, CappedSearchMatchesExactOnRandomProblems) {
