@@ -6,7 +6,8 @@
 //
 // `stpar-bench-search [--protocol full|primepar] [--quick] [--only NAME]
 // [--devices N] [--exact | --caps C,S,F] [--progress] [--plans] [--space]
-// [--trace] [--search-only] [--layers N] [--no-layer-price]`:
+// [--trace] [--search-only] [--layers N] [--no-layer-price]
+// [--no-pareto-first] [--no-relaxation-probes]`:
 // runs the partition search (exact by default; with PrimePar's protocol
 // capped by default, docs/search.md) on PrimePar's models (OPT, Llama-2, BLOOM
 // shapes through the transformer builder) on v100-sxm2-32g-4x8 at 4, 8, 16 and
@@ -20,8 +21,10 @@
 // the timed search on stderr (printTrace); `--search-only` (PrimePar's
 // protocol) stops each row after the timed search (no baselines), and
 // `--layers N` (PrimePar's protocol) runs N layers (at most the model's)
-// instead of the largest count that fits under both; `--no-layer-price`
-// turns SolverOptions::layerPrice off (an ablation). Not a test.
+// instead of the largest count that fits under both; `--no-layer-price`,
+// `--no-pareto-first` and `--no-relaxation-probes` turn
+// SolverOptions::layerPrice, SolverOptions::paretoFirstNodes and
+// SearchOptions::probeRelaxations off (ablations). Not a test.
 //
 //===----------------------------------------------------------------------===//
 
@@ -186,7 +189,8 @@ void printTrace(const ConfigurationTrace &t) {
 /// under both runs with the largest layer count that does.
 int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
                         const SolverOptions &caps, bool plans, bool trace,
-                        bool searchOnly, int64_t fixedLayers) {
+                        bool searchOnly, int64_t fixedLayers,
+                        bool relaxationProbes) {
   const char *clusterName = "v100-sxm2-32g-4x8";
   Expected<Cluster> cluster = getPreset(clusterName);
   if (!cluster) {
@@ -201,6 +205,7 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
   opts.zeroStages = {0};
   opts.microBatchChoices = 0;
   opts.solver = caps;
+  opts.probeRelaxations = relaxationProbes;
   SearchOptions spatialOpts = opts;
   spatialOpts.solver.space.temporal = false;
   SearchOptions forcedOpts = opts;
@@ -450,6 +455,7 @@ int runPrimeParProtocol(const std::string &only, int64_t onlyDevices,
 int main(int argc, char **argv) {
   bool quick = false, progress = false, plans = false, space = false;
   bool trace = false, searchOnly = false, noLayerPrice = false;
+  bool noParetoFirst = false, noRelaxationProbes = false;
   // The DP's caps: candidates per operator, states per step, front points
   // (0 = exact).
   // Default: exact for the full protocol, the default caps for PrimePar's
@@ -499,6 +505,10 @@ int main(int argc, char **argv) {
       searchOnly = true;
     else if (!std::strcmp(argv[i], "--no-layer-price"))
       noLayerPrice = true;
+    else if (!std::strcmp(argv[i], "--no-pareto-first"))
+      noParetoFirst = true;
+    else if (!std::strcmp(argv[i], "--no-relaxation-probes"))
+      noRelaxationProbes = true;
     else if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) {
       if (!positive("--layers", argv[++i], fixedLayers))
         return 1;
@@ -515,7 +525,8 @@ int main(int argc, char **argv) {
           << "'\nusage: stpar-bench-search [--protocol full|primepar] "
              "[--quick] [--only NAME] [--devices N] [--exact | --caps C,S,F] "
              "[--progress] [--plans] [--space] [--trace] "
-             "[--search-only] [--layers N] [--no-layer-price]\n";
+             "[--search-only] [--layers N] [--no-layer-price] "
+             "[--no-pareto-first] [--no-relaxation-probes]\n";
       return 1;
     }
   }
@@ -524,9 +535,11 @@ int main(int argc, char **argv) {
   else if (protocol == "primepar")
     caps.setDefaultCaps();
   caps.layerPrice = !noLayerPrice;
+  if (noParetoFirst)
+    caps.paretoFirstNodes = 0;
   if (protocol == "primepar")
     return runPrimeParProtocol(only, onlyDevices, caps, plans, trace,
-                               searchOnly, fixedLayers);
+                               searchOnly, fixedLayers, !noRelaxationProbes);
   if (protocol != "full") {
     errs() << "stpar-bench-search: unknown protocol '" << protocol
            << "' (full or primepar)\n";
@@ -565,6 +578,7 @@ int main(int argc, char **argv) {
   SearchOptions megatronOpts = opts;
   megatronOpts.microBatchChoices = 0;
   opts.solver = caps;
+  opts.probeRelaxations = !noRelaxationProbes;
   if (quick)
     opts.maxMeshAxes = 2;
   if (space)
