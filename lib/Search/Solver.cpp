@@ -1859,12 +1859,23 @@ bool Instance::Impl::insert(Front &front, Point p) {
     front.assign(1, p);
     return true;
   }
-  for (const Point &q : front)
-    if (q.time <= p.time && q.mem <= p.mem && q.peak <= p.peak)
+  // One pass: drops the points p dominates, and stops at one that
+  // dominates p. Nothing has been dropped by then: a point p dominates
+  // would be dominated by that one too, and no point of a front is.
+  size_t kept = 0;
+  for (size_t i = 0, e = front.size(); i < e; ++i) {
+    const Point &q = front[i];
+    if (q.time <= p.time && q.mem <= p.mem && q.peak <= p.peak) {
+      assert(kept == i && "a front holds a dominated point");
       return false;
-  erase_if(front, [&](const Point &q) {
-    return p.time <= q.time && p.mem <= q.mem && p.peak <= q.peak;
-  });
+    }
+    if (p.time <= q.time && p.mem <= q.mem && p.peak <= q.peak)
+      continue;
+    if (kept != i)
+      front[kept] = q;
+    ++kept;
+  }
+  front.resize(kept);
   front.push_back(p);
   if (options.maxFront && front.size() > options.maxFront) {
     // Keep the fastest and the smallest; drop the point in between whose
