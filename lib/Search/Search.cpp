@@ -606,6 +606,18 @@ searchWith(const Problem &problem, const Cluster &cluster,
   auto later = [](const std::pair<double, size_t> &a,
                   const std::pair<double, size_t> &b) { return a > b; };
   std::make_heap(queue.begin(), queue.end(), later);
+  auto requeue = [&](double lowerBound, size_t i) {
+    queue.push_back({lowerBound, i});
+    std::push_heap(queue.begin(), queue.end(), later);
+  };
+  // A cheap pass's plan that is not the configuration's answer (its seed's,
+  // if one fits) lowers the bound.
+  auto keepSeed = [&](Expected<Plan> plan) {
+    if (plan)
+      keepBest(result, std::move(*plan));
+    else
+      consumeError(plan.takeError());
+  };
   std::vector<unsigned> probes(configs.size(), 0);
   std::vector<bool> solved(configs.size(), false);
   while (!queue.empty()) {
@@ -627,8 +639,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
       ++result.boundProbes;
       if (!*may) {
         ++result.raisedBounds;
-        queue.push_back({mid, i});
-        std::push_heap(queue.begin(), queue.end(), later);
+        requeue(mid, i);
         continue;
       }
       if (options.probeRelaxations && !memoryBinds)
@@ -648,13 +659,9 @@ searchWith(const Problem &problem, const Cluster &cluster,
         // Its relaxation's plan under the midpoint does not fit: the
         // cheap pass runs again under the whole bound (the Pareto DP's
         // budgets are measured on that relaxation), its seed kept.
-        if (plan)
-          keepBest(result, std::move(*plan));
-        else
-          consumeError(plan.takeError());
+        keepSeed(std::move(plan));
         probes[i] = options.probeBounds;
-        queue.push_back({lowerBound, i});
-        std::push_heap(queue.begin(), queue.end(), later);
+        requeue(lowerBound, i);
         continue;
       }
       if (!plan) {
@@ -664,8 +671,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
         if (!isSolverFailure(message)) {
           ++result.raisedBounds;
           ++result.relaxationRaises;
-          queue.push_back({runBound, i});
-          std::push_heap(queue.begin(), queue.end(), later);
+          requeue(runBound, i);
           continue;
         }
         plan =
@@ -673,11 +679,7 @@ searchWith(const Problem &problem, const Cluster &cluster,
       }
     }
     if (!settled) {
-      // (Its seed's plan, if one fits, lowers the bound.)
-      if (plan)
-        keepBest(result, std::move(*plan));
-      else
-        consumeError(plan.takeError());
+      keepSeed(std::move(plan));
       unsettled.push_back({lowerBound, i});
       continue;
     }
