@@ -3444,9 +3444,11 @@ Expected<Plan> Instance::Impl::solve() {
           // sums linear in it, less lambda x room): its maximum near the
           // chain bound's best lambda, stopping at a lambda that rejects
           // the configuration.
-          // Its DPs stop at layerPriceStates nodes in all (the golden
-          // section keeps the best lambda evaluated; any lambda's price is
-          // a bound; a DP stopped short gives none).
+          // Its DPs stop once they have visited layerPriceStates states in
+          // all (each DP's node limit is what is left: one node per state
+          // in these one-point DPs); the golden section keeps the best
+          // lambda evaluated (any lambda's price is a bound; a DP stopped
+          // short gives none).
           double bestValue = -inf;
           double x0 = std::log2(best->lambda);
           size_t spent = 0;
