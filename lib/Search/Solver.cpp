@@ -3891,6 +3891,28 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
     bool memoryBound = false;
     const Config::PriceFields key = I.config.getPriceFields();
     auto known = I.tables->relaxations.find(key);
+    // A try of the Pareto DP: without the layer price and stopped past
+    // `blockNodes` nodes from the layer block on (solve(), quickTryNodes;
+    // 0: no such limit, and the layer price), and past `nodes` in all. Its
+    // answer (counted as the Pareto DP's states and seconds), or nullopt
+    // where it passed a limit (counted as an abandoned quick try).
+    auto tryPareto = [&](size_t blockNodes,
+                         size_t nodes) -> std::optional<Expected<Plan>> {
+      I.nodes.resize(1);
+      I.quickTryNodes = blockNodes;
+      I.nodeLimit = nodes;
+      DPStats::Phase phase;
+      Expected<Plan> exact = I.measurePhase(phase, [&] { return I.solve(); });
+      I.quickTryNodes = 0;
+      I.nodeLimit = ~size_t(0);
+      if (!exact && I.overQuickTry) {
+        I.stats.quickTry += phase;
+        consumeError(exact.takeError());
+        return std::nullopt;
+      }
+      I.stats.pareto += phase;
+      return std::move(exact);
+    };
     // The time-only relaxation, stopped past `limit` nodes (overQuickTry);
     // relaxedStates: the states it visited.
     auto relax = [&](size_t limit) {
@@ -3925,21 +3947,10 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
         consumeError(relaxed->takeError());
         relaxed.reset();
         ++I.stats.paretoFirstTries;
-        I.nodes.resize(1);
-        I.nodeLimit = I.options.paretoFirstNodes;
-        I.quickTryNodes = I.options.paretoFirstNodes;
-        DPStats::Phase firstTry;
-        Expected<Plan> exact =
-            I.measurePhase(firstTry, [&] { return I.solve(); });
-        I.nodeLimit = ~size_t(0);
-        I.quickTryNodes = 0;
-        if (!exact && I.overQuickTry) {
-          I.stats.quickTry += firstTry;
-          consumeError(exact.takeError());
-        } else {
+        if (std::optional<Expected<Plan>> tried = tryPareto(
+                I.options.paretoFirstNodes, I.options.paretoFirstNodes)) {
           ++I.stats.paretoFirstAnswers;
-          I.stats.pareto += firstTry;
-          plan.emplace(std::move(exact));
+          plan.emplace(std::move(*tried));
         }
       }
     }
@@ -4048,23 +4059,18 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
       // 4 nodes per state the relaxation visited, and only past that run
       // again with it (the tries differ only in what they prune: exact),
       // its lambda search stopping past as many states.
-      I.nodes.resize(1);
       I.bound = seedTime;
-      I.quickTryNodes =
+      size_t quickTryNodes =
           I.options.layerPrice ? std::max<size_t>(1, 4 * relaxedStates) : 0;
-      I.layerPriceStates = I.quickTryNodes;
-      DPStats::Phase quickTry;
-      Expected<Plan> exact =
-          I.measurePhase(quickTry, [&] { return I.solve(); });
-      I.quickTryNodes = 0;
-      if (!exact && I.overQuickTry) {
-        I.stats.quickTry += quickTry;
-        consumeError(exact.takeError());
+      I.layerPriceStates = quickTryNodes;
+      std::optional<Expected<Plan>> tried =
+          tryPareto(quickTryNodes, ~size_t(0));
+      if (!tried) {
         I.nodes.resize(1);
-        exact = I.measurePhase(I.stats.pareto, [&] { return I.solve(); });
-      } else {
-        I.stats.pareto += quickTry;
+        tried.emplace(
+            I.measurePhase(I.stats.pareto, [&] { return I.solve(); }));
       }
+      Expected<Plan> exact = std::move(*tried);
       I.bound = bound;
       if (!exact && seed) {
         std::string message = toString(exact.takeError());
