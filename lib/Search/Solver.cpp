@@ -127,6 +127,10 @@ struct CostedOps {
 struct Point {
   double time = 0, mem = 0, peak = 0;
   int32_t node = -1;
+  /// In a DP step's fronts (runSegment): the candidate chosen, with `node`
+  /// its state's point's node; the step writes a node for each point its
+  /// fronts keep at its end (-1 elsewhere).
+  int32_t cand = -1;
 };
 /// Two consecutive parts of a plan: times and additive memory add, the
 /// transient is the larger (no node: the caller makes one if it keeps it).
@@ -391,6 +395,15 @@ struct Instance::Impl {
         isCheckpoint(tables->isCheckpoint), layoutIds(tables->layoutIds),
         layouts(tables->layouts) {}
   HugeVector<Node> nodes;
+  /// The nodes a DP has made (checkBudget's measure of its work), counting
+  /// as well the points a step inserted into a front and dropped before
+  /// its end (runSegment writes nodes only for those it keeps): at least
+  /// nodes.size(). Set with it by resetNodes.
+  size_t nodesMade = 1;
+  void resetNodes(size_t size = 1, size_t made = 1) {
+    nodes.resize(size);
+    nodesMade = made;
+  }
   double smallestMemory = std::numeric_limits<double>::infinity();
   DPStats stats;
   /// Per problem operator, minima over its candidates: objective time,
@@ -522,9 +535,9 @@ struct Instance::Impl {
   /// (not a quick try's limit).
   bool overMemoryBudget = false;
   bool checkBudget() {
-    if (nodes.size() > quickTryLimit || nodes.size() > nodeLimit)
+    if (nodesMade > quickTryLimit || nodesMade > nodeLimit)
       overQuickTry = overBudget = true;
-    if (nodes.size() > options.maxDPBytes / 56)
+    if (nodesMade > options.maxDPBytes / 56)
       overMemoryBudget = overBudget = true;
     return overBudget;
   }
@@ -3162,14 +3175,14 @@ Expected<Plan> Instance::Impl::solve() {
               estimate(dstSlot, np.time + sc.rest + outTime + sc.exitRank);
               continue;
             }
-            // Speculative node; reused when rejected.
-            nodes.push_back({pt.node, -1, sc.cand >= 0 ? items[v].op : -1,
-                             sc.cand});
-            np.node = int32_t(nodes.size() - 1);
-            if (!insert(slotFronts[dstSlot], np))
-              nodes.pop_back();
-            else
+            // (Its node is written at the step's end if its front keeps
+            // it; counted now.)
+            np.node = pt.node;
+            np.cand = sc.cand;
+            if (insert(slotFronts[dstSlot], np)) {
+              ++nodesMade;
               estimate(dstSlot, np.time + sc.rest + outTime + sc.exitRank);
+            }
           }
         }
       }
@@ -3182,10 +3195,17 @@ Expected<Plan> Instance::Impl::solve() {
           const Pick &pick = picks[i];
           nodes.push_back({pick.point.node, -1,
                            pick.cand >= 0 ? items[v].op : -1, pick.cand});
+          ++nodesMade;
           picked = pick.point;
           picked.node = int32_t(nodes.size() - 1);
           front = picked;
         } else {
+          for (Point &pt : slotFronts[i]) {
+            nodes.push_back(
+                {pt.node, -1, pt.cand >= 0 ? items[v].op : -1, pt.cand});
+            pt.node = int32_t(nodes.size() - 1);
+            pt.cand = -1;
+          }
           front = slotFronts[i];
         }
         if (front.empty())
@@ -3233,6 +3253,7 @@ Expected<Plan> Instance::Impl::solve() {
 
   auto concat = [&](const Point &a, const Point &b) {
     nodes.push_back({a.node, b.node, -2, -1});
+    ++nodesMade;
     Point sum = addPoints(a, b);
     sum.node = int32_t(nodes.size() - 1);
     return sum;
@@ -3411,16 +3432,16 @@ Expected<Plan> Instance::Impl::solve() {
           timeOnly = true;
           priceLambda = lambda;
           noMemoryTest = true;
-          size_t mark = nodes.size();
+          size_t mark = nodes.size(), madeAtMark = nodesMade;
           size_t givenLimit = quickTryLimit;
-          if (givenLimit > mark && maxNodes < givenLimit - mark)
-            quickTryLimit = mark + maxNodes;
+          if (givenLimit > madeAtMark && maxNodes < givenLimit - madeAtMark)
+            quickTryLimit = madeAtMark + maxNodes;
           StateMap least = measurePhase(stats.layerPrice, [&] {
             return runSegment(seg.items, seg.edges, sticky, -inf, 0, given,
                               std::nullopt, &others);
           });
           quickTryLimit = givenLimit;
-          nodes.resize(mark);
+          resetNodes(mark, madeAtMark);
           timeOnly = false;
           priceLambda = 0;
           noMemoryTest = false;
@@ -3438,7 +3459,7 @@ Expected<Plan> Instance::Impl::solve() {
         double lambda = best->lambda, layerPrice = best->layer.time;
         SectionBounds at = *best;
         if (!timeOnly && layers > 1 && quickTryNodes > 0) {
-          quickTryLimit = nodes.size() + quickTryNodes;
+          quickTryLimit = nodesMade + quickTryNodes;
         } else if (!timeOnly && layers > 1 && options.layerPrice) {
           // The layer price's plan bound is concave in lambda (a least of
           // sums linear in it, less lambda x room): its maximum near the
@@ -3744,8 +3765,10 @@ Expected<Plan> Instance::Impl::solve() {
               if (!dst)
                 dst = &C[{ab.first, c}];
               Point np = concat(pa, pb);
-              if (!insert(*dst, np))
+              if (!insert(*dst, np)) {
                 nodes.pop_back();
+                --nodesMade;
+              }
             }
           }
         }
@@ -3873,7 +3896,7 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
   if (settled)
     *settled = true;
   I.stats = {};
-  I.nodes.resize(1);
+  I.resetNodes();
   I.bound = bound;
   std::optional<Expected<Plan>> plan;
   if (I.smallestMemory > I.limit * (1 + 1e-9)) {
@@ -3898,7 +3921,7 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
     // where it passed a limit (counted as an abandoned quick try).
     auto tryPareto = [&](size_t blockNodes,
                          size_t nodes) -> std::optional<Expected<Plan>> {
-      I.nodes.resize(1);
+      I.resetNodes();
       I.quickTryNodes = blockNodes;
       I.nodeLimit = nodes;
       DPStats::Phase phase;
@@ -3916,7 +3939,7 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
     // The time-only relaxation, stopped past `limit` nodes (overQuickTry);
     // relaxedStates: the states it visited.
     auto relax = [&](size_t limit) {
-      I.nodes.resize(1);
+      I.resetNodes();
       I.timeOnly = true;
       I.nodeLimit = limit;
       uint64_t before = I.stats.statesVisited;
@@ -4001,7 +4024,7 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
         double lambda = std::max(bound - pc->stepTime, 1e-12 * bound) /
                         (pc->getMemory() - I.limit);
         for (int tries = 0; tries < 6; ++tries) {
-          I.nodes.resize(1);
+          I.resetNodes();
           I.timeOnly = true;
           I.priceLambda = lambda;
           Expected<Plan> priced =
@@ -4066,7 +4089,7 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
       std::optional<Expected<Plan>> tried =
           tryPareto(quickTryNodes, ~size_t(0));
       if (!tried) {
-        I.nodes.resize(1);
+        I.resetNodes();
         tried.emplace(
             I.measurePhase(I.stats.pareto, [&] { return I.solve(); }));
       }
@@ -4136,7 +4159,7 @@ double Instance::getLowerBound() const {
 double Instance::getGroupLowerBound() {
   Impl &I = *impl;
   I.groupBoundOnly = true;
-  I.nodes.resize(1);
+  I.resetNodes();
   I.bound = std::numeric_limits<double>::infinity();
   Expected<Plan> stop = I.solve(); // (stops after the group's bound)
   I.groupBoundOnly = false;
@@ -4149,7 +4172,7 @@ bool Instance::mayBeat(double bound, bool *memoryBinds) {
   Impl &I = *impl;
   if (I.smallestMemory > I.limit * (1 + 1e-9))
     return false;
-  I.nodes.resize(1);
+  I.resetNodes();
   I.bound = bound;
   bool passed = I.passesBounds();
   if (memoryBinds)

@@ -201,9 +201,11 @@ struct SolverOptions {
   size_t relaxationFirstNodes = size_t(1) << 18;
   size_t paretoFirstNodes = size_t(1) << 18;
   /// Memory the DP's nodes and front points may take (bytes, estimated at
-  /// 56 per node); past it solveDP fails (isSolverFailure) instead of
-  /// growing until the allocator aborts. Exact DPs of memory-bound
-  /// problems can need tens of GiB (bench/search/RESULTS.md).
+  /// 56 per node made, a node for every point a step inserted into a
+  /// front, including those a later point dropped, of which no node is
+  /// kept: an upper estimate); past it solveDP fails (isSolverFailure)
+  /// instead of growing until the allocator aborts. Exact DPs of
+  /// memory-bound problems can need tens of GiB (bench/search/RESULTS.md).
   size_t maxDPBytes = size_t(8) << 30;
   /// The default caps (`stpar plan` without --exact, the benchmark, the
   /// seed of an exact search): 24 candidates, 256 states, 3 front points.
