@@ -163,6 +163,9 @@ void printTrace(const ConfigurationTrace &t) {
   phase("layer-price", s.layerPrice);
   phase("quick-try", s.quickTry);
   phase("pareto", s.pareto);
+  if (s.droppedAnchors)
+    phases += sformat(" (%llu carry layouts dropped)",
+                      (unsigned long long)s.droppedAnchors);
   const char *pass = t.capped                  ? "(capped) "
                      : t.retry                 ? "(retry) "
                      : t.pass == DPPass::Cheap ? "(cheap) "

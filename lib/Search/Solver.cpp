@@ -2100,6 +2100,61 @@ double maximizeUnimodal(double lo, double hi, int iterations, F f) {
 /// shortest path, with the DP's exact prices instead of the chain bounds'
 /// relaxed ones (docs/search.md, "Pruning"). The least-priced plan itself
 /// is a plan of the configuration, often one that fits: it seeds the bound.
+/// Lagrangian bounds along the carry's n layouts (the layer price,
+/// Instance::Impl::solve), given `pre[a]`, a lower bound of the price
+/// (time + lambda x additive memory, seconds) of the pre section left in
+/// layout a (inf: no plan that beats the bound leaves it so),
+/// `layer[a * n + b]`, that of one layer entered in a and left in b, and
+/// `post`, that of the post section from any layout. O(layers x n^2).
+struct LayerEntryBounds {
+  /// Per layout a: the least price of a plan of `layers` layers one of
+  /// which is entered in a (pre, k layers ending in a, layers - k from a,
+  /// post, over k < layers).
+  std::vector<double> entry;
+  /// Per layout a: the least price of everything but a layer entered in
+  /// a (pre, k layers ending in a, layers - 1 - k layers from any layout,
+  /// post).
+  std::vector<double> outside;
+  /// The least price of any plan.
+  double whole;
+};
+static LayerEntryBounds getLayerEntryBounds(ArrayRef<double> pre,
+                                            ArrayRef<double> layer, double post,
+                                            int64_t layers) {
+  const double inf = std::numeric_limits<double>::infinity();
+  size_t n = pre.size();
+  // before[k][a]: pre and k layers ending in a; after[j][a]: j layers
+  // from a and post.
+  std::vector<std::vector<double>> before(size_t(layers) + 1),
+      after(size_t(layers) + 1);
+  before[0].assign(pre.begin(), pre.end());
+  after[0].assign(n, post);
+  for (size_t k = 0; k < size_t(layers); ++k) {
+    before[k + 1].assign(n, inf);
+    after[k + 1].assign(n, inf);
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b) {
+        double l = layer[a * n + b];
+        before[k + 1][b] = std::min(before[k + 1][b], before[k][a] + l);
+        after[k + 1][a] = std::min(after[k + 1][a], l + after[k][b]);
+      }
+  }
+  LayerEntryBounds r;
+  r.whole =
+      *std::min_element(before[layers].begin(), before[layers].end()) + post;
+  r.entry.assign(n, inf);
+  r.outside.assign(n, inf);
+  for (size_t k = 0; k < size_t(layers); ++k) {
+    double anyAfter = *std::min_element(after[layers - 1 - k].begin(),
+                                        after[layers - 1 - k].end());
+    for (size_t a = 0; a < n; ++a) {
+      r.entry[a] = std::min(r.entry[a], before[k][a] + after[layers - k][a]);
+      r.outside[a] = std::min(r.outside[a], before[k][a] + anyAfter);
+    }
+  }
+  return r;
+}
+
 class LayerDual {
   static constexpr double inf = std::numeric_limits<double>::infinity();
 
@@ -2757,6 +2812,10 @@ Expected<Plan> Instance::Impl::solve() {
     ChainBound rest;
     double out;
     bool ownTransient = true;
+    /// In a segment whose item 0 is an anchor: per layout of it, a bound
+    /// of the price outside the segment for the points entered in that
+    /// layout, at least `out` (absent: `out`).
+    std::map<int, double> outFrom;
   };
   auto runSegment =
       [&](const std::vector<SegItem> &items, const std::vector<SegEdge> &edges,
@@ -3091,6 +3150,15 @@ Expected<Plan> Instance::Impl::solve() {
       }
       size_t numSigs = vLive ? sigLayouts[v].size() : 1;
       bool dense = bases.size() * numSigs <= options.maxSlotTableEntries;
+      // The price outside the segment per signature of its anchor (item
+      // 0; PricedRest::outFrom), where known.
+      std::vector<double> anchorOut;
+      if (priced && !priced->outFrom.empty() && items[0].op < 0)
+        for (unsigned sig = 0; sig < sigLayouts[0].size(); ++sig) {
+          auto it = priced->outFrom.find(layoutOf(0, int(sig), 0));
+          anchorOut.push_back(it == priced->outFrom.end() ? priced->out
+                                                          : it->second);
+        }
       if (dense)
         slotTable.assign(bases.size() * numSigs, ~0u);
       for (size_t i = 0; i < states.size(); ++i) {
@@ -3099,6 +3167,7 @@ Expected<Plan> Instance::Impl::solve() {
         ++stats.statesVisited;
         ArrayRef<int> key = states.key(i);
         ArrayRef<Point> front = states.front(i);
+        int anchorSig = v > 0 && !anchorOut.empty() ? key[livePos[0]] : 0;
         from.clear();
         for (const SegEdge *e : inEdges[v])
           from.push_back(
@@ -3131,7 +3200,11 @@ Expected<Plan> Instance::Impl::solve() {
             if (!admissible(np, sc.rest + outTime, restM))
               continue;
             if (priced && np.time + priced->lambda * np.mem + sc.restPrice +
-                                  priced->out + constantTime -
+                                  (anchorOut.empty()
+                                       ? priced->out
+                                       : anchorOut[unsigned(
+                                             v == 0 ? sc.sig : anchorSig)]) +
+                                  constantTime -
                                   priced->lambda *
                                       (limit - (priced->ownTransient
                                                     ? std::max(np.peak, peakLB)
@@ -3420,9 +3493,23 @@ Expected<Plan> Instance::Impl::solve() {
               price = std::min(price, pt.time + lambda * pt.mem);
           return std::max(price, b.pre.time);
         };
-        // (Its DP stops past `maxNodes` nodes: then no price, nullopt.)
-        auto layerPriceAt = [&](double lambda, const SectionBounds &b,
-                                size_t maxNodes) -> std::optional<double> {
+        // The layer price's DPs also bound, per layout a of the carry, the
+        // price of every plan with a layer entered in a (pre, layers and
+        // post chained along the carry's layouts, each layer priced per
+        // pair of layouts in and out: getLayerEntryBounds); where that
+        // cannot beat the bound, no plan that does enters a layer in a,
+        // and a is dropped from the layer's anchors (for the DPs that
+        // follow, this one's included). The chain's least also bounds the
+        // whole plan, more tightly than layers x the least layer price.
+        std::vector<int> &liveAnchors = seg.items[0].anchorLayouts;
+        // The last DP's `outside` per anchor layout, and the one at the
+        // lambda chosen (PricedRest::outFrom).
+        std::map<int, double> lastOutside, outsideAt;
+        // (Its DP stops past `maxNodes` nodes: then no price, nullopt;
+        // else the least layer price and the chain's plan bound.)
+        auto layerPriceAt =
+            [&](double lambda, const SectionBounds &b,
+                size_t maxNodes) -> std::optional<std::pair<double, double>> {
           PricedRest others{lambda, chainBound(seg.items, seg.edges, lambda),
                             prePriceAt(lambda, b) +
                                 (layers - 1) * b.layer.time + b.post.time,
@@ -3454,7 +3541,50 @@ Expected<Plan> Instance::Impl::solve() {
           for (auto &[k, f] : least)
             for (const Point &pt : f)
               price = std::min(price, pt.time + lambda * pt.mem);
-          return std::max(b.layer.time, price);
+          price = std::max(b.layer.time, price);
+          // Per pair of layouts: its least, or `cut` where its points were
+          // dropped; +inf from a dropped anchor (no plan that beats the
+          // bound enters a layer there).
+          size_t n = anchors.size();
+          std::vector<double> pre(n, inf), pairs(n * n, inf);
+          for (auto [i, a] : llvm::enumerate(anchors)) {
+            if (!llvm::is_contained(liveAnchors, a))
+              continue;
+            for (size_t j = 0; j < n; ++j)
+              pairs[i * n + j] = std::max(cut, b.layer.time);
+            if (auto it = preFront.find(a); it != preFront.end()) {
+              for (const Point &pt : it->second)
+                pre[i] = std::min(pre[i], pt.time + lambda * pt.mem);
+              pre[i] = std::max(pre[i], b.pre.time);
+            }
+          }
+          auto indexOf = [&](int layout) {
+            return size_t(llvm::lower_bound(anchors, layout) - anchors.begin());
+          };
+          for (auto &[k, f] : least) {
+            size_t i = indexOf(k[0]), j = indexOf(k[1]);
+            if (i == n || j == n || anchors[i] != k[0] || anchors[j] != k[1])
+              continue;
+            for (const Point &pt : f)
+              pairs[i * n + j] =
+                  std::min(pairs[i * n + j],
+                           std::max(b.layer.time, pt.time + lambda * pt.mem));
+          }
+          LayerEntryBounds chain =
+              getLayerEntryBounds(pre, pairs, b.post.time, layers);
+          double slack =
+              bound + lagrangeSlack(lambda) + lambda * room - constantTime;
+          size_t live = liveAnchors.size();
+          erase_if(liveAnchors, [&](int a) {
+            size_t i = indexOf(a);
+            return i < n && anchors[i] == a && chain.entry[i] >= slack;
+          });
+          stats.droppedAnchors += live - liveAnchors.size();
+          lastOutside.clear();
+          for (auto [i, a] : llvm::enumerate(anchors))
+            lastOutside[a] = chain.outside[i];
+          return std::make_pair(price,
+                                chain.whole + constantTime - lambda * room);
         };
         double lambda = best->lambda, layerPrice = best->layer.time;
         SectionBounds at = *best;
@@ -3479,21 +3609,20 @@ Expected<Plan> Instance::Impl::solve() {
             double l = std::exp2(x);
             SectionBounds b = sectionBounds(l);
             uint64_t before = stats.layerPrice.states;
-            std::optional<double> price =
+            std::optional<std::pair<double, double>> price =
                 layerPriceAt(l, b, layerPriceStates - spent);
             spent += stats.layerPrice.states - before;
             if (!price) {
               spent = layerPriceStates;
               return -inf;
             }
-            double lp = *price;
-            double v = prePriceAt(l, b) + layers * lp + b.post.time - l * room +
-                       constantTime;
+            auto [lp, v] = *price;
             if (v > bestValue) {
               bestValue = v;
               lambda = l;
               layerPrice = lp;
               at = b;
+              outsideAt = lastOutside;
             }
             return v >= bound + lagrangeSlack(l) ? inf : v;
           });
@@ -3505,6 +3634,8 @@ Expected<Plan> Instance::Impl::solve() {
         priced.emplace(PricedRest{
             lambda, chainBound(seg.items, seg.edges, lambda),
             prePriceAt(lambda, at) + (layers - 1) * layerPrice + at.post.time});
+        for (auto &[a, o] : outsideAt)
+          priced->outFrom[a] = std::max(priced->out, o);
       }
       if (rerun)
         res = runSegment(seg.items, seg.edges, sticky, out, outMem, given, exit,

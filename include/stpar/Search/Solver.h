@@ -239,6 +239,9 @@ struct DPStats {
   /// Pareto DPs that the layer dual rejected only per transient class
   /// (each class of the fronts' transients at its own multiplier).
   uint64_t classDualRejections = 0;
+  /// Layouts of the carry that the layer price's chain along them ruled
+  /// out as a layer's entry (dropped from the layer block's anchors).
+  uint64_t droppedAnchors = 0;
   /// Cheap passes that tried the Pareto DP first (SolverOptions::
   /// paretoFirstNodes), and those of them it answered.
   uint64_t paretoFirstTries = 0, paretoFirstAnswers = 0;
@@ -272,6 +275,7 @@ struct DPStats {
     transientCuts += o.transientCuts;
     pricedRestDrops += o.pricedRestDrops;
     classDualRejections += o.classDualRejections;
+    droppedAnchors += o.droppedAnchors;
     paretoFirstTries += o.paretoFirstTries;
     paretoFirstAnswers += o.paretoFirstAnswers;
     candidates += o.candidates;

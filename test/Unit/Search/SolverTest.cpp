@@ -719,17 +719,19 @@ static DPStats compareLayerDual(
 }
 
 static void printDualStats(const char *what, const DPStats &total) {
-  std::printf("%s: %llu priced seeds, %llu dual runs, %llu seeded, %llu "
-              "answered below the seed's bound, %llu transient cuts, %llu "
-              "points dropped by Lagrangian rests, %llu rejected by the "
-              "per-class duals\n",
-              what, (unsigned long long)total.pricedSeeds,
-              (unsigned long long)total.dualSolves,
-              (unsigned long long)total.dualSeeds,
-              (unsigned long long)total.dualEarlyAnswers,
-              (unsigned long long)total.transientCuts,
-              (unsigned long long)total.pricedRestDrops,
-              (unsigned long long)total.classDualRejections);
+  std::printf(
+      "%s: %llu priced seeds, %llu dual runs, %llu seeded, %llu "
+      "answered below the seed's bound, %llu transient cuts, %llu "
+      "points dropped by Lagrangian rests, %llu rejected by the "
+      "per-class duals, %llu layer price states, %llu anchors dropped\n",
+      what, (unsigned long long)total.pricedSeeds,
+      (unsigned long long)total.dualSolves, (unsigned long long)total.dualSeeds,
+      (unsigned long long)total.dualEarlyAnswers,
+      (unsigned long long)total.transientCuts,
+      (unsigned long long)total.pricedRestDrops,
+      (unsigned long long)total.classDualRejections,
+      (unsigned long long)total.layerPrice.states,
+      (unsigned long long)total.droppedAnchors);
 }
 
 TEST(Exactness, LayerDualChangesNoOptimum) {
