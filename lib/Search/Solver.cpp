@@ -3507,15 +3507,24 @@ Expected<Plan> Instance::Impl::solve() {
         std::map<int, double> lastOutside, outsideAt;
         // (Its DP stops past `maxNodes` nodes: then no price, nullopt;
         // else the least layer price and the chain's plan bound.)
+        // (`allPairs`: the second DP below as well.)
         auto layerPriceAt =
-            [&](double lambda, const SectionBounds &b,
-                size_t maxNodes) -> std::optional<std::pair<double, double>> {
+            [&](double lambda, const SectionBounds &b, size_t maxNodes,
+                bool allPairs) -> std::optional<std::pair<double, double>> {
+          double prePrice = prePriceAt(lambda, b);
           PricedRest others{lambda, chainBound(seg.items, seg.edges, lambda),
-                            prePriceAt(lambda, b) +
-                                (layers - 1) * b.layer.time + b.post.time,
+                            prePrice + (layers - 1) * b.layer.time +
+                                b.post.time,
                             /*ownTransient=*/false};
-          double cut = bound + lagrangeSlack(lambda) + lambda * room -
-                       others.out - constantTime;
+          // Its DP keeps the layers priced below `cut`: the price beyond
+          // which no plan that beats the bound has a layer, given that
+          // every other layer costs at least `other`.
+          double full = bound + lagrangeSlack(lambda) + lambda * room -
+                        constantTime - prePrice - b.post.time;
+          auto cutFor = [&](double other) {
+            return full - (layers - 1) * other;
+          };
+          double cut = cutFor(b.layer.time);
           timeOnly = true;
           priceLambda = lambda;
           noMemoryTest = true;
@@ -3523,10 +3532,41 @@ Expected<Plan> Instance::Impl::solve() {
           size_t givenLimit = quickTryLimit;
           if (givenLimit > madeAtMark && maxNodes < givenLimit - madeAtMark)
             quickTryLimit = madeAtMark + maxNodes;
-          StateMap least = measurePhase(stats.layerPrice, [&] {
-            return runSegment(seg.items, seg.edges, sticky, -inf, 0, given,
-                              std::nullopt, &others);
-          });
+          auto runBelow = [&](double c) {
+            others.out = full + prePrice + b.post.time - c;
+            return measurePhase(stats.layerPrice, [&] {
+              return runSegment(seg.items, seg.edges, sticky, -inf, 0, given,
+                                std::nullopt, &others);
+            });
+          };
+          // First only the layers below the chain bound plus 1/layers of
+          // the slack (some layer of a plan that beats the bound is; few
+          // states): where there are none, no plan beats it; else their
+          // least is every layer's least price, and (where `allPairs`) the
+          // layers below the cut it gives, lower, are sought again: every
+          // pair of layouts that a plan beating the bound can use, which
+          // the chain below needs to drop layouts (PricedRest::out is what
+          // the cut is made of).
+          double first = b.layer.time + (cut - b.layer.time) / layers +
+                         1e-9 * std::abs(bound);
+          StateMap least;
+          if (first < cut && layers > 1) {
+            least = runBelow(first);
+            double found = inf;
+            for (auto &[k, f] : least)
+              for (const Point &pt : f)
+                found = std::min(found, pt.time + lambda * pt.mem);
+            double second = std::isfinite(found)
+                                ? cutFor(std::max(found, b.layer.time))
+                                : first;
+            if (!allPairs)
+              second = first;
+            if (second > first && !overQuickTry)
+              least = runBelow(second);
+            cut = std::min(cut, std::max(second, first));
+          } else {
+            least = runBelow(cut);
+          }
           quickTryLimit = givenLimit;
           resetNodes(mark, madeAtMark);
           timeOnly = false;
@@ -3610,7 +3650,7 @@ Expected<Plan> Instance::Impl::solve() {
             SectionBounds b = sectionBounds(l);
             uint64_t before = stats.layerPrice.states;
             std::optional<std::pair<double, double>> price =
-                layerPriceAt(l, b, layerPriceStates - spent);
+                layerPriceAt(l, b, layerPriceStates - spent, false);
             spent += stats.layerPrice.states - before;
             if (!price) {
               spent = layerPriceStates;
@@ -3630,6 +3670,19 @@ Expected<Plan> Instance::Impl::solve() {
             return budgetError();
           if (bestValue >= bound + lagrangeSlack(lambda))
             return err("no plan beats the bound");
+          // At the best lambda, every pair of layouts below the cut: the
+          // chain's layouts dropped and the outside per anchor.
+          if (std::isfinite(bestValue) && spent < layerPriceStates) {
+            std::optional<std::pair<double, double>> price =
+                layerPriceAt(lambda, at, layerPriceStates - spent, true);
+            if (price) {
+              outsideAt = lastOutside;
+              if (price->second >= bound + lagrangeSlack(lambda))
+                return err("no plan beats the bound");
+            }
+            if (overBudget)
+              return budgetError();
+          }
         }
         priced.emplace(PricedRest{
             lambda, chainBound(seg.items, seg.edges, lambda),
