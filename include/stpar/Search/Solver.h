@@ -185,9 +185,11 @@ struct SolverOptions {
   /// false turns them off (for testing).
   bool layerDual = true;
   /// With layerDual: the layer block's Lagrangian test prices the other
-  /// layers at one layer's exact least price, searched over lambda (and
-  /// the Pareto DP is first tried without it); false: at the chain bound's.
-  /// Same results either way (for measuring what it costs and saves).
+  /// layers at one layer's exact least price, searched over lambda, and
+  /// at that lambda chains the layer prices per pair of the carry's
+  /// layouts (dropping layouts no plan that beats the bound enters a
+  /// layer in); false: at the chain bound's. Same results either way (for
+  /// measuring what it costs and saves).
   bool layerPrice = true;
   /// With layerDual: where the sections' chain bounds at lambda = 0 choose
   /// partitions that do not fit in the memory, a DPPass::Cheap runs the
