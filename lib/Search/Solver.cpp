@@ -293,6 +293,19 @@ struct Tables {
   }
   /// Chain bounds of the sections per configuration and lambda (solve).
   std::map<PriceKey, SectionBounds> sectionBounds;
+  /// The same under a transient ceiling (bytes; solve()).
+  std::map<std::pair<PriceKey, double>, SectionBounds> ceiledSectionBounds;
+  /// What solve()'s transient classes concluded per configuration, bound
+  /// (s), transient floor given (bytes), memory limit (bytes) and
+  /// constant time (s): the priced seed's runs and the Pareto DP ask
+  /// under the same bound.
+  struct TransientOutcome {
+    bool rejected = false, cut = false;
+    double peakLB = 0, peakCeiling = 0;
+  };
+  std::map<std::tuple<Config::PriceFields, double, double, double, double>,
+           TransientOutcome>
+      transientOutcomes;
   /// Per configuration whose time-only plan does not fit: that plan's DP
   /// time (s) and the states its relaxation visited, kept by a
   /// DPPass::Cheap for its DPPass::Rest (solveDP).
@@ -2584,9 +2597,14 @@ Expected<Plan> Instance::Impl::solve() {
       };
   Tables::PriceKey priceKey = Tables::getPriceKey(config, 0);
   auto sectionBounds = [&](double lambda) {
-    // (Under a transient ceiling, below, the bounds are this pass's own.)
-    if (std::isfinite(peakCeiling))
-      return computeSectionBounds(lambda, nullptr);
+    // (Under a transient ceiling, below, kept per ceiling.)
+    if (std::isfinite(peakCeiling)) {
+      auto [it, ins] = tables->ceiledSectionBounds.try_emplace(
+          {Tables::getPriceKey(config, lambda), peakCeiling});
+      if (ins)
+        it->second = computeSectionBounds(lambda, nullptr);
+      return it->second;
+    }
     // The same configuration's bounds are asked for by every pass of a
     // search (the capped seed and the exact pass): kept in the tables.
     auto [it, ins] =
@@ -2632,8 +2650,8 @@ Expected<Plan> Instance::Impl::solve() {
   // enforces. Where the transient decides whether the fastest plans fit
   // (the additive memory's Lagrangian bound then stays at lambda = 0),
   // this is the bound that rises.
-  if (!options.isCapped() && options.layerDual && std::isfinite(bound) &&
-      (!timeOnly || priceLambda > 0) && !P.ops.empty()) {
+  // (What they conclude, for the tables' memo.)
+  auto findTransientClasses = [&] {
     std::vector<double> peaks;
     for (unsigned op = 0; op < P.ops.size(); ++op)
       for (const Cand &c : cands[op])
@@ -2684,13 +2702,28 @@ Expected<Plan> Instance::Impl::solve() {
     for (size_t k = numClasses; lowest && !highest && k-- > *lowest;)
       if (k == *lowest || !beaten(k))
         highest = k;
-    if (!lowest || *lowest > 0 || *highest + 1 < numClasses)
+    Tables::TransientOutcome o;
+    o.cut = !lowest || *lowest > 0 || *highest + 1 < numClasses;
+    o.rejected = !lowest;
+    o.peakLB = lowest ? std::max(peakLB, classLow(*lowest)) : peakLB;
+    o.peakCeiling =
+        lowest && *highest + 1 < numClasses ? classHigh(*highest) : inf;
+    return o;
+  };
+  if (!options.isCapped() && options.layerDual && std::isfinite(bound) &&
+      (!timeOnly || priceLambda > 0) && !P.ops.empty()) {
+    auto [known, isNew] = tables->transientOutcomes.try_emplace(
+        {config.getPriceFields(), bound, peakLB, limit, constantTime});
+    Tables::TransientOutcome &outcome = known->second;
+    if (isNew)
+      outcome = findTransientClasses();
+    if (outcome.cut)
       ++stats.transientCuts;
-    if (!lowest)
+    if (outcome.rejected)
       return err("no plan beats the bound");
-    peakLB = std::max(peakLB, classLow(*lowest));
-    if (*highest + 1 < numClasses) {
-      peakCeiling = classHigh(*highest);
+    peakLB = outcome.peakLB;
+    if (std::isfinite(outcome.peakCeiling)) {
+      peakCeiling = outcome.peakCeiling;
       zero = sectionBounds(0);
       if (hasLayers)
         blockTimeLB = std::max(blockTimeLB, zero.layer.time);
