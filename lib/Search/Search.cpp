@@ -13,6 +13,7 @@
 #include "stpar/Search/Solver.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/Parallel.h"
 
@@ -272,6 +273,9 @@ Expected<SearchResult> search(const Problem &problem, const Cluster &cluster,
                               const SearchOptions &options,
                               const Plan *incumbent) {
   TableCache cache;
+  // (The DPs' buffers are kept from one configuration to the next, and
+  // freed when the search ends.)
+  llvm::scope_exit release([] { releaseDPBuffers(); });
   return searchWith(problem, cluster, eff, options, incumbent, cache);
 }
 

@@ -186,6 +186,11 @@ template <typename T> struct HugePageAllocator {
   bool operator!=(const HugePageAllocator &) const { return false; }
 };
 template <typename T> using HugeVector = std::vector<T, HugePageAllocator<T>>;
+/// The thread's buffer of DP back-pointers (Instance::Impl::Borrow).
+static HugeVector<Node> &getNodeBuffer() {
+  static thread_local HugeVector<Node> buffer;
+  return buffer;
+}
 } // namespace
 
 /// About the heap bytes of one allocation of `n` elements of `T` (malloc
@@ -407,7 +412,30 @@ struct Instance::Impl {
         inputHasEdges(tables->inputHasEdges),
         isCheckpoint(tables->isCheckpoint), layoutIds(tables->layoutIds),
         layouts(tables->layouts) {}
+  /// The DP's back-pointers, from the DP's first node (the root) on; the
+  /// thread's buffer while a DP runs (Borrow), empty otherwise.
   HugeVector<Node> nodes;
+  /// Lends the thread's node buffer to `nodes` for the lifetime of this
+  /// object (Instance's entry points that run DPs): its pages are faulted
+  /// in once per thread rather than once per configuration. Nestable.
+  struct Borrow {
+    Impl &impl;
+    bool owner;
+    explicit Borrow(Impl &impl) : impl(impl), owner(!impl.borrowing) {
+      if (owner) {
+        std::swap(impl.nodes, getThreadNodes());
+        impl.borrowing = true;
+      }
+    }
+    ~Borrow() {
+      if (owner) {
+        std::swap(impl.nodes, getThreadNodes());
+        impl.borrowing = false;
+      }
+    }
+    static HugeVector<Node> &getThreadNodes() { return getNodeBuffer(); }
+  };
+  bool borrowing = false;
   /// The nodes a DP has made (checkBudget's measure of its work), counting
   /// as well the points a step inserted into a front and dropped before
   /// its end (runSegment writes nodes only for those it keeps): at least
@@ -2018,6 +2046,30 @@ struct StateSet {
     start.push_back(uint32_t(points.size()));
   }
 };
+/// A DP step's destinations (slots; Instance::Impl::solve's runSegment):
+/// in the time-only relaxation, per slot the fastest point with its
+/// parent's node and the choice, whose node is made once the step is done.
+struct Pick {
+  Point point;
+  int cand;
+};
+/// The buffers of a segment's DP (runSegment), kept from one DP to the
+/// next so that their pages are faulted in once (thread-local: one per
+/// thread that runs DPs).
+struct SegmentBuffers {
+  StateSet states, next;
+  HugeVector<uint64_t> slotKeys;
+  std::vector<Front> slotFronts;
+  HugeVector<Pick> picks;
+  HugeVector<double> slotEstimate, nextEstimate;
+  std::vector<uint32_t> stateBase;
+  HugeVector<uint32_t> slotTable;
+  bool inUse = false;
+};
+static SegmentBuffers &getSegmentBuffers() {
+  static thread_local SegmentBuffers buffers;
+  return buffers;
+}
 /// Dense ids (0, 1, ... in order of first insertion) of int tuples: the
 /// DP's base keys and producer layouts, hashed, each tuple kept once.
 class TupleIds {
@@ -2902,34 +2954,37 @@ Expected<Plan> Instance::Impl::solve() {
       return sigLayouts[item][sig][slot];
     };
     std::vector<unsigned> live; // items in the key, in order
-    StateSet states, next;
+    SegmentBuffers &buffers = getSegmentBuffers();
+    assert(!buffers.inUse && "segment DPs do not nest");
+    buffers.inUse = true;
+    llvm::scope_exit release([&] { buffers.inUse = false; });
+    StateSet &states = buffers.states, &next = buffers.next;
+    states.reset(0);
+    next.reset(0);
     states.push({}, Point{0, 0, 0, 0});
     // A step's destinations (slots): per (base key id, signature of v) its
     // front. The time-only relaxation keeps one point per slot, the
-    // fastest (of equal ones the first, as insert keeps): per slot that
-    // point with its parent's node and the choice, whose node is made only
-    // once the step is done (no speculative nodes). Kept across steps, as
-    // their buffers are.
-    struct Pick {
-      Point point;
-      int cand;
-    };
-    HugeVector<uint64_t> slotKeys;
-    std::vector<Front> slotFronts;
-    HugeVector<Pick> picks;
+    // fastest (of equal ones the first, as insert keeps; Pick). Kept
+    // across steps, as their buffers are.
+    HugeVector<uint64_t> &slotKeys = buffers.slotKeys;
+    std::vector<Front> &slotFronts = buffers.slotFronts;
+    HugeVector<Pick> &picks = buffers.picks;
     // Per slot: the least time so far + rest bound of a point inserted
     // there, what a search with a state cap ranks states by (kept only
     // then: the exact DPs never read it).
     bool ranked = options.maxStates != 0;
-    HugeVector<double> slotEstimate, nextEstimate;
+    HugeVector<double> &slotEstimate = buffers.slotEstimate,
+                       &nextEstimate = buffers.nextEstimate;
+    slotEstimate.clear();
+    nextEstimate.clear();
     auto estimate = [&](int slot, double value) {
       if (ranked)
         slotEstimate[slot] = std::min(slotEstimate[slot], value);
     };
     // Per state its base key's id; per (base, signature) its slot (~0u:
     // none yet).
-    std::vector<uint32_t> stateBase;
-    HugeVector<uint32_t> slotTable;
+    std::vector<uint32_t> &stateBase = buffers.stateBase;
+    HugeVector<uint32_t> &slotTable = buffers.slotTable;
     for (unsigned v = 0; v < n; ++v) {
       if (checkBudget())
         return StateMap{};
@@ -4113,6 +4168,7 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
   if (settled)
     *settled = true;
   I.stats = {};
+  Impl::Borrow borrow(I);
   I.resetNodes();
   I.bound = bound;
   std::optional<Expected<Plan>> plan;
@@ -4377,6 +4433,13 @@ double Instance::getGroupLowerBound() {
   if (!stop)
     consumeError(stop.takeError());
   return getLowerBound();
+}
+
+void releaseDPBuffers() {
+  HugeVector<Node>().swap(getNodeBuffer());
+  SegmentBuffers &b = getSegmentBuffers();
+  assert(!b.inUse && "no segment DP runs");
+  b = SegmentBuffers();
 }
 
 bool Instance::mayBeat(double bound, bool *memoryBinds) {

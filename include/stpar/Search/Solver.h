@@ -356,6 +356,12 @@ bool isSolverFailure(const std::string &message);
 /// configuration may solve within the budget under a lower bound.
 bool isBudgetFailure(const std::string &message);
 
+/// Frees the calling thread's DP buffers: the frontier DP's state sets and
+/// back-pointer nodes are kept from one Instance::solveDP to the next (on
+/// the same thread) so that their pages are faulted in once; search()
+/// calls this when it ends.
+void releaseDPBuffers();
+
 /// The objective for one problem under one configuration. Holds the
 /// operators with the micro-batch extent, candidate tables and a re-layout
 /// cache.
