@@ -436,6 +436,10 @@ struct Instance::Impl {
     static HugeVector<Node> &getThreadNodes() { return getNodeBuffer(); }
   };
   bool borrowing = false;
+  /// Below 1: the layer block keeps only the layers within this share of
+  /// the slack above its least time (solve(); a first plan for solveDP's
+  /// relaxation).
+  double layerShare = 1;
   /// The nodes a DP has made (checkBudget's measure of its work), counting
   /// as well the points a step inserted into a front and dropped before
   /// its end (runSegment writes nodes only for those it keeps): at least
@@ -3555,6 +3559,10 @@ Expected<Plan> Instance::Impl::solve() {
         blockTimeLB = std::max(blockTimeLB, least);
         out = outTime(blockTimeLB);
         rerun = out < first;
+        if (rerun && layerShare < 1) {
+          out += (bound - constantTime - out - blockTimeLB) * (1 - layerShare);
+          rerun = out < first;
+        }
       }
       std::optional<PricedRest> priced;
       if ((!timeOnly || priceLambda > 0) && bestLagrange && options.layerDual &&
@@ -4212,12 +4220,47 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
     // The time-only relaxation, stopped past `limit` nodes (overQuickTry);
     // relaxedStates: the states it visited.
     auto relax = [&](size_t limit) {
-      I.resetNodes();
       I.timeOnly = true;
       I.nodeLimit = limit;
       uint64_t before = I.stats.statesVisited;
+      // First a plan from the layer block's layers within a share of the
+      // slack above its least time (SolverOptions::relaxationShare; fewer
+      // states), whose time T then bounds the relaxation. Where the
+      // relaxation finds nothing under T, no plan that fits is faster
+      // than T (the relaxation's tests before and in its DP drop only
+      // what cannot fit or beat the bound), and that first plan stands
+      // for the relaxation's: where it fits it is the optimum, else T
+      // bounds every plan that fits.
+      double givenBound = I.bound;
+      std::optional<Plan> first;
+      if (I.options.relaxationShare < 1 && std::isfinite(givenBound)) {
+        I.resetNodes();
+        I.layerShare = I.options.relaxationShare;
+        Expected<Plan> quick =
+            I.measurePhase(I.stats.relaxation, [&] { return I.solve(); });
+        I.layerShare = 1;
+        if (quick) {
+          double t = quick->cost.stepTime;
+          I.bound = std::min(I.bound, t + 1e-9 * std::abs(t));
+          first = std::move(*quick);
+        } else {
+          std::string message = toString(quick.takeError());
+          if (isSolverFailure(message) && !I.overQuickTry) {
+            I.timeOnly = false;
+            I.nodeLimit = ~size_t(0);
+            return Expected<Plan>(err(message));
+          }
+        }
+      }
+      I.resetNodes();
       Expected<Plan> relaxed =
           I.measurePhase(I.stats.relaxation, [&] { return I.solve(); });
+      I.bound = givenBound;
+      if (!relaxed && first) {
+        std::string message = toString(relaxed.takeError());
+        relaxed = isSolverFailure(message) ? Expected<Plan>(err(message))
+                                           : Expected<Plan>(std::move(*first));
+      }
       relaxedStates = I.stats.statesVisited - before;
       I.timeOnly = false;
       I.nodeLimit = ~size_t(0);
@@ -4352,12 +4395,14 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
       // The Pareto DP, with the layer price search (solve()): DPs of one
       // layer with fronts of one point, few states each but the last
       // (every pair of carry layouts a plan that beats the bound can
-      // use), stopping past 4 states per state the relaxation visited.
-      // (It was first tried without them up to that many nodes: since
-      // the layer price's DPs seek the least price first, that try cost
-      // more than it saved on every row of the benchmark.)
+      // use), stopping past 4 states per state the relaxation visited or
+      // 2^22 states, whichever is more (the relaxation, bounded by its
+      // first plan, can visit few). (It was first tried without them up
+      // to that many nodes: since the layer price's DPs seek the least
+      // price first, that try cost more than it saved on every row of the
+      // benchmark.)
       I.bound = seedTime;
-      I.layerPriceStates = std::max<size_t>(1, 4 * relaxedStates);
+      I.layerPriceStates = std::max<size_t>(size_t(1) << 22, 4 * relaxedStates);
       std::optional<Expected<Plan>> tried = tryPareto(0, ~size_t(0));
       assert(tried && "a try without limits answers");
       Expected<Plan> exact = std::move(*tried);

@@ -202,6 +202,12 @@ struct SolverOptions {
   /// Same results either way (both exact); paretoFirstNodes = 0: no try.
   size_t relaxationFirstNodes = size_t(1) << 18;
   size_t paretoFirstNodes = size_t(1) << 18;
+  /// Exact runs under a bound: the time-only relaxation first finds a plan
+  /// among the layers within this share of the slack above the layer's
+  /// least time (the slack a layer has when every other costs the least:
+  /// bound less the rest's bounds), then runs in full under that plan's
+  /// time. Same results for any share in (0, 1]; 1: no first plan.
+  double relaxationShare = 0.5;
   /// Memory the DP's nodes and front points may take (bytes, estimated at
   /// 56 per node made, a node for every point a step inserted into a
   /// front, including those a later point dropped, of which no node is
