@@ -436,6 +436,20 @@ struct Instance::Impl {
     static HugeVector<Node> &getThreadNodes() { return getNodeBuffer(); }
   };
   bool borrowing = false;
+  /// solve()'s chain bounds: per operator and the operands its chain
+  /// inputs enter, its candidates grouped by the layouts those inputs want
+  /// (groupOf, per candidate; wants and their local indices in the
+  /// re-layout matrices, per group), and per source layout the re-layout
+  /// seconds into each group, per input (NaN until costed).
+  struct ChainGroups {
+    std::vector<unsigned> groupOf;
+    std::vector<SmallVector<int, 2>> wants;
+    std::vector<SmallVector<unsigned, 2>> local;
+    SmallVector<unsigned, 2> matrices;
+    DenseMap<int, std::vector<double>> seconds;
+  };
+  std::map<std::pair<unsigned, SmallVector<unsigned, 2>>, ChainGroups>
+      chainGroups;
   /// Below 1: the layer block keeps only the layers within this share of
   /// the slack above its least time (solve(); a first plan for solveDP's
   /// relaxation).
@@ -2512,62 +2526,86 @@ Expected<Plan> Instance::Impl::solve() {
       // The candidates of w grouped by the layouts their chain inputs
       // want (many share them), each group at its smallest g, in
       // increasing g: once g alone cannot beat the best, no later group
-      // can (re-layouts >= 0), so few re-layouts are costed.
-      // (Each edge's re-layout matrix and each layout's index in it are
-      // looked up once, outside the loop over pairs: edgeCost's sums.)
-      struct Group {
-        SmallVector<int, 2> wants;
-        SmallVector<unsigned, 2> local;
-        Value g;
-      };
-      SmallVector<Group> groups;
-      SmallVector<unsigned, 2> matrices;
+      // can (re-layouts >= 0), so few re-layouts are costed. The groups
+      // and the re-layouts costed do not depend on the prices: kept for
+      // every chain bound of this configuration (chainGroups).
+      SmallVector<unsigned, 2> operands;
       for (const SegEdge *e : chainIn[w])
-        matrices.push_back(getRelayoutMatrix(op, e->toOperand));
-      auto localOf = [&](unsigned k, int layout) {
-        return getLocalLayout(tables->relayouts[matrices[k]], op,
-                              chainIn[w][k]->toOperand, layout);
-      };
-      {
+        operands.push_back(e->toOperand);
+      ChainGroups &cg = chainGroups[{op, operands}];
+      unsigned numIn = unsigned(operands.size());
+      if (cg.groupOf.size() != cands[op].size()) {
+        cg = ChainGroups();
+        for (unsigned o : operands)
+          cg.matrices.push_back(getRelayoutMatrix(op, o));
         std::map<SmallVector<int, 2>, unsigned> index;
-        for (auto [k, c] : llvm::enumerate(cands[op])) {
+        for (const Cand &c : cands[op]) {
           SmallVector<int, 2> wants;
-          for (const SegEdge *e : chainIn[w])
-            wants.push_back(c.raw->layouts[e->toOperand]);
-          auto [it, ins] = index.try_emplace(wants, unsigned(groups.size()));
-          if (ins)
-            groups.push_back({std::move(wants), {}, g[k]});
-          else if (g[k].time < groups[it->second].g.time)
-            groups[it->second].g = g[k];
+          for (unsigned o : operands)
+            wants.push_back(c.raw->layouts[o]);
+          auto [it, ins] = index.try_emplace(wants, unsigned(cg.wants.size()));
+          if (ins) {
+            SmallVector<unsigned, 2> local;
+            for (unsigned k = 0; k < numIn; ++k)
+              local.push_back(getLocalLayout(tables->relayouts[cg.matrices[k]],
+                                             op, operands[k], wants[k]));
+            cg.wants.push_back(std::move(wants));
+            cg.local.push_back(std::move(local));
+          }
+          cg.groupOf.push_back(it->second);
         }
       }
-      llvm::stable_sort(groups, [](const Group &a, const Group &b) {
-        return a.g.time < b.g.time;
+      size_t numGroups = cg.wants.size();
+      std::vector<Value> groupG(numGroups, Value{inf, 0});
+      std::vector<bool> seen(numGroups, false);
+      for (size_t k = 0; k < g.size(); ++k) {
+        unsigned gi = cg.groupOf[k];
+        if (!seen[gi] || g[k].time < groupG[gi].time)
+          groupG[gi] = g[k];
+        seen[gi] = true;
+      }
+      std::vector<unsigned> order(numGroups);
+      std::iota(order.begin(), order.end(), 0u);
+      llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+        return groupG[a].time < groupG[b].time;
       });
       double scale = weight(op) * slots;
-      SmallVector<unsigned, 2> at(chainIn[w].size());
+      SmallVector<unsigned, 2> at;
       for (int l : ls) {
         auto [it, ins] = cb.after[v].try_emplace(l, Value{inf, 0});
         if (!ins)
           continue;
-        if (l != kExternal)
-          for (unsigned k = 0; k < at.size(); ++k)
-            at[k] = localOf(k, l);
-        for (Group &grp : groups) {
-          if (grp.g.time >= it->second.time)
+        std::vector<double> *row = nullptr;
+        at.clear();
+        for (unsigned gi : order) {
+          const Value &gv = groupG[gi];
+          if (gv.time >= it->second.time)
             break;
-          if (grp.local.empty())
-            for (auto [k, want] : llvm::enumerate(grp.wants))
-              grp.local.push_back(localOf(unsigned(k), want));
-          double t = grp.g.time;
-          for (unsigned k = 0; k < at.size(); ++k)
-            t += l == kExternal
-                     ? 0.0
-                     : scale * matrixSeconds(matrices[k], op,
-                                             chainIn[w][k]->toOperand, l, at[k],
-                                             grp.wants[k], grp.local[k]);
+          double t = gv.time;
+          if (l != kExternal) {
+            if (!row) {
+              auto [r, fresh] = cg.seconds.try_emplace(l);
+              if (fresh)
+                r->second.assign(numGroups * numIn,
+                                 std::numeric_limits<double>::quiet_NaN());
+              row = &r->second;
+            }
+            for (unsigned k = 0; k < numIn; ++k) {
+              double &sec = (*row)[gi * numIn + k];
+              if (std::isnan(sec)) {
+                if (at.empty())
+                  for (unsigned k2 = 0; k2 < numIn; ++k2)
+                    at.push_back(
+                        getLocalLayout(tables->relayouts[cg.matrices[k2]], op,
+                                       operands[k2], l));
+                sec = matrixSeconds(cg.matrices[k], op, operands[k], l, at[k],
+                                    cg.wants[gi][k], cg.local[gi][k]);
+              }
+              t += scale * sec;
+            }
+          }
           if (t < it->second.time)
-            it->second = {t, grp.g.mem};
+            it->second = {t, gv.mem};
         }
       }
     }
