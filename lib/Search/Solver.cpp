@@ -3292,7 +3292,8 @@ Expected<Plan> Instance::Impl::solve() {
       if (dense)
         slotTable.assign(bases.size() * numSigs, ~0u);
       for (size_t i = 0; i < states.size(); ++i) {
-        if ((i & 4095) == 0 && checkBudget())
+        // (Often: a step can make hundreds of slots per state.)
+        if ((i & 255) == 0 && checkBudget())
           return StateMap{};
         ++stats.statesVisited;
         ArrayRef<int> key = states.key(i);
@@ -3363,10 +3364,13 @@ Expected<Plan> Instance::Impl::solve() {
                 if (ranked)
                   slotEstimate.push_back(
                       std::numeric_limits<double>::infinity());
-                if (timeOnly)
+                if (timeOnly) {
+                  // (Its node, made at the step's end, counted now.)
                   picks.push_back({Point{inf, 0, 0, -1}, -1});
-                else
+                  ++nodesMade;
+                } else {
                   slotFronts.emplace_back();
+                }
               }
             }
             if (timeOnly) {
@@ -3398,7 +3402,6 @@ Expected<Plan> Instance::Impl::solve() {
           const Pick &pick = picks[i];
           nodes.push_back({pick.point.node, -1,
                            pick.cand >= 0 ? items[v].op : -1, pick.cand});
-          ++nodesMade;
           picked = pick.point;
           picked.node = int32_t(nodes.size() - 1);
           front = picked;
