@@ -575,15 +575,15 @@ struct Instance::Impl {
     phase.seconds += wall.count() - (stats.layerPrice.seconds - inner.seconds);
     return result;
   }
-  /// A first, quick try of a Pareto DP (solveDP), while quickTryNodes > 0:
-  /// without the layer price search (solve(), the layer block's
-  /// Lagrangian), and past `quickTryNodes` nodes from there on it stops
-  /// with overQuickTry set (and overBudget, so it stops as at the budget),
-  /// to be run again with the search.
+  /// A quick try of a Pareto DP (solveDP's cheap pass, SolverOptions::
+  /// paretoFirstNodes), while quickTryNodes > 0: without the layer price
+  /// search (solve(), the layer block's Lagrangian), and past
+  /// `quickTryNodes` nodes from there on it stops with overQuickTry set
+  /// (and overBudget, so it stops as at the budget).
   size_t quickTryNodes = 0, quickTryLimit = ~size_t(0);
-  /// The states the layer price's lambda search may visit (solve(); its
-  /// DP stops past them, so no more are visited): as many as the quick
-  /// try's nodes, so that neither costs more than the other.
+  /// The states the layer price's DPs may visit (solve(); a DP stops past
+  /// what is left of them, so no more are visited): solveDP sets 4 per
+  /// state its relaxation visited, at least 2^22.
   uint64_t layerPriceStates = ~uint64_t(0);
   bool overQuickTry = false;
   /// A limit on the nodes of a whole solve() (solveDP's first try of the
