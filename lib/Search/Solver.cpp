@@ -2206,6 +2206,10 @@ static LayerEntryBounds getLayerEntryBounds(ArrayRef<double> pre,
                                             int64_t layers) {
   const double inf = std::numeric_limits<double>::infinity();
   size_t n = pre.size();
+  LayerEntryBounds r;
+  r.whole = inf;
+  if (n == 0)
+    return r;
   // before[k][a]: pre and k layers ending in a; after[j][a]: j layers
   // from a and post.
   std::vector<std::vector<double>> before(size_t(layers) + 1),
@@ -2222,7 +2226,6 @@ static LayerEntryBounds getLayerEntryBounds(ArrayRef<double> pre,
         after[k + 1][a] = std::min(after[k + 1][a], l + after[k][b]);
       }
   }
-  LayerEntryBounds r;
   r.whole =
       *std::min_element(before[layers].begin(), before[layers].end()) + post;
   r.entry.assign(n, inf);
