@@ -423,17 +423,16 @@ struct Instance::Impl {
     bool owner;
     explicit Borrow(Impl &impl) : impl(impl), owner(!impl.borrowing) {
       if (owner) {
-        std::swap(impl.nodes, getThreadNodes());
+        std::swap(impl.nodes, getNodeBuffer());
         impl.borrowing = true;
       }
     }
     ~Borrow() {
       if (owner) {
-        std::swap(impl.nodes, getThreadNodes());
+        std::swap(impl.nodes, getNodeBuffer());
         impl.borrowing = false;
       }
     }
-    static HugeVector<Node> &getThreadNodes() { return getNodeBuffer(); }
   };
   bool borrowing = false;
   /// solve()'s chain bounds: per operator and the operands its chain
@@ -2170,19 +2169,6 @@ double maximizeUnimodal(double lo, double hi, int iterations, F f) {
   return std::max(f1, f2);
 }
 
-/// Lagrangian bounds of the memory limit computed from the layer DP's own
-/// fronts (exact runs where memory binds; Instance::Impl::solve). At a
-/// multiplier lambda >= 0 (seconds per byte) every point is priced
-/// time + lambda x additive memory; each front then counts only by its
-/// least price, so the pre section, the layer block and the post section
-/// become vectors and a matrix of prices over the carry's layouts
-/// (anchors), and the layers a min-plus chain of that matrix. A plan that
-/// fits leaves its additive memory at most `room` (the limit less its
-/// largest transient), so its time is at least its price minus
-/// lambda x room: the Lagrangian relaxation of a resource-constrained
-/// shortest path, with the DP's exact prices instead of the chain bounds'
-/// relaxed ones (docs/search.md, "Pruning"). The least-priced plan itself
-/// is a plan of the configuration, often one that fits: it seeds the bound.
 /// Lagrangian bounds along the carry's n layouts (the layer price,
 /// Instance::Impl::solve), given `pre[a]`, a lower bound of the price
 /// (time + lambda x additive memory, seconds) of the pre section left in
@@ -2241,6 +2227,19 @@ static LayerEntryBounds getLayerEntryBounds(ArrayRef<double> pre,
   return r;
 }
 
+/// Lagrangian bounds of the memory limit computed from the layer DP's own
+/// fronts (exact runs where memory binds; Instance::Impl::solve). At a
+/// multiplier lambda >= 0 (seconds per byte) every point is priced
+/// time + lambda x additive memory; each front then counts only by its
+/// least price, so the pre section, the layer block and the post section
+/// become vectors and a matrix of prices over the carry's layouts
+/// (anchors), and the layers a min-plus chain of that matrix. A plan that
+/// fits leaves its additive memory at most `room` (the limit less its
+/// largest transient), so its time is at least its price minus
+/// lambda x room: the Lagrangian relaxation of a resource-constrained
+/// shortest path, with the DP's exact prices instead of the chain bounds'
+/// relaxed ones (docs/search.md, "Pruning"). The least-priced plan itself
+/// is a plan of the configuration, often one that fits: it seeds the bound.
 class LayerDual {
   static constexpr double inf = std::numeric_limits<double>::infinity();
 
@@ -4266,6 +4265,10 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
     auto relax = [&](size_t limit) {
       I.timeOnly = true;
       I.nodeLimit = limit;
+      llvm::scope_exit restore([&] {
+        I.timeOnly = false;
+        I.nodeLimit = ~size_t(0);
+      });
       uint64_t before = I.stats.statesVisited;
       // First a plan from the layer block's layers within a share of the
       // slack above its least time (SolverOptions::relaxationShare; fewer
@@ -4289,11 +4292,8 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
           first = std::move(*quick);
         } else {
           std::string message = toString(quick.takeError());
-          if (isSolverFailure(message) && !I.overQuickTry) {
-            I.timeOnly = false;
-            I.nodeLimit = ~size_t(0);
+          if (isSolverFailure(message) && !I.overQuickTry)
             return Expected<Plan>(err(message));
-          }
         }
       }
       I.resetNodes();
@@ -4306,8 +4306,6 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
                                            : Expected<Plan>(std::move(*first));
       }
       relaxedStates = I.stats.statesVisited - before;
-      I.timeOnly = false;
-      I.nodeLimit = ~size_t(0);
       return relaxed;
     };
     std::optional<Expected<Plan>> relaxed;
