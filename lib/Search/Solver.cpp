@@ -2149,7 +2149,8 @@ template <typename F>
 double maximizeUnimodal(double lo, double hi, int iterations, F f) {
   const double g = (std::sqrt(5.0) - 1) / 2;
   double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
-  double f1 = f(x1), f2 = f(x2);
+  double f1 = f(x1);
+  double f2 = f1 == std::numeric_limits<double>::infinity() ? f1 : f(x2);
   for (int it = 0; it < iterations && std::isfinite(f1) && std::isfinite(f2);
        ++it) {
     if (f1 < f2) {
@@ -3688,6 +3689,12 @@ Expected<Plan> Instance::Impl::solve() {
           // the cut is made of).
           double first = b.layer.time + (cut - b.layer.time) / layers +
                          1e-9 * std::abs(bound);
+          // Where the last DP's cut is cutFor(m) for a price m no layer is
+          // below (b.layer.time, the least found, or where none is below
+          // `first`, `first` itself: cutFor(first) is `first` less the
+          // margin), a plan with a layer through a dropped point costs at
+          // least the bound: its pairs of layouts are in no such plan.
+          bool droppedDead = false;
           StateMap least;
           if (first < cut && layers > 1) {
             least = runBelow(first);
@@ -3695,16 +3702,20 @@ Expected<Plan> Instance::Impl::solve() {
             for (auto &[k, f] : least)
               for (const Point &pt : f)
                 found = std::min(found, pt.time + lambda * pt.mem);
+            droppedDead = !std::isfinite(found);
             double second = std::isfinite(found)
                                 ? cutFor(std::max(found, b.layer.time))
                                 : first;
             if (!allPairs)
               second = first;
-            if (second > first && !overQuickTry)
+            if (second > first && !overQuickTry) {
               least = runBelow(second);
+              droppedDead = true;
+            }
             cut = std::min(cut, std::max(second, first));
           } else {
             least = runBelow(cut);
+            droppedDead = true;
           }
           quickTryLimit = givenLimit;
           resetNodes(mark, madeAtMark);
@@ -3721,16 +3732,17 @@ Expected<Plan> Instance::Impl::solve() {
             for (const Point &pt : f)
               price = std::min(price, pt.time + lambda * pt.mem);
           price = std::max(b.layer.time, price);
-          // Per pair of layouts: its least, or `cut` where its points were
-          // dropped; +inf from a dropped anchor (no plan that beats the
-          // bound enters a layer there).
+          // Per pair of layouts: its least, or where its points were
+          // dropped `cut` (+inf where droppedDead); +inf from a dropped
+          // anchor (no plan that beats the bound enters a layer there).
           size_t n = anchors.size();
           std::vector<double> pre(n, inf), pairs(n * n, inf);
           for (auto [i, a] : llvm::enumerate(anchors)) {
             if (!llvm::is_contained(liveAnchors, a))
               continue;
             for (size_t j = 0; j < n; ++j)
-              pairs[i * n + j] = std::max(cut, b.layer.time);
+              pairs[i * n + j] =
+                  droppedDead ? inf : std::max(cut, b.layer.time);
             if (auto it = preFront.find(a); it != preFront.end()) {
               for (const Point &pt : it->second)
                 pre[i] = std::min(pre[i], pt.time + lambda * pt.mem);
