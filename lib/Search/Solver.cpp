@@ -2946,6 +2946,15 @@ Expected<Plan> Instance::Impl::solve() {
     /// of the price outside the segment for the points entered in that
     /// layout, at least `out` (absent: `out`).
     std::map<int, double> outFrom;
+    /// Transient classes (time-only DPs without ownTransient: the layer
+    /// price's; none: one class): the upper ends of runs of transients
+    /// (bytes, increasing, the last at least every candidate's that
+    /// `admissible` lets pass); a point is of the first run whose end is
+    /// at least its transient so far. Each class has its own slots (a
+    /// point is compared only with points of its class), and a point of
+    /// class c is dropped with classExtra[c] added to its price: lambda x
+    /// the room below limit - peakLB that every plan of the class lacks.
+    std::vector<double> classHighs, classExtra;
   };
   auto runSegment =
       [&](const std::vector<SegItem> &items, const std::vector<SegEdge> &edges,
@@ -2997,6 +3006,17 @@ Expected<Plan> Instance::Impl::solve() {
       const std::vector<unsigned> &r = relevant[item];
       unsigned slot = unsigned(find(r, operand) - r.begin());
       return sigLayouts[item][sig][slot];
+    };
+    // Transient classes (PricedRest::classHighs; one: none).
+    uint32_t numClasses =
+        priced ? std::max<uint32_t>(1, priced->classHighs.size()) : 1;
+    assert((numClasses == 1 || timeOnly) && "classes in a Pareto DP");
+    auto classOf = [&](double peak) -> uint32_t {
+      if (numClasses == 1)
+        return 0;
+      return std::min<uint32_t>(
+          numClasses - 1, uint32_t(llvm::lower_bound(priced->classHighs, peak) -
+                                   priced->classHighs.begin()));
     };
     std::vector<unsigned> live; // items in the key, in order
     SegmentBuffers &buffers = getSegmentBuffers();
@@ -3050,6 +3070,8 @@ Expected<Plan> Instance::Impl::solve() {
         /// and states): what entering the next segment in this choice's
         /// output layout costs at least beyond the least over layouts.
         double exitRank = 0;
+        /// Its transient's class (numClasses > 1 only).
+        uint32_t cls = 0;
       };
       std::vector<SC> scs;
       unsigned numIn = unsigned(inEdges[v].size());
@@ -3192,6 +3214,9 @@ Expected<Plan> Instance::Impl::solve() {
           scs = std::move(kept);
         }
       }
+      if (numClasses > 1)
+        for (SC &sc : scs)
+          sc.cls = classOf(sc.peak);
       // Edge-cost tables: per in-edge, the candidates' distinct input
       // layouts are columns; a row (one producer layout) is filled once.
       std::vector<std::vector<int>> colLayout(numIn);
@@ -3282,7 +3307,9 @@ Expected<Plan> Instance::Impl::solve() {
         stateBase[i] = bases.insert(base).first;
       }
       size_t numSigs = vLive ? sigLayouts[v].size() : 1;
-      bool dense = bases.size() * numSigs <= options.maxSlotTableEntries;
+      // Per base a row of numSigs x numClasses slots.
+      size_t rowSize = numSigs * numClasses;
+      bool dense = bases.size() * rowSize <= options.maxSlotTableEntries;
       // The price outside the segment per signature of its anchor (item
       // 0; PricedRest::outFrom), where known.
       std::vector<double> anchorOut;
@@ -3293,7 +3320,7 @@ Expected<Plan> Instance::Impl::solve() {
                                                           : it->second);
         }
       if (dense)
-        slotTable.assign(bases.size() * numSigs, ~0u);
+        slotTable.assign(bases.size() * rowSize, ~0u);
       for (size_t i = 0; i < states.size(); ++i) {
         // (Often: a step can make hundreds of slots per state.)
         if ((i & 255) == 0 && checkBudget())
@@ -3309,7 +3336,7 @@ Expected<Plan> Instance::Impl::solve() {
         const Adds &adds = getAdds(from);
         uint64_t bi = uint64_t(stateBase[i]) << 32;
         uint32_t *row =
-            dense ? slotTable.data() + size_t(stateBase[i]) * numSigs : nullptr;
+            dense ? slotTable.data() + size_t(stateBase[i]) * rowSize : nullptr;
         // A choice whose time and rest bound, from the state's fastest
         // point, already fail admissible's time test is skipped (the same
         // additions in the same order: exact), and the loop ends where no
@@ -3318,6 +3345,8 @@ Expected<Plan> Instance::Impl::solve() {
         double fastest = std::numeric_limits<double>::infinity();
         for (const Point &pt : front)
           fastest = std::min(fastest, pt.time);
+        // (Classes: time-only DPs, one point per state.)
+        uint32_t frontCls = numClasses > 1 ? classOf(front[0].peak) : 0;
         for (unsigned s = 0; s < scs.size(); ++s) {
           if ((fastest + adds.restFrom[s] + outTime) + constantTime >=
               bound + 1e-12 * std::abs(bound))
@@ -3326,28 +3355,37 @@ Expected<Plan> Instance::Impl::solve() {
           double add = adds.add[s];
           if ((fastest + add) + (sc.rest + outTime) + constantTime >= bound)
             continue;
-          uint64_t dk = bi | uint32_t(vLive ? sc.sig : 0);
+          uint64_t sigSlots = uint64_t(vLive ? sc.sig : 0) * numClasses;
           int dstSlot = -1;
+          uint32_t dstClass = 0;
           for (const Point &pt : front) {
             Point np{pt.time + add, pt.mem + sc.mem,
                      std::max(pt.peak, sc.peak), -1};
             if (!admissible(np, sc.rest + outTime, restM))
               continue;
-            if (priced && np.time + priced->lambda * np.mem + sc.restPrice +
-                                  (anchorOut.empty()
-                                       ? priced->out
-                                       : anchorOut[unsigned(
-                                             v == 0 ? sc.sig : anchorSig)]) +
-                                  constantTime -
-                                  priced->lambda *
-                                      (limit - (priced->ownTransient
-                                                    ? std::max(np.peak, peakLB)
-                                                    : peakLB)) >=
-                              bound + lagrangeSlack(priced->lambda)) {
+            uint32_t cls = std::max(frontCls, sc.cls);
+            if (cls != dstClass) {
+              dstSlot = -1;
+              dstClass = cls;
+            }
+            if (priced &&
+                np.time + priced->lambda * np.mem + sc.restPrice +
+                        (anchorOut.empty()
+                             ? priced->out
+                             : anchorOut[unsigned(v == 0 ? sc.sig
+                                                         : anchorSig)]) +
+                        constantTime -
+                        priced->lambda *
+                            (limit - (priced->ownTransient
+                                          ? std::max(np.peak, peakLB)
+                                          : peakLB)) +
+                        (numClasses > 1 ? priced->classExtra[cls] : 0) >=
+                    bound + lagrangeSlack(priced->lambda)) {
               ++stats.pricedRestDrops;
               continue;
             }
             if (dstSlot < 0) {
+              uint64_t dk = bi | uint32_t(sigSlots + cls);
               bool sins = false;
               if (dense) {
                 uint32_t &cell = row[uint32_t(dk)];
@@ -3421,7 +3459,7 @@ Expected<Plan> Instance::Impl::solve() {
           continue;
         base.assign(bases[unsigned(dk >> 32)]);
         if (vLive)
-          base.push_back(int(uint32_t(dk)));
+          base.push_back(int(uint32_t(dk) / numClasses));
         next.push(base, front);
         if (ranked)
           nextEstimate.push_back(slotEstimate[i]);
@@ -3454,8 +3492,20 @@ Expected<Plan> Instance::Impl::solve() {
         k.push_back(layoutOf(item, states.key(i)[pos], operand));
       }
       Front &dst = out[k];
-      for (const Point &pt : states.front(i))
-        insert(dst, pt);
+      for (const Point &pt : states.front(i)) {
+        if (numClasses == 1) {
+          insert(dst, pt);
+          continue;
+        }
+        // (Per class its least-ranked point.)
+        auto same = llvm::find_if(dst, [&](const Point &q) {
+          return classOf(q.peak) == classOf(pt.peak);
+        });
+        if (same == dst.end())
+          dst.push_back(pt);
+        else if (rank(pt) < rank(*same))
+          *same = pt;
+      }
     }
     return out;
   };
@@ -3625,12 +3675,15 @@ Expected<Plan> Instance::Impl::solve() {
         // `cut`, so min(least price, cut) bounds every layer of a plan that
         // beats the bound. (Pareto runs only: a priced seed's run would
         // pay for it again per lambda.)
+        // (room, peakLB and peakCeiling are narrowed per transient class
+        // below.)
         double room = limit - peakLB;
         auto prePriceAt = [&](double lambda, const SectionBounds &b) {
           double price = inf;
           for (auto &[l, f] : preFront)
             for (const Point &pt : f)
-              price = std::min(price, pt.time + lambda * pt.mem);
+              if (pt.peak <= peakCeiling)
+                price = std::min(price, pt.time + lambda * pt.mem);
           return std::max(price, b.pre.time);
         };
         // The layer price's DPs also bound, per layout a of the carry, the
@@ -3645,6 +3698,26 @@ Expected<Plan> Instance::Impl::solve() {
         // The last DP's `outside` per anchor layout, and the one at the
         // lambda chosen (PricedRest::outFrom).
         std::map<int, double> lastOutside, outsideAt;
+        // The DP that keeps every pair of layouts splits its points by
+        // transient (SolverOptions::transientLayerPrice): runs [T_lo, T_hi]
+        // of the candidates' distinct transients in [peakLB, peakCeiling]
+        // (at most 8). A plan whose transient lies in one uses candidates
+        // of transient <= T_hi only and leaves its additive memory at most
+        // limit - T_lo: its layers are priced with that room (each class
+        // keeping its own points: PricedRest::classHighs), and chained per
+        // class. Where a class cannot beat the bound, no plan of it can;
+        // the lowest and the highest class that can then bound every
+        // answer's transient (classRange).
+        TransientClasses classes = [&] {
+          std::vector<double> peaks;
+          if (options.transientLayerPrice)
+            for (unsigned op = 0; op < P.ops.size(); ++op)
+              for (const Cand &c : cands[op])
+                if (c.peak >= peakLB && c.peak <= peakCeiling)
+                  peaks.push_back(c.peak);
+          return TransientClasses(std::move(peaks), 8);
+        }();
+        std::optional<std::pair<double, double>> classRange;
         // (Its DP stops past `maxNodes` nodes: then no price, nullopt;
         // else the least layer price and the chain's plan bound.)
         // (`allPairs`: the second DP below as well.)
@@ -3665,6 +3738,53 @@ Expected<Plan> Instance::Impl::solve() {
             return full - (layers - 1) * other;
           };
           double cut = cutFor(b.layer.time);
+          bool perClass = allPairs && classes.size() > 1;
+          // Per class K, the pre and post sections' chain bounds under its
+          // ceiling (the layer's: b's; the layers' least prices per class,
+          // below, bound them more tightly).
+          std::vector<SectionBounds> classBounds;
+          for (size_t k = 0; perClass && k < classes.size(); ++k) {
+            double given = peakCeiling;
+            peakCeiling = std::min(given, classes.high(k));
+            SectionBounds &bk = classBounds.emplace_back(b);
+            if (!pre.empty())
+              bk.pre = chainBound(preSeg.items, preSeg.edges, lambda).total;
+            if (!post.empty())
+              bk.post = chainBound(postSeg.items, postSeg.edges, lambda).total;
+            peakCeiling = given;
+          }
+          // Per class c, what its points are charged beyond the cut `c0`
+          // of the DP: a layer of class c is in plans of the classes
+          // K >= c only, whose other layers cost at least other[K] each
+          // (+inf: none of its plans beats the bound), whose pre section
+          // costs at least its points of transient <= T_hi(K) do, the post
+          // section its chain bound under T_hi(K), and whose room is
+          // limit - T_lo(K), so it is in no plan that beats the
+          // bound where its price is at least each of those K's cuts: the
+          // largest of them is the class's (none: +inf charged). Empty
+          // `other`: no classes.
+          auto classExtras = [&](double c0, const std::vector<double> &other) {
+            std::vector<double> extra(other.size(), inf);
+            double cutK = -inf;
+            for (size_t k = other.size(); k-- > 0;) {
+              if (std::isfinite(other[k])) {
+                double preK = inf;
+                for (auto &[l, f] : preFront)
+                  for (const Point &pt : f)
+                    if (pt.peak <= classes.high(k))
+                      preK = std::min(preK, pt.time + lambda * pt.mem);
+                preK = std::max(preK, classBounds[k].pre.time);
+                cutK = std::max(
+                    cutK,
+                    full + prePrice - preK + b.post.time -
+                        classBounds[k].post.time -
+                        lambda * (std::max(classes.low(k), peakLB) - peakLB) -
+                        (layers - 1) * other[k]);
+              }
+              extra[k] = std::max(0.0, c0 - cutK);
+            }
+            return extra;
+          };
           timeOnly = true;
           priceLambda = lambda;
           noMemoryTest = true;
@@ -3672,8 +3792,16 @@ Expected<Plan> Instance::Impl::solve() {
           size_t givenLimit = quickTryLimit;
           if (givenLimit > madeAtMark && maxNodes < givenLimit - madeAtMark)
             quickTryLimit = madeAtMark + maxNodes;
-          auto runBelow = [&](double c) {
+          // (`extra`: per transient class, what its points' prices are
+          // charged beyond `c` (PricedRest::classExtra); empty: the points
+          // are not split by class.)
+          auto runBelow = [&](double c, std::vector<double> extra) {
             others.out = full + prePrice + b.post.time - c;
+            others.classHighs.clear();
+            if (!extra.empty())
+              for (size_t k = 0; k < classes.size(); ++k)
+                others.classHighs.push_back(classes.high(k));
+            others.classExtra = std::move(extra);
             return measurePhase(stats.layerPrice, [&] {
               return runSegment(seg.items, seg.edges, sticky, -inf, 0, given,
                                 std::nullopt, &others);
@@ -3697,7 +3825,9 @@ Expected<Plan> Instance::Impl::solve() {
           bool droppedDead = false;
           StateMap least;
           if (first < cut && layers > 1) {
-            least = runBelow(first);
+            least = runBelow(first, perClass
+                                        ? std::vector<double>(classes.size(), 0)
+                                        : std::vector<double>());
             double found = inf;
             for (auto &[k, f] : least)
               for (const Point &pt : f)
@@ -3709,12 +3839,29 @@ Expected<Plan> Instance::Impl::solve() {
             if (!allPairs)
               second = first;
             if (second > first && !overQuickTry) {
-              least = runBelow(second);
+              // Per class, the least price of its layers (the first DP
+              // kept each class's least below `first`; none: every layer
+              // of it costs at least `first`, so none of its plans beats
+              // the bound).
+              std::vector<double> classOther;
+              for (size_t k = 0; perClass && k < classes.size(); ++k) {
+                double least_k = inf;
+                for (auto &[key, f] : least)
+                  for (const Point &pt : f)
+                    if (pt.peak <= classes.high(k))
+                      least_k = std::min(least_k, pt.time + lambda * pt.mem);
+                classOther.push_back(
+                    std::max(least_k, classBounds[k].layer.time));
+              }
+              least = runBelow(second, classExtras(second, classOther));
               droppedDead = true;
             }
             cut = std::min(cut, std::max(second, first));
           } else {
-            least = runBelow(cut);
+            std::vector<double> classOther;
+            for (const SectionBounds &bk : classBounds)
+              classOther.push_back(bk.layer.time);
+            least = runBelow(cut, classExtras(cut, classOther));
             droppedDead = true;
           }
           quickTryLimit = givenLimit;
@@ -3735,47 +3882,81 @@ Expected<Plan> Instance::Impl::solve() {
           // Per pair of layouts: its least, or where its points were
           // dropped `cut` (+inf where droppedDead); +inf from a dropped
           // anchor (no plan that beats the bound enters a layer there).
+          // Chained for the plans of transient in [low, high] (the whole
+          // range, or per class): points above `high` left out, the room
+          // limit - low.
           size_t n = anchors.size();
-          std::vector<double> pre(n, inf), pairs(n * n, inf);
-          for (auto [i, a] : llvm::enumerate(anchors)) {
-            if (!llvm::is_contained(liveAnchors, a))
-              continue;
-            for (size_t j = 0; j < n; ++j)
-              pairs[i * n + j] =
-                  droppedDead ? inf : std::max(cut, b.layer.time);
-            if (auto it = preFront.find(a); it != preFront.end()) {
-              for (const Point &pt : it->second)
-                pre[i] = std::min(pre[i], pt.time + lambda * pt.mem);
-              pre[i] = std::max(pre[i], b.pre.time);
-            }
-          }
           auto indexOf = [&](int layout) {
             return size_t(llvm::lower_bound(anchors, layout) - anchors.begin());
           };
-          for (auto &[k, f] : least) {
-            size_t i = indexOf(k[0]), j = indexOf(k[1]);
-            if (i == n || j == n || anchors[i] != k[0] || anchors[j] != k[1])
-              continue;
-            for (const Point &pt : f)
-              pairs[i * n + j] =
-                  std::min(pairs[i * n + j],
-                           std::max(b.layer.time, pt.time + lambda * pt.mem));
+          auto chainOf = [&](double high, const SectionBounds &b) {
+            std::vector<double> pre(n, inf), pairs(n * n, inf);
+            for (auto [i, a] : llvm::enumerate(anchors)) {
+              if (!llvm::is_contained(liveAnchors, a))
+                continue;
+              for (size_t j = 0; j < n; ++j)
+                pairs[i * n + j] =
+                    droppedDead ? inf : std::max(cut, b.layer.time);
+              if (auto it = preFront.find(a); it != preFront.end()) {
+                for (const Point &pt : it->second)
+                  if (pt.peak <= high)
+                    pre[i] = std::min(pre[i], pt.time + lambda * pt.mem);
+                pre[i] = std::max(pre[i], b.pre.time);
+              }
+            }
+            for (auto &[k, f] : least) {
+              size_t i = indexOf(k[0]), j = indexOf(k[1]);
+              if (i == n || j == n || anchors[i] != k[0] || anchors[j] != k[1])
+                continue;
+              for (const Point &pt : f)
+                if (pt.peak <= high)
+                  pairs[i * n + j] = std::min(
+                      pairs[i * n + j],
+                      std::max(b.layer.time, pt.time + lambda * pt.mem));
+            }
+            return getLayerEntryBounds(pre, pairs, b.post.time, layers);
+          };
+          // (With each range's chain bounds.)
+          std::vector<std::tuple<double, double, const SectionBounds *>> ranges;
+          for (size_t k = 0; perClass && k < classes.size(); ++k)
+            ranges.push_back({std::max(classes.low(k), peakLB), classes.high(k),
+                              &classBounds[k]});
+          if (ranges.empty())
+            ranges.push_back({peakLB, peakCeiling, &b});
+          // The least plan bound over the ranges; per layout, whether a
+          // plan of some range that beats the bound can enter a layer in
+          // it, and the least price outside such a layer.
+          double value = inf;
+          std::vector<bool> entered(n, false);
+          std::vector<double> outside(n, inf);
+          std::optional<std::pair<double, double>> beatable;
+          for (auto [low, high, bounds] : ranges) {
+            LayerEntryBounds chain = chainOf(high, *bounds);
+            double rangeRoom = limit - low;
+            double v = chain.whole + constantTime - lambda * rangeRoom;
+            value = std::min(value, v);
+            if (v < bound + lagrangeSlack(lambda))
+              beatable = {beatable ? beatable->first : low, high};
+            double slack = bound + lagrangeSlack(lambda) + lambda * rangeRoom -
+                           constantTime;
+            for (size_t i = 0; i < n; ++i) {
+              if (chain.entry[i] < slack)
+                entered[i] = true;
+              outside[i] = std::min(outside[i], chain.outside[i]);
+            }
           }
-          LayerEntryBounds chain =
-              getLayerEntryBounds(pre, pairs, b.post.time, layers);
-          double slack =
-              bound + lagrangeSlack(lambda) + lambda * room - constantTime;
+          if (perClass)
+            classRange = beatable;
           size_t live = liveAnchors.size();
           erase_if(liveAnchors, [&](int a) {
             size_t i = indexOf(a);
-            return i < n && anchors[i] == a && chain.entry[i] >= slack;
+            return i < n && anchors[i] == a && !entered[i];
           });
           stats.droppedAnchors += live - liveAnchors.size();
           lastOutside.clear();
           for (auto [i, a] : llvm::enumerate(anchors))
-            lastOutside[a] = chain.outside[i];
-          return std::make_pair(price,
-                                chain.whole + constantTime - lambda * room);
+            lastOutside[a] = outside[i];
+          return std::make_pair(price, value);
         };
         double lambda = best->lambda, layerPrice = best->layer.time;
         SectionBounds at = *best;
@@ -3828,8 +4009,15 @@ Expected<Plan> Instance::Impl::solve() {
                 layerPriceAt(lambda, at, layerPriceStates - spent, true);
             if (price) {
               outsideAt = lastOutside;
-              if (price->second >= bound + lagrangeSlack(lambda))
+              if (price->second >= bound + lagrangeSlack(lambda)) {
+                if (classes.size() > 1)
+                  ++stats.classLayerPriceRejections;
                 return err("no plan beats the bound");
+              }
+              if (classRange) {
+                peakLB = std::max(peakLB, classRange->first);
+                peakCeiling = std::min(peakCeiling, classRange->second);
+              }
             }
             if (overBudget)
               return budgetError();

@@ -191,6 +191,13 @@ struct SolverOptions {
   /// layer in); false: at the chain bound's. Same results either way (for
   /// measuring what it costs and saves).
   bool layerPrice = true;
+  /// With layerPrice: the layer price's DP that keeps every pair of the
+  /// carry's layouts splits its points by transient class of the
+  /// candidates (at most 8 runs of their distinct transients), each priced
+  /// with the room its plans leave and chained on its own; that rejects
+  /// configurations where no class can beat the bound and otherwise
+  /// narrows the transient an answer can have. Same results either way.
+  bool transientLayerPrice = true;
   /// With layerDual: where the sections' chain bounds at lambda = 0 choose
   /// partitions that do not fit in the memory, a DPPass::Cheap runs the
   /// time-only relaxation up to `relaxationFirstNodes` nodes first; past
@@ -247,6 +254,9 @@ struct DPStats {
   /// Pareto DPs that the layer dual rejected only per transient class
   /// (each class of the fronts' transients at its own multiplier).
   uint64_t classDualRejections = 0;
+  /// Configurations the layer price rejected with its points split by
+  /// transient class (SolverOptions::transientLayerPrice).
+  uint64_t classLayerPriceRejections = 0;
   /// Layouts of the carry that the layer price's chain along them ruled
   /// out as a layer's entry (dropped from the layer block's anchors).
   uint64_t droppedAnchors = 0;
@@ -283,6 +293,7 @@ struct DPStats {
     transientCuts += o.transientCuts;
     pricedRestDrops += o.pricedRestDrops;
     classDualRejections += o.classDualRejections;
+    classLayerPriceRejections += o.classLayerPriceRejections;
     droppedAnchors += o.droppedAnchors;
     paretoFirstTries += o.paretoFirstTries;
     paretoFirstAnswers += o.paretoFirstAnswers;

@@ -650,9 +650,13 @@ TEST(Exactness, SlotTableAndHashMapAgree) {
 /// unconstrained optimum's cost: both must give the same optimum for bounds
 /// well above (x 1.2, where the DP without it can take minutes), just above
 /// and just below it (no plan). Returns the DP statistics with it.
+/// `tight`: the DP with it then runs under a limit of the optimum's own
+/// memory (the optimum stays the optimum, and fits with no byte to spare:
+/// a Lagrangian bound that overshoots by any margin rejects it).
 static DPStats compareLayerDual(
     std::mt19937 &rng, int wanted,
-    llvm::function_ref<double(const PlanCost &, std::mt19937 &)> limitOf) {
+    llvm::function_ref<double(const PlanCost &, std::mt19937 &)> limitOf,
+    bool tight = false) {
   EfficiencyModel eff = getDefaultEfficiency();
   int compared = 0;
   DPStats total;
@@ -703,6 +707,13 @@ static DPStats compareLayerDual(
     if (!ref)
       return total;
     double t = ref->cost.stepTime;
+    if (tight) {
+      p.memoryLimit = ref->cost.getMemory();
+      withDual = Instance::create(p, cluster(), c, eff, on);
+      EXPECT_TRUE(bool(withDual));
+      if (!withDual)
+        return total;
+    }
     for (double f : {1.2, 1 + 1e-9, 1 - 1e-9}) {
       DPStats stats;
       Expected<Plan> a = (*withDual)->solveDP(&stats, t * f);
@@ -722,19 +733,21 @@ static DPStats compareLayerDual(
 }
 
 static void printDualStats(const char *what, const DPStats &total) {
-  std::printf(
-      "%s: %llu priced seeds, %llu dual runs, %llu seeded, %llu "
-      "answered below the seed's bound, %llu transient cuts, %llu "
-      "points dropped by Lagrangian rests, %llu rejected by the "
-      "per-class duals, %llu layer price states, %llu anchors dropped\n",
-      what, (unsigned long long)total.pricedSeeds,
-      (unsigned long long)total.dualSolves, (unsigned long long)total.dualSeeds,
-      (unsigned long long)total.dualEarlyAnswers,
-      (unsigned long long)total.transientCuts,
-      (unsigned long long)total.pricedRestDrops,
-      (unsigned long long)total.classDualRejections,
-      (unsigned long long)total.layerPrice.states,
-      (unsigned long long)total.droppedAnchors);
+  std::printf("%s: %llu priced seeds, %llu dual runs, %llu seeded, %llu "
+              "answered below the seed's bound, %llu transient cuts, %llu "
+              "points dropped by Lagrangian rests, %llu rejected by the "
+              "per-class duals, %llu rejected by the layer price per transient "
+              "class, %llu layer price states, %llu anchors dropped\n",
+              what, (unsigned long long)total.pricedSeeds,
+              (unsigned long long)total.dualSolves,
+              (unsigned long long)total.dualSeeds,
+              (unsigned long long)total.dualEarlyAnswers,
+              (unsigned long long)total.transientCuts,
+              (unsigned long long)total.pricedRestDrops,
+              (unsigned long long)total.classDualRejections,
+              (unsigned long long)total.classLayerPriceRejections,
+              (unsigned long long)total.layerPrice.states,
+              (unsigned long long)total.droppedAnchors);
 }
 
 TEST(Exactness, LayerDualChangesNoOptimum) {
@@ -782,6 +795,24 @@ TEST(Exactness, TransientBindingChangesNoOptimum) {
       });
   EXPECT_GT(total.transientCuts, 10u);
   printDualStats("transient binding, 100 problems agree", total);
+}
+
+TEST(Exactness, NoSpareByteChangesNoOptimum) {
+  // The same with the limit then lowered to the constrained optimum's own
+  // memory: every Lagrangian bound of the optimum's transient class is at
+  // most its time there, so any bound that rejects more than it may (the
+  // layer price per transient class included) loses the optimum.
+  std::mt19937 rng(2039);
+  DPStats total = compareLayerDual(
+      rng, 100,
+      [](const PlanCost &free, std::mt19937 &rng) {
+        return free.stateBytes + free.activationBytes +
+               free.transientBytes *
+                   std::uniform_real_distribution<double>(0.2, 0.95)(rng);
+      },
+      /*tight=*/true);
+  EXPECT_GT(total.layerPrice.states, 1000u);
+  printDualStats("no spare byte, 100 problems agree", total);
 }
 
 TEST(Exactness, MemoryBudgetIsReportedNotSkipped) {
