@@ -71,6 +71,8 @@ bool isSolverFailure(const std::string &message) {
 
 static constexpr double kAdamBytesPerParam = 28;
 static constexpr int kExternal = -1;
+/// solve()'s answer where Instance::Impl::layerPriceOnly stopped it.
+static constexpr const char *kLayerPriceDone = "layer price done";
 
 namespace {
 /// What one partition of one problem operator costs independently of the
@@ -319,6 +321,24 @@ struct Tables {
     uint64_t states;
   };
   std::map<Config::PriceFields, Relaxation> relaxations;
+  /// Per configuration, what the layer price (solve()) concluded under
+  /// `bound`, for its later passes under that bound or a lower one (each
+  /// conclusion holds for the plans that beat a lower bound as well): the
+  /// multiplier, one layer's least price at it and the sections' chain
+  /// bounds there, the carry layouts a plan that beats the bound can enter
+  /// a layer in, the transient range an answer can have, and per layout
+  /// the price outside a layer entered in it. `floor`: its bound of the
+  /// plan (the slack bound - floor is what its cuts leave; a pass whose
+  /// bound takes more than a quarter of it away searches again, its
+  /// conclusions being that much tighter).
+  struct LayerPriceMemo {
+    double bound = 0, floor = 0, lambda = 0, layerPrice = 0;
+    SectionBounds at;
+    std::vector<int> liveAnchors;
+    double peakLB = 0, peakCeiling = 0;
+    std::map<int, double> outside;
+  };
+  std::map<Config::PriceFields, LayerPriceMemo> layerPrices;
   /// Per operator and candidate (raw's order): the smallest time over a
   /// group of configurations sharing these tables
   /// (Instance::shareGroupPrices), and the sections' chain bounds at those
@@ -584,6 +604,10 @@ struct Instance::Impl {
   /// what is left of them, so no more are visited): solveDP sets 4 per
   /// state its relaxation visited, at least 2^22.
   uint64_t layerPriceStates = ~uint64_t(0);
+  /// solve() stops after the layer price (solveDP's pass before the
+  /// priced seed): its conclusions are kept (Tables::layerPrices) or it
+  /// rejects the configuration.
+  bool layerPriceOnly = false;
   bool overQuickTry = false;
   /// A limit on the nodes of a whole solve() (solveDP's first try of the
   /// Pareto DP, SolverOptions::paretoFirstNodes): past it, as past
@@ -3633,7 +3657,9 @@ Expected<Plan> Instance::Impl::solve() {
       StateMap res;
       bool rerun = true;
       // (Exact runs only: a capped run's least time is no bound.)
-      if (std::isfinite(bound) && layers > 1 && !options.isCapped()) {
+      // (Not before the layer price alone: it does not read them.)
+      if (std::isfinite(bound) && layers > 1 && !options.isCapped() &&
+          !layerPriceOnly) {
         double slack = bound - constantTime - out - blockTimeLB;
         if (slack <= 0)
           return err("no plan beats the bound");
@@ -3962,6 +3988,25 @@ Expected<Plan> Instance::Impl::solve() {
         SectionBounds at = *best;
         if (!timeOnly && layers > 1 && quickTryNodes > 0) {
           quickTryLimit = nodesMade + quickTryNodes;
+        } else if (auto known =
+                       tables->layerPrices.find(config.getPriceFields());
+                   layers > 1 && options.layerPrice &&
+                   known != tables->layerPrices.end() &&
+                   known->second.bound >= bound &&
+                   known->second.bound - bound <=
+                       (known->second.bound - known->second.floor) / 4) {
+          // Concluded by an earlier pass under this bound or a higher one
+          // (the priced seed's DPs read it too).
+          const Tables::LayerPriceMemo &m = known->second;
+          lambda = m.lambda;
+          layerPrice = m.layerPrice;
+          at = m.at;
+          erase_if(liveAnchors, [&](int a) {
+            return !llvm::is_contained(m.liveAnchors, a);
+          });
+          peakLB = std::max(peakLB, m.peakLB);
+          peakCeiling = std::min(peakCeiling, m.peakCeiling);
+          outsideAt = m.outside;
         } else if (!timeOnly && layers > 1 && options.layerPrice) {
           // The layer price's plan bound is concave in lambda (a least of
           // sums linear in it, less lambda x room): its maximum near the
@@ -4004,9 +4049,12 @@ Expected<Plan> Instance::Impl::solve() {
             return err("no plan beats the bound");
           // At the best lambda, every pair of layouts below the cut: the
           // chain's layouts dropped and the outside per anchor.
+          // (Kept for later passes where it finished: Tables::layerPrices.)
+          bool finished = false;
           if (std::isfinite(bestValue) && spent < layerPriceStates) {
             std::optional<std::pair<double, double>> price =
                 layerPriceAt(lambda, at, layerPriceStates - spent, true);
+            finished = price.has_value();
             if (price) {
               outsideAt = lastOutside;
               if (price->second >= bound + lagrangeSlack(lambda)) {
@@ -4022,6 +4070,11 @@ Expected<Plan> Instance::Impl::solve() {
             if (overBudget)
               return budgetError();
           }
+          if (finished)
+            tables->layerPrices[config.getPriceFields()] =
+                Tables::LayerPriceMemo{bound,      bestValue,   lambda,
+                                       layerPrice, at,          liveAnchors,
+                                       peakLB,     peakCeiling, outsideAt};
         }
         priced.emplace(PricedRest{
             lambda, chainBound(seg.items, seg.edges, lambda),
@@ -4029,6 +4082,8 @@ Expected<Plan> Instance::Impl::solve() {
         for (auto &[a, o] : outsideAt)
           priced->outFrom[a] = std::max(priced->out, o);
       }
+      if (layerPriceOnly)
+        return err(kLayerPriceDone);
       if (rerun)
         res = runSegment(seg.items, seg.edges, sticky, out, outMem, given, exit,
                          priced ? &*priced : nullptr);
@@ -4552,6 +4607,32 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
           if (pass == DPPass::Cheap)
             I.tables->relaxations[key] = {(*relaxed)->cost.stepTime,
                                           relaxedStates};
+        }
+      }
+    }
+    if (memoryBound && pass != DPPass::Rest && I.options.layerPrice &&
+        I.options.layerDual && std::isfinite(bound) &&
+        is_contained(I.problem.sections, Section::Layer) &&
+        I.problem.layers > 1) {
+      // First the layer price alone (solve() stops after it): where it
+      // rejects the configuration nothing else runs (no priced seed, no
+      // Pareto DP later); else its conclusions are kept for the Pareto DP
+      // (Tables::layerPrices), which does not search again.
+      // (Its DPs stop past as many states as the relaxation visited: where
+      // the bound leaves much slack, the seed usually lowers it, and the
+      // layer price costs less under the lower bound.)
+      I.resetNodes();
+      I.layerPriceStates = relaxedStates;
+      I.layerPriceOnly = true;
+      Expected<Plan> priced = I.solve();
+      I.layerPriceOnly = false;
+      if (!priced) {
+        std::string message = toString(priced.takeError());
+        if (isSolverFailure(message))
+          return err(message);
+        if (message != kLayerPriceDone) {
+          memoryBound = false;
+          plan.emplace(err(message));
         }
       }
     }

@@ -714,7 +714,9 @@ static DPStats compareLayerDual(
       if (!withDual)
         return total;
     }
-    for (double f : {1.2, 1 + 1e-9, 1 - 1e-9}) {
+    // (Last, just above it again: passes that follow one under a lower
+    // bound must not read what that one concluded; Tables::layerPrices.)
+    for (double f : {1.2, 1 + 1e-9, 1 - 1e-9, 1 + 1e-9}) {
       DPStats stats;
       Expected<Plan> a = (*withDual)->solveDP(&stats, t * f);
       total += stats;
