@@ -4613,14 +4613,17 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
     if (memoryBound && pass != DPPass::Rest && I.options.layerPrice &&
         I.options.layerDual && std::isfinite(bound) &&
         is_contained(I.problem.sections, Section::Layer) &&
-        I.problem.layers > 1) {
+        I.problem.layers > 1 && pc &&
+        bound - pc->stepTime <= I.options.layerPriceFirstSlack * pc->stepTime) {
       // First the layer price alone (solve() stops after it): where it
       // rejects the configuration nothing else runs (no priced seed, no
-      // Pareto DP later); else its conclusions are kept for the Pareto DP
-      // (Tables::layerPrices), which does not search again.
-      // (Its DPs stop past as many states as the relaxation visited: where
-      // the bound leaves much slack, the seed usually lowers it, and the
-      // layer price costs less under the lower bound.)
+      // Pareto DP later); else its conclusions are kept for the seed and
+      // the Pareto DP (Tables::layerPrices), which do not search again.
+      // Only where the bound is close to the relaxation's plan
+      // (SolverOptions::layerPriceFirstSlack): under a looser one its DPs
+      // keep many more layers, and the seed usually lowers the bound by
+      // more than its conclusions may be reused for. (Its DPs stop past as
+      // many states as the relaxation visited.)
       I.resetNodes();
       I.layerPriceStates = relaxedStates;
       I.layerPriceOnly = true;

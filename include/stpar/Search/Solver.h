@@ -198,6 +198,16 @@ struct SolverOptions {
   /// configurations where no class can beat the bound and otherwise
   /// narrows the transient an answer can have. Same results either way.
   bool transientLayerPrice = true;
+  /// With layerPrice, where memory binds: a pass that is not the rest pass
+  /// runs the layer price alone before the priced seed where the bound is
+  /// at most this share above the time-only relaxation's plan (its
+  /// rejection settles the configuration; its conclusions are kept for the
+  /// seed and the Pareto DP). Beyond it the layer price's DPs keep many
+  /// more layers and the seed usually lowers the bound by more than they
+  /// may be reused for (BLOOM-176B at 16 V100s: 36% above, 8.5 s of layer
+  /// price, then the seed lowered the bound by 16%). Same results for any
+  /// value; 0: never.
+  double layerPriceFirstSlack = 0.1;
   /// With layerDual: where the sections' chain bounds at lambda = 0 choose
   /// partitions that do not fit in the memory, a DPPass::Cheap runs the
   /// time-only relaxation up to `relaxationFirstNodes` nodes first; past
