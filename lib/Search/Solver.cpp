@@ -575,6 +575,9 @@ struct Instance::Impl {
   /// Set by solve() where the choices of the sections' chain bounds at
   /// lambda = 0 do not fit in the memory (its Lagrangian tests ran).
   bool chainMemoryBinds = false;
+  /// The chain bounds' bound of the whole plan (seconds; solve()'s bounds
+  /// before any DP, the Lagrangian's best where memory binds).
+  double chainPlanBound = 0;
   /// Set when the DP's nodes pass SolverOptions::maxDPBytes (about 56
   /// bytes each with the front point they stand for); solve() then fails
   /// with kBudgetMessage instead of growing until the allocator aborts.
@@ -2413,6 +2416,7 @@ Expected<Plan> Instance::Impl::solve() {
   overQuickTry = false;
   quickTryLimit = ~size_t(0);
   chainMemoryBinds = false;
+  chainPlanBound = 0;
   auto budgetError = [&] {
     return err(Twine(kBudgetMessage) + " (SolverOptions::maxDPBytes, " +
                Twine(options.maxDPBytes >> 20) +
@@ -2875,6 +2879,7 @@ Expected<Plan> Instance::Impl::solve() {
                                s.pre.mem + layers * s.layer.mem + s.post.mem};
     };
     ChainBound::Value b0 = planBound(zero);
+    chainPlanBound = b0.time;
     if (b0.time >= bound)
       return err("no plan beats the bound");
     chainMemoryBinds = b0.mem > room;
@@ -2912,6 +2917,7 @@ Expected<Plan> Instance::Impl::solve() {
         });
         lagranges.push_back(best);
         bestLagrange = lagranges.size() - 1;
+        chainPlanBound = std::max(chainPlanBound, planBound(best).time);
         if (planBound(best).time >= bound + lagrangeSlack(best.lambda))
           return err("no plan beats the bound");
       }
@@ -4563,6 +4569,36 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
       relaxedStates = I.stats.statesVisited - before;
       return relaxed;
     };
+    // Where memory binds, the layer price alone before the priced seed (and
+    // where the relaxation is long, before it): solve() stops after it.
+    // Where it rejects the configuration nothing else runs (no priced
+    // seed, no Pareto DP later): its message; else its conclusions are
+    // kept for the seed and the Pareto DP (Tables::layerPrices), which do
+    // not search again. Only where the bound is close to a lower bound of
+    // the configuration, `reference` (SolverOptions::layerPriceFirstSlack):
+    // under a looser one its DPs keep many more layers, and the seed
+    // usually lowers the bound by more than its conclusions may be reused
+    // for.
+    auto layerPriceFirst = [&](double reference,
+                               uint64_t states) -> std::optional<std::string> {
+      if (pass == DPPass::Rest || !I.options.layerPrice ||
+          !I.options.layerDual || !std::isfinite(bound) ||
+          !is_contained(I.problem.sections, Section::Layer) ||
+          I.problem.layers < 2 ||
+          bound - reference > I.options.layerPriceFirstSlack * reference)
+        return std::nullopt;
+      I.resetNodes();
+      I.layerPriceStates = states;
+      I.layerPriceOnly = true;
+      Expected<Plan> priced = I.solve();
+      I.layerPriceOnly = false;
+      if (priced)
+        return std::nullopt;
+      std::string message = toString(priced.takeError());
+      if (message == kLayerPriceDone)
+        return std::nullopt;
+      return message;
+    };
     std::optional<Expected<Plan>> relaxed;
     if (pass == DPPass::Rest && known != I.tables->relaxations.end()) {
       relaxedStates = known->second.states;
@@ -4582,11 +4618,22 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
       if (!*relaxed && I.overQuickTry) {
         consumeError(relaxed->takeError());
         relaxed.reset();
-        ++I.stats.paretoFirstTries;
-        if (std::optional<Expected<Plan>> tried = tryPareto(
-                I.options.paretoFirstNodes, I.options.paretoFirstNodes)) {
-          ++I.stats.paretoFirstAnswers;
-          plan.emplace(std::move(*tried));
+        // The layer price first against the chain bounds' plan bound (the
+        // relaxation's plan is not known yet; its DPs stop past 4 times the
+        // relaxation's first nodes).
+        std::optional<std::string> rejected = layerPriceFirst(
+            I.chainPlanBound, 4 * I.options.relaxationFirstNodes);
+        if (rejected && isSolverFailure(*rejected))
+          return err(*rejected);
+        if (rejected) {
+          plan.emplace(err(*rejected));
+        } else {
+          ++I.stats.paretoFirstTries;
+          if (std::optional<Expected<Plan>> tried = tryPareto(
+                  I.options.paretoFirstNodes, I.options.paretoFirstNodes)) {
+            ++I.stats.paretoFirstAnswers;
+            plan.emplace(std::move(*tried));
+          }
         }
       }
     }
@@ -4610,33 +4657,15 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
         }
       }
     }
-    if (memoryBound && pass != DPPass::Rest && I.options.layerPrice &&
-        I.options.layerDual && std::isfinite(bound) &&
-        is_contained(I.problem.sections, Section::Layer) &&
-        I.problem.layers > 1 && pc &&
-        bound - pc->stepTime <= I.options.layerPriceFirstSlack * pc->stepTime) {
-      // First the layer price alone (solve() stops after it): where it
-      // rejects the configuration nothing else runs (no priced seed, no
-      // Pareto DP later); else its conclusions are kept for the seed and
-      // the Pareto DP (Tables::layerPrices), which do not search again.
-      // Only where the bound is close to the relaxation's plan
-      // (SolverOptions::layerPriceFirstSlack): under a looser one its DPs
-      // keep many more layers, and the seed usually lowers the bound by
-      // more than its conclusions may be reused for. (Its DPs stop past as
-      // many states as the relaxation visited.)
-      I.resetNodes();
-      I.layerPriceStates = relaxedStates;
-      I.layerPriceOnly = true;
-      Expected<Plan> priced = I.solve();
-      I.layerPriceOnly = false;
-      if (!priced) {
-        std::string message = toString(priced.takeError());
-        if (isSolverFailure(message))
-          return err(message);
-        if (message != kLayerPriceDone) {
-          memoryBound = false;
-          plan.emplace(err(message));
-        }
+    if (memoryBound && pc) {
+      // (Its DPs stop past as many states as the relaxation visited.)
+      std::optional<std::string> rejected =
+          layerPriceFirst(pc->stepTime, relaxedStates);
+      if (rejected && isSolverFailure(*rejected))
+        return err(*rejected);
+      if (rejected) {
+        memoryBound = false;
+        plan.emplace(err(*rejected));
       }
     }
     if (memoryBound) {
