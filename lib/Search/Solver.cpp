@@ -3295,8 +3295,18 @@ Expected<Plan> Instance::Impl::solve() {
       // and per choice s the least of that plus the rest bound over the
       // choices s, s+1, ..., so a state's loop ends where no later choice
       // can pass admissible's time test.
+      // In the layer price's DPs (priced by price alone, one point per
+      // state; not at the anchor, whose price outside varies with the
+      // choice) the choices are taken in increasing price (their time
+      // and re-layouts, lambda x memory and the priced rest bound), and a
+      // state's loop ends at the first that fails the Lagrangian test by
+      // a margin (every later one fails it exactly).
+      bool priceOrder = priced && !priced->ownTransient && timeOnly && v > 0;
       struct Adds {
         std::vector<double> add, restFrom;
+        /// (priceOrder) the choices by increasing price, and the prices.
+        std::vector<unsigned> byPrice;
+        std::vector<double> price;
       };
       TupleIds froms;
       std::vector<Adds> addsOf;
@@ -3318,6 +3328,17 @@ Expected<Plan> Instance::Impl::solve() {
                           std::numeric_limits<double>::infinity());
         for (unsigned s = unsigned(scs.size()); s-- > 0;)
           a.restFrom[s] = std::min(a.restFrom[s + 1], a.add[s] + scs[s].rest);
+        if (priceOrder) {
+          a.price.resize(scs.size());
+          for (unsigned s = 0; s < scs.size(); ++s)
+            a.price[s] =
+                a.add[s] + priced->lambda * scs[s].mem + scs[s].restPrice;
+          a.byPrice.resize(scs.size());
+          std::iota(a.byPrice.begin(), a.byPrice.end(), 0u);
+          llvm::stable_sort(a.byPrice, [&](unsigned x, unsigned y) {
+            return a.price[x] < a.price[y];
+          });
+        }
         return a;
       };
       // Each state's base key (its key without what v's step drops), by
@@ -3377,10 +3398,25 @@ Expected<Plan> Instance::Impl::solve() {
           fastest = std::min(fastest, pt.time);
         // (Classes: time-only DPs, one point per state.)
         uint32_t frontCls = numClasses > 1 ? classOf(front[0].peak) : 0;
-        for (unsigned s = 0; s < scs.size(); ++s) {
-          if ((fastest + adds.restFrom[s] + outTime) + constantTime >=
-              bound + 1e-12 * std::abs(bound))
+        // (priceOrder) what the test adds to a choice's price: the state's
+        // price, the price outside and the room, less the bound.
+        double priceBase = 0;
+        if (priceOrder)
+          priceBase = front[0].time + priced->lambda * front[0].mem +
+                      (anchorOut.empty() ? priced->out
+                                         : anchorOut[unsigned(anchorSig)]) +
+                      constantTime - priced->lambda * (limit - peakLB) -
+                      (bound + lagrangeSlack(priced->lambda));
+        for (unsigned at = 0; at < scs.size(); ++at) {
+          unsigned s = at;
+          if (priceOrder) {
+            s = adds.byPrice[at];
+            if (priceBase + adds.price[s] >= 1e-12 * std::abs(bound))
+              break;
+          } else if ((fastest + adds.restFrom[s] + outTime) + constantTime >=
+                     bound + 1e-12 * std::abs(bound)) {
             break;
+          }
           const SC &sc = scs[s];
           double add = adds.add[s];
           if ((fastest + add) + (sc.rest + outTime) + constantTime >= bound)
