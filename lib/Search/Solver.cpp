@@ -3746,13 +3746,19 @@ Expected<Plan> Instance::Impl::solve() {
         // (room, peakLB and peakCeiling are narrowed per transient class
         // below.)
         double room = limit - peakLB;
-        auto prePriceAt = [&](double lambda, const SectionBounds &b) {
+        // The pre section's least price of the points of transient <= high,
+        // at least b's bound of it.
+        auto prePriceUnder = [&](double lambda, double high,
+                                 const SectionBounds &b) {
           double price = inf;
           for (auto &[l, f] : preFront)
             for (const Point &pt : f)
-              if (pt.peak <= peakCeiling)
+              if (pt.peak <= high)
                 price = std::min(price, pt.time + lambda * pt.mem);
           return std::max(price, b.pre.time);
+        };
+        auto prePriceAt = [&](double lambda, const SectionBounds &b) {
+          return prePriceUnder(lambda, peakCeiling, b);
         };
         // The layer price's DPs also bound, per layout a of the carry, the
         // price of every plan with a layer entered in a (pre, layers and
@@ -3836,12 +3842,8 @@ Expected<Plan> Instance::Impl::solve() {
             double cutK = -inf;
             for (size_t k = other.size(); k-- > 0;) {
               if (std::isfinite(other[k])) {
-                double preK = inf;
-                for (auto &[l, f] : preFront)
-                  for (const Point &pt : f)
-                    if (pt.peak <= classes.high(k))
-                      preK = std::min(preK, pt.time + lambda * pt.mem);
-                preK = std::max(preK, classBounds[k].pre.time);
+                double preK =
+                    prePriceUnder(lambda, classes.high(k), classBounds[k]);
                 cutK = std::max(
                     cutK,
                     full + prePrice - preK + b.post.time -
