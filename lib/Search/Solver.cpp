@@ -2142,12 +2142,6 @@ private:
 /// Fronts keyed by layout ids.
 using Matrix = std::map<std::pair<int, int>, Front>;
 
-/// Golden-section search for the maximum of `f` over [lo, hi], which must
-/// be unimodal there (the Lagrangian bounds below are concave in lambda,
-/// so unimodal in log2 lambda): `iterations` steps after the first two
-/// evaluations. `f` may return +inf to stop the search at once (a value
-/// that already settles what the caller asks). Returns the largest value
-/// seen; the caller keeps whatever else it needs of that evaluation.
 /// Transient classes: the distinct transients (bytes) given, split in
 /// increasing order into at most `most` runs [low(k), high(k)] of nearly
 /// equal counts. A plan's transient is one of its parts' (candidates',
@@ -2172,6 +2166,12 @@ private:
   size_t count = 0;
 };
 
+/// Golden-section search for the maximum of `f` over [lo, hi], which must
+/// be unimodal there (the Lagrangian bounds below are concave in lambda,
+/// so unimodal in log2 lambda): `iterations` steps after the first two
+/// evaluations. `f` may return +inf to stop the search at once (a value
+/// that already settles what the caller asks). Returns the largest value
+/// seen; the caller keeps whatever else it needs of that evaluation.
 template <typename F>
 double maximizeUnimodal(double lo, double hi, int iterations, F f) {
   const double g = (std::sqrt(5.0) - 1) / 2;
