@@ -2172,26 +2172,57 @@ private:
 /// evaluations. `f` may return +inf to stop the search at once (a value
 /// that already settles what the caller asks). Returns the largest value
 /// seen; the caller keeps whatever else it needs of that evaluation.
+/// With a finite `target`, for f concave in 2^x (the Lagrangian bounds):
+/// the search also ends once the values seen show that none reaches the
+/// target -- the maximum lies between the best point seen and its two
+/// neighbours, where f is below the lines through the best point and
+/// each neighbour.
 template <typename F>
-double maximizeUnimodal(double lo, double hi, int iterations, F f) {
+double
+maximizeUnimodal(double lo, double hi, int iterations, F f,
+                 double target = std::numeric_limits<double>::infinity()) {
   const double g = (std::sqrt(5.0) - 1) / 2;
+  SmallVector<std::pair<double, double>, 40> seen; // (2^x, f), by x
+  auto eval = [&](double x) {
+    double v = f(x);
+    if (std::isfinite(target))
+      seen.insert(llvm::upper_bound(seen, std::make_pair(std::exp2(x), v),
+                                    llvm::less_first()),
+                  {std::exp2(x), v});
+    return v;
+  };
+  auto cannotReach = [&] {
+    if (seen.size() < 3)
+      return false;
+    size_t b =
+        size_t(llvm::max_element(seen, llvm::less_second()) - seen.begin());
+    if (b == 0 || b + 1 == seen.size() || !std::isfinite(seen[b].second))
+      return false;
+    auto [la, fa] = seen[b - 1];
+    auto [lb, fb] = seen[b];
+    auto [lc, fc] = seen[b + 1];
+    double rise = (fb - fa) / (lb - la) * (lc - lb);
+    double fall = (fb - fc) / (lc - lb) * (lb - la);
+    return fb + std::max({rise, fall, 0.0}) < target;
+  };
   double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
-  double f1 = f(x1);
-  double f2 = f1 == std::numeric_limits<double>::infinity() ? f1 : f(x2);
-  for (int it = 0; it < iterations && std::isfinite(f1) && std::isfinite(f2);
+  double f1 = eval(x1);
+  double f2 = f1 == std::numeric_limits<double>::infinity() ? f1 : eval(x2);
+  for (int it = 0; it < iterations && std::isfinite(f1) && std::isfinite(f2) &&
+                   !cannotReach();
        ++it) {
     if (f1 < f2) {
       lo = x1;
       x1 = x2;
       f1 = f2;
       x2 = lo + g * (hi - lo);
-      f2 = f(x2);
+      f2 = eval(x2);
     } else {
       hi = x2;
       x2 = x1;
       f2 = f1;
       x1 = hi - g * (hi - lo);
-      f1 = f(x1);
+      f1 = eval(x1);
     }
   }
   return std::max(f1, f2);
@@ -2814,10 +2845,15 @@ Expected<Plan> Instance::Impl::solve() {
       // (Starting where lambda x the excess memory closes the gap.)
       double x =
           std::log2(std::max(bound - v0.time, 1e-12 * bound) / (v0.mem - room));
-      return std::isinf(maximizeUnimodal(x - 8, x + 8, 24, [&](double x) {
-        double value = classBound(k, std::exp2(x), room).time;
-        return value >= bound + lagrangeSlack(std::exp2(x)) ? inf : value;
-      }));
+      // (Ending where the values seen show that no lambda can reach the
+      // bound: the least slack, lambda's, is at lambda = 0.)
+      return std::isinf(maximizeUnimodal(
+          x - 8, x + 8, 24,
+          [&](double x) {
+            double value = classBound(k, std::exp2(x), room).time;
+            return value >= bound + lagrangeSlack(std::exp2(x)) ? inf : value;
+          },
+          bound + lagrangeSlack(0)));
     };
     // (Only the lowest and the highest class that can beat it matter.)
     std::optional<size_t> lowest, highest;
