@@ -4284,12 +4284,16 @@ Expected<Plan> Instance::Impl::solve() {
             continue;
           double top = std::log2(std::max(timeLB, bound) / classRoom) + 12;
           beatable =
-              std::isfinite(maximizeUnimodal(top - 48, top, 32, [&](double x) {
-                LayerDual d(anchors, preFront, block, postFront, P.layers,
-                            std::exp2(x), hi);
-                double v = d.getWhole() + constantTime - d.lambda * classRoom;
-                return v >= bound + lagrangeSlack(d.lambda) ? inf : v;
-              }));
+              std::isfinite(maximizeUnimodal(
+                  top - 48, top, 32,
+                  [&](double x) {
+                    LayerDual d(anchors, preFront, block, postFront, P.layers,
+                                std::exp2(x), hi);
+                    double v =
+                        d.getWhole() + constantTime - d.lambda * classRoom;
+                    return v >= bound + lagrangeSlack(d.lambda) ? inf : v;
+                  },
+                  bound + lagrangeSlack(0)));
         }
         if (!beatable) {
           ++stats.classDualRejections;
