@@ -660,10 +660,20 @@ searchWith(const Problem &problem, const Cluster &cluster,
     if (runBound < bound) {
       ++result.relaxationProbes;
       if (!settled) {
-        // Its relaxation's plan under the midpoint does not fit: the
+        // Its relaxation's plan under the midpoint does not fit: its seed
+        // is kept. Where the seed (or another plan) has brought the bound
+        // to the midpoint or below, that cheap pass ran under a bound at
+        // least the whole one: the Pareto DP is left to a DPPass::Rest
+        // (its relaxation, a time-only optimum, is kept in the tables;
+        // exact as after a cheap pass under the whole bound). Otherwise the
         // cheap pass runs again under the whole bound (the Pareto DP's
-        // budgets are measured on that relaxation), its seed kept.
+        // budgets are measured on that relaxation).
         keepSeed(std::move(plan));
+        if (currentBound() <= runBound) {
+          ++result.relaxationProbesLeft;
+          unsettled.push_back({lowerBound, i});
+          continue;
+        }
         probes[i] = options.probeBounds;
         requeue(lowerBound, i);
         continue;

@@ -677,9 +677,11 @@ struct SearchResult {
   /// Probes of the configurations' lower bounds (SearchOptions::
   /// probeBounds), and how many raised one; of those, the ones that ran
   /// the cheap pass (SearchOptions::probeRelaxations), and how many of
-  /// these raised one.
+  /// these raised one, and how many of these left their Pareto DP to a
+  /// DPPass::Rest without a second cheap pass (a plan had brought the bound
+  /// to the midpoint or below).
   size_t boundProbes = 0, raisedBounds = 0;
-  size_t relaxationProbes = 0, relaxationRaises = 0;
+  size_t relaxationProbes = 0, relaxationRaises = 0, relaxationProbesLeft = 0;
   DPStats stats;
 };
 

@@ -1034,11 +1034,14 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
   // The same with the Pareto DP's first try in the cheap pass
   // (SolverOptions::paretoFirstNodes: after a relaxation stopped at once,
   // and stopped itself at once) and with the cheap passes run under the
-  // probes' midpoints (SearchOptions::probeRelaxations).
+  // probes' midpoints (SearchOptions::probeRelaxations), also from loose
+  // incumbents under the memory limit, where a cheap pass under a midpoint
+  // whose seed brings the bound below it leaves the configuration to its
+  // Pareto DP (SearchResult::relaxationProbesLeft).
   std::mt19937 rng(31);
   EfficiencyModel eff = getDefaultEfficiency();
   int compared = 0, unsettled = 0, infeasible = 0;
-  size_t probes = 0, raised = 0, relaxationRaises = 0;
+  size_t probes = 0, raised = 0, relaxationRaises = 0, probesLeft = 0;
   uint64_t firstAnswers = 0, abandoned = 0;
   for (int attempt = 0; attempt < 400 && compared < 40; ++attempt) {
     auto [p, opts] = randomSearch(rng, 2);
@@ -1060,6 +1063,7 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
                 1e-9 * freeB->best->cost.stepTime)
         << "problem " << attempt;
     relaxationRaises += free->relaxationRaises;
+    probesLeft += free->relaxationProbesLeft;
     // From a loose bound (an incumbent 1.05 x the optimum, no capped
     // seed) the probes' midpoints can lie below the optimum.
     {
@@ -1073,6 +1077,7 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
                   1e-9 * free->best->cost.stepTime)
           << "problem " << attempt;
       relaxationRaises += l->relaxationRaises;
+      probesLeft += l->relaxationProbesLeft;
     }
     p.memoryLimit = free->best->cost.getMemory() *
                     std::uniform_real_distribution<double>(0.85, 0.99)(rng);
@@ -1100,6 +1105,7 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
         EXPECT_EQ(a->stats.paretoFirstTries, 0u);
       } else if (o == &first) {
         relaxationRaises += a->relaxationRaises;
+        probesLeft += a->relaxationProbesLeft;
         firstAnswers += a->stats.paretoFirstAnswers;
       } else {
         EXPECT_EQ(a->stats.paretoFirstAnswers, 0u);
@@ -1114,6 +1120,21 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
           << "problem " << attempt;
       EXPECT_TRUE(a->best->cost.feasible);
     }
+    for (double factor : {1.02, 1.05, 1.1, 1.2}) {
+      if (!feasible)
+        break;
+      // From a loose bound under the memory limit too.
+      Plan loose = *b->best;
+      loose.cost.stepTime *= factor;
+      SearchOptions fromLoose = opts;
+      fromLoose.seedBound = false;
+      Expected<SearchResult> l = search(p, cluster(), eff, fromLoose, &loose);
+      ASSERT_TRUE(l && l->best);
+      ASSERT_NEAR(l->best->cost.stepTime, b->best->cost.stepTime,
+                  1e-9 * b->best->cost.stepTime)
+          << "problem " << attempt << " factor " << factor;
+      probesLeft += l->relaxationProbesLeft;
+    }
     infeasible += !feasible;
     compared += feasible;
   }
@@ -1123,14 +1144,16 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
   EXPECT_GE(firstAnswers, 5u);
   EXPECT_GE(relaxationRaises, 5u);
   EXPECT_GE(abandoned, 5u);
+  EXPECT_GE(probesLeft, 5u);
   std::printf("cheap passes first: %d problems agree (%d infeasible in "
               "all); %d cheap passes left their Pareto DP for later; %zu "
               "probes raised %zu lower bounds; %llu cheap "
               "passes answered by the Pareto DP's first try, %zu lower "
               "bounds raised by a cheap pass under the probe (with and "
-              "without the memory limit); %llu first tries given up\n",
+              "without the memory limit), %zu left to the Pareto DP "
+              "without a second cheap pass; %llu first tries given up\n",
               compared, infeasible, unsettled, probes, raised,
-              (unsigned long long)firstAnswers, relaxationRaises,
+              (unsigned long long)firstAnswers, relaxationRaises, probesLeft,
               (unsigned long long)abandoned);
 }
 
