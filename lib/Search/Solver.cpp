@@ -4688,32 +4688,39 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
                I.options.layerDual && std::isfinite(bound) &&
                I.passesBounds() && I.chainMemoryBinds) {
       // SolverOptions::paretoFirstNodes: where memory binds the chain
-      // bounds, the relaxation up to relaxationFirstNodes nodes; past
-      // them, the Pareto DP (no layer price) up to paretoFirstNodes, whose
-      // answer, where it finishes, is the configuration's; then the
-      // relaxation in full.
-      relaxed.emplace(relax(I.options.relaxationFirstNodes));
-      if (!*relaxed && I.overQuickTry) {
-        consumeError(relaxed->takeError());
-        relaxed.reset();
-        // The layer price first against the chain bounds' plan bound (the
-        // relaxation's plan is not known yet; its DPs stop past 4 times the
-        // relaxation's first nodes).
-        std::optional<std::string> rejected = layerPriceFirst(
-            I.chainPlanBound, 4 * I.options.relaxationFirstNodes);
-        if (rejected && isSolverFailure(*rejected))
-          return err(*rejected);
-        if (rejected) {
-          plan.emplace(err(*rejected));
-        } else {
-          ++I.stats.paretoFirstTries;
-          if (std::optional<Expected<Plan>> tried = tryPareto(
-                  I.options.paretoFirstNodes, I.options.paretoFirstNodes)) {
-            ++I.stats.paretoFirstAnswers;
-            plan.emplace(std::move(*tried));
+      // bounds, first the layer price alone against the chain bounds'
+      // plan bound (the relaxation's plan is not known yet; its DPs stop
+      // past the relaxation's first nodes); then the relaxation up to
+      // relaxationFirstNodes nodes; past them, the layer price again with
+      // 4 times those nodes (where the first stopped short; else its
+      // conclusions are kept) and the Pareto DP (no layer price) up to
+      // paretoFirstNodes, whose answer, where it finishes, is the
+      // configuration's; then the relaxation in full. (A configuration
+      // the layer price rejects costs it fewer states than the
+      // relaxation, which may pass its first nodes without an answer.)
+      std::optional<std::string> rejected =
+          layerPriceFirst(I.chainPlanBound, I.options.relaxationFirstNodes);
+      if (!rejected) {
+        relaxed.emplace(relax(I.options.relaxationFirstNodes));
+        if (!*relaxed && I.overQuickTry) {
+          consumeError(relaxed->takeError());
+          relaxed.reset();
+          rejected = layerPriceFirst(I.chainPlanBound,
+                                     4 * I.options.relaxationFirstNodes);
+          if (!rejected) {
+            ++I.stats.paretoFirstTries;
+            if (std::optional<Expected<Plan>> tried = tryPareto(
+                    I.options.paretoFirstNodes, I.options.paretoFirstNodes)) {
+              ++I.stats.paretoFirstAnswers;
+              plan.emplace(std::move(*tried));
+            }
           }
         }
       }
+      if (rejected && isSolverFailure(*rejected))
+        return err(*rejected);
+      if (rejected)
+        plan.emplace(err(*rejected));
     }
     if (!plan && !memoryBound) {
       if (!relaxed)
