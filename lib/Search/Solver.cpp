@@ -314,8 +314,10 @@ struct Tables {
            TransientOutcome>
       transientOutcomes;
   /// Per configuration whose time-only plan does not fit: that plan's DP
-  /// time (s) and the states its relaxation visited, kept by a
-  /// DPPass::Cheap for its DPPass::Rest (solveDP).
+  /// time (s; -inf where the relaxation stopped at a first plan that does
+  /// not fit, whose time bounds no plan from below) and the states its
+  /// relaxation visited, kept by a DPPass::Cheap for its DPPass::Rest
+  /// (solveDP).
   struct Relaxation {
     double time;
     uint64_t states;
@@ -4600,7 +4602,9 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
       return std::move(exact);
     };
     // The time-only relaxation, stopped past `limit` nodes (overQuickTry);
-    // relaxedStates: the states it visited.
+    // relaxedStates: the states it visited; firstOnly: whether it stopped
+    // at its first plan (which does not fit).
+    bool firstOnly = false;
     auto relax = [&](size_t limit) {
       I.timeOnly = true;
       I.nodeLimit = limit;
@@ -4616,7 +4620,12 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
       // than T (the relaxation's tests before and in its DP drop only
       // what cannot fit or beat the bound), and that first plan stands
       // for the relaxation's: where it fits it is the optimum, else T
-      // bounds every plan that fits.
+      // bounds every plan that fits. Where the first plan does not fit,
+      // memory binds the relaxation's plans up to T at least, and the rest
+      // of the relaxation is not run: the first plan stands for its plan
+      // (the reference of the layer price and the priced seed), and the
+      // Pareto DP finds whatever faster plan fits (exact; only the
+      // relaxation's time, a lower bound of the plans, is not known).
       double givenBound = I.bound;
       std::optional<Plan> first;
       if (I.options.relaxationShare < 1 && std::isfinite(givenBound)) {
@@ -4626,6 +4635,14 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
             I.measurePhase(I.stats.relaxation, [&] { return I.solve(); });
         I.layerShare = 1;
         if (quick) {
+          Expected<PlanCost> c = evaluate(quick->partitions);
+          if (!c)
+            return Expected<Plan>(c.takeError());
+          if (!c->feasible) {
+            firstOnly = true;
+            relaxedStates = I.stats.statesVisited - before;
+            return quick;
+          }
           double t = quick->cost.stepTime;
           I.bound = std::min(I.bound, t + 1e-9 * std::abs(t));
           first = std::move(*quick);
@@ -4690,30 +4707,24 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
       // SolverOptions::paretoFirstNodes: where memory binds the chain
       // bounds, first the layer price alone against the chain bounds'
       // plan bound (the relaxation's plan is not known yet; its DPs stop
-      // past the relaxation's first nodes); then the relaxation up to
-      // relaxationFirstNodes nodes; past them, the layer price again with
-      // 4 times those nodes (where the first stopped short; else its
-      // conclusions are kept) and the Pareto DP (no layer price) up to
-      // paretoFirstNodes, whose answer, where it finishes, is the
-      // configuration's; then the relaxation in full. (A configuration
-      // the layer price rejects costs it fewer states than the
-      // relaxation, which may pass its first nodes without an answer.)
+      // past 4 times the relaxation's first nodes; a configuration it
+      // rejects costs it fewer states than the relaxation, which may pass
+      // its first nodes without an answer); then the relaxation up to
+      // relaxationFirstNodes nodes; past them, the Pareto DP (no layer
+      // price) up to paretoFirstNodes, whose answer, where it finishes, is
+      // the configuration's; then the relaxation in full.
       std::optional<std::string> rejected =
-          layerPriceFirst(I.chainPlanBound, I.options.relaxationFirstNodes);
+          layerPriceFirst(I.chainPlanBound, 4 * I.options.relaxationFirstNodes);
       if (!rejected) {
         relaxed.emplace(relax(I.options.relaxationFirstNodes));
         if (!*relaxed && I.overQuickTry) {
           consumeError(relaxed->takeError());
           relaxed.reset();
-          rejected = layerPriceFirst(I.chainPlanBound,
-                                     4 * I.options.relaxationFirstNodes);
-          if (!rejected) {
-            ++I.stats.paretoFirstTries;
-            if (std::optional<Expected<Plan>> tried = tryPareto(
-                    I.options.paretoFirstNodes, I.options.paretoFirstNodes)) {
-              ++I.stats.paretoFirstAnswers;
-              plan.emplace(std::move(*tried));
-            }
+          ++I.stats.paretoFirstTries;
+          if (std::optional<Expected<Plan>> tried = tryPareto(
+                  I.options.paretoFirstNodes, I.options.paretoFirstNodes)) {
+            ++I.stats.paretoFirstAnswers;
+            plan.emplace(std::move(*tried));
           }
         }
       }
@@ -4737,15 +4748,20 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
         } else {
           memoryBound = true;
           if (pass == DPPass::Cheap)
-            I.tables->relaxations[key] = {(*relaxed)->cost.stepTime,
-                                          relaxedStates};
+            I.tables->relaxations[key] = {
+                firstOnly ? -std::numeric_limits<double>::infinity()
+                          : (*relaxed)->cost.stepTime,
+                relaxedStates};
         }
       }
     }
     if (memoryBound && pc) {
-      // (Its DPs stop past as many states as the relaxation visited.)
-      std::optional<std::string> rejected =
-          layerPriceFirst(pc->stepTime, relaxedStates);
+      // (Its DPs stop past as many states as the relaxation visited or 4
+      // times the relaxation's first nodes, whichever is more: a
+      // relaxation stopped at its first plan visited few.)
+      std::optional<std::string> rejected = layerPriceFirst(
+          pc->stepTime, std::max<uint64_t>(relaxedStates,
+                                           4 * I.options.relaxationFirstNodes));
       if (rejected && isSolverFailure(*rejected))
         return err(*rejected);
       if (rejected) {

@@ -200,9 +200,11 @@ struct SolverOptions {
   bool transientLayerPrice = true;
   /// With layerPrice, where memory binds: a pass that is not the rest pass
   /// runs the layer price alone before the priced seed where the bound is
-  /// at most this share above the time-only relaxation's plan (its
-  /// rejection settles the configuration; its conclusions are kept for the
-  /// seed and the Pareto DP). Beyond it the layer price's DPs keep many
+  /// at most this share above the time-only relaxation's plan, and where
+  /// memory binds the chain bounds (relaxationFirstNodes) before the
+  /// relaxation, against the chain bounds' plan bound (its rejection
+  /// settles the configuration; its conclusions are kept for the seed and
+  /// the Pareto DP). Beyond it the layer price's DPs keep many
   /// more layers and the seed usually lowers the bound by more than they
   /// may be reused for (BLOOM-176B at 16 V100s: 36% above, 8.5 s of layer
   /// price, then the seed lowered the bound by 16%). Same results for any
@@ -210,7 +212,8 @@ struct SolverOptions {
   double layerPriceFirstSlack = 0.1;
   /// With layerDual: where the sections' chain bounds at lambda = 0 choose
   /// partitions that do not fit in the memory, a DPPass::Cheap runs the
-  /// time-only relaxation up to `relaxationFirstNodes` nodes first; past
+  /// layer price alone (layerPriceFirstSlack), then the time-only
+  /// relaxation up to `relaxationFirstNodes` nodes; past
   /// them it tries the Pareto DP (without the layer price) up to
   /// `paretoFirstNodes`, whose answer, where it finishes, is the
   /// configuration's, and only then runs the relaxation in full: close to
@@ -222,8 +225,10 @@ struct SolverOptions {
   /// Exact runs under a bound: the time-only relaxation first finds a plan
   /// among the layers within this share of the slack above the layer's
   /// least time (the slack a layer has when every other costs the least:
-  /// bound less the rest's bounds), then runs in full under that plan's
-  /// time. Same results for any share in (0, 1]; 1: no first plan.
+  /// bound less the rest's bounds), then, where that plan fits in memory,
+  /// runs in full under its time (where it does not, that plan stands for
+  /// the relaxation's: memory binds, and the Pareto DP runs). Same results
+  /// for any share in (0, 1]; 1: no first plan.
   double relaxationShare = 0.5;
   /// Memory the DP's nodes and front points may take (bytes, estimated at
   /// 56 per node made, a node for every point a step inserted into a
