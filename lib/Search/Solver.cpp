@@ -300,7 +300,8 @@ struct Tables {
   }
   /// Chain bounds of the sections per configuration and lambda (solve).
   std::map<PriceKey, SectionBounds> sectionBounds;
-  /// The same under a transient ceiling (bytes; solve()).
+  /// The same under a transient ceiling (bytes; solve(): the transient
+  /// classes' bounds and the layer price per class).
   std::map<std::pair<PriceKey, double>, SectionBounds> ceiledSectionBounds;
   /// What solve()'s transient classes concluded per configuration, bound
   /// (s), transient floor given (bytes), memory limit (bytes) and
@@ -2819,16 +2820,14 @@ Expected<Plan> Instance::Impl::solve() {
     size_t numClasses = classes.size();
     auto classLow = [&](size_t k) { return classes.low(k); };
     auto classHigh = [&](size_t k) { return classes.high(k); };
-    std::vector<std::vector<double>> prices(P.ops.size());
-    for (unsigned op = 0; op < P.ops.size(); ++op)
-      prices[op].resize(cands[op].size());
+    // (The chain bounds of class k's candidates are those under the
+    // transient ceiling classHigh(k), kept in the tables per ceiling and
+    // lambda: every probe and pass of the configuration asks for them.)
     auto classBound = [&](size_t k, double lambda, double room) {
-      for (unsigned op = 0; op < P.ops.size(); ++op)
-        for (auto [j, c] : llvm::enumerate(cands[op]))
-          prices[op][j] = c.peak <= classHigh(k)
-                              ? c.time + lambda * (c.stateBytes + c.actBytes)
-                              : inf;
-      SectionBounds s = computeSectionBounds(lambda, &prices);
+      double given = peakCeiling;
+      peakCeiling = std::min(given, classHigh(k));
+      SectionBounds s = sectionBounds(lambda);
+      peakCeiling = given;
       return ChainBound::Value{constantTime - lambda * room + s.pre.time +
                                    layers * s.layer.time + s.post.time,
                                s.pre.mem + layers * s.layer.mem + s.post.mem};
@@ -2844,9 +2843,11 @@ Expected<Plan> Instance::Impl::solve() {
         return true;
       if (v0.mem <= room)
         return false;
-      // (Starting where lambda x the excess memory closes the gap.)
-      double x =
-          std::log2(std::max(bound - v0.time, 1e-12 * bound) / (v0.mem - room));
+      // (Starting where lambda x the excess memory closes the gap, rounded
+      // to a power of two: the lambdas tried are then the same under every
+      // bound, and so their chain bounds kept.)
+      double x = std::round(std::log2(std::max(bound - v0.time, 1e-12 * bound) /
+                                      (v0.mem - room)));
       // (Ending where the values seen show that no lambda can reach the
       // bound: the least slack, lambda's, is at lambda = 0.)
       return std::isinf(maximizeUnimodal(
@@ -2929,9 +2930,15 @@ Expected<Plan> Instance::Impl::solve() {
       // Lagrangian bounds must clear `bound` by a margin: lambda x bytes
       // terms nearly cancel, so their rounding scales with lambda x limit.
       double lambdaMax = std::max(timeLB, bound) / room * std::ldexp(1.0, 12);
-      double lambda0 = std::min(
-          lambdaMax,
-          bestLambda > 0 ? bestLambda : (bound - b0.time) / (b0.mem - room));
+      // (Where it is the one that would close the gap, rounded to a power
+      // of two: the grid and the refinement's lambdas are then the same
+      // under every bound a probe or pass of this configuration tries, and
+      // their chain bounds, kept in the tables, are computed once.)
+      double lambda0 =
+          std::min(lambdaMax, bestLambda > 0
+                                  ? bestLambda
+                                  : std::exp2(std::round(std::log2(
+                                        (bound - b0.time) / (b0.mem - room)))));
       int bestJ = 0;
       for (int j = -3; j <= 3; ++j) {
         double lambda = std::min(lambdaMax, lambda0 * std::ldexp(1.0, j));
