@@ -4435,17 +4435,27 @@ Expected<Plan> Instance::Impl::solve() {
                 continue;
               if (!dst)
                 dst = &C[{ab.first, c}];
-              Point np = concat(pa, pb);
-              if (!insert(*dst, np)) {
-                nodes.pop_back();
-                --nodesMade;
-              }
+              // (Its node is written once the product is done, if its
+              // front keeps it (most points inserted are dropped by a
+              // later one); counted now, as in runSegment. Till then
+              // `node` and `cand` hold pa's and pb's nodes.)
+              Point np = addPoints(pa, pb);
+              np.node = pa.node;
+              np.cand = pb.node;
+              if (insert(*dst, np))
+                ++nodesMade;
             }
           }
         }
       }
-      for (auto it = C.begin(); it != C.end();)
+      for (auto it = C.begin(); it != C.end();) {
+        for (Point &pt : it->second) {
+          nodes.push_back({pt.node, pt.cand, -2, -1});
+          pt.node = int32_t(nodes.size() - 1);
+          pt.cand = -1;
+        }
         it = it->second.empty() ? C.erase(it) : std::next(it);
+      }
       return C;
     };
     // The layers and the post section under the current `bound`: every
