@@ -1064,14 +1064,17 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
         << "problem " << attempt;
     relaxationRaises += free->relaxationRaises;
     probesLeft += free->relaxationProbesLeft;
-    // From a loose bound (an incumbent 1.05 x the optimum, no capped
-    // seed) the probes' midpoints can lie below the optimum.
-    {
-      Plan loose = *free->best;
-      loose.cost.stepTime *= 1.05;
+    // A search from a loose bound: an incumbent `factor` x the optimum,
+    // no capped seed (the probes' midpoints can lie below the optimum).
+    auto searchFromLoose = [&](const Plan &optimum, double factor) {
+      Plan loose = optimum;
+      loose.cost.stepTime *= factor;
       SearchOptions fromLoose = opts;
       fromLoose.seedBound = false;
-      Expected<SearchResult> l = search(p, cluster(), eff, fromLoose, &loose);
+      return search(p, cluster(), eff, fromLoose, &loose);
+    };
+    {
+      Expected<SearchResult> l = searchFromLoose(*free->best, 1.05);
       ASSERT_TRUE(l && l->best);
       ASSERT_NEAR(l->best->cost.stepTime, free->best->cost.stepTime,
                   1e-9 * free->best->cost.stepTime)
@@ -1124,11 +1127,7 @@ TEST(Exactness, CheapPassesFirstChangeNoOptimum) {
       if (!feasible)
         break;
       // From a loose bound under the memory limit too.
-      Plan loose = *b->best;
-      loose.cost.stepTime *= factor;
-      SearchOptions fromLoose = opts;
-      fromLoose.seedBound = false;
-      Expected<SearchResult> l = search(p, cluster(), eff, fromLoose, &loose);
+      Expected<SearchResult> l = searchFromLoose(*b->best, factor);
       ASSERT_TRUE(l && l->best);
       ASSERT_NEAR(l->best->cost.stepTime, b->best->cost.stepTime,
                   1e-9 * b->best->cost.stepTime)
