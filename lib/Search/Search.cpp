@@ -664,8 +664,8 @@ searchWith(const Problem &problem, const Cluster &cluster,
         // is kept. Where the seed (or another plan) has brought the bound
         // to the midpoint or below, that cheap pass ran under a bound at
         // least the whole one: the Pareto DP is left to a DPPass::Rest
-        // (its relaxation, a time-only optimum, is kept in the tables;
-        // exact as after a cheap pass under the whole bound). Otherwise the
+        // (what its relaxation found is kept in the tables; exact as after
+        // a cheap pass under the whole bound). Otherwise the
         // cheap pass runs again under the whole bound (the Pareto DP's
         // budgets are measured on that relaxation).
         keepSeed(std::move(plan));
