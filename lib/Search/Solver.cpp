@@ -2772,6 +2772,15 @@ Expected<Plan> Instance::Impl::solve() {
       it->second = computeSectionBounds(lambda, nullptr);
     return it->second;
   };
+  // The same with the candidates of transient above `high` left out too
+  // (a transient class's; kept per ceiling).
+  auto sectionBoundsUnder = [&](double high, double lambda) {
+    double given = peakCeiling;
+    peakCeiling = std::min(given, high);
+    SectionBounds s = sectionBounds(lambda);
+    peakCeiling = given;
+    return s;
+  };
   // A configuration of a group sharing these tables (shareGroupPrices)
   // that even the group's bound (its smallest prices) cannot let beat
   // `bound` is rejected without a chain bound of its own.
@@ -2824,10 +2833,7 @@ Expected<Plan> Instance::Impl::solve() {
     // transient ceiling classHigh(k), kept in the tables per ceiling and
     // lambda: every probe and pass of the configuration asks for them.)
     auto classBound = [&](size_t k, double lambda, double room) {
-      double given = peakCeiling;
-      peakCeiling = std::min(given, classHigh(k));
-      SectionBounds s = sectionBounds(lambda);
-      peakCeiling = given;
+      SectionBounds s = sectionBoundsUnder(classHigh(k), lambda);
       return ChainBound::Value{constantTime - lambda * room + s.pre.time +
                                    layers * s.layer.time + s.post.time,
                                s.pre.mem + layers * s.layer.mem + s.post.mem};
@@ -3863,14 +3869,10 @@ Expected<Plan> Instance::Impl::solve() {
           // below, bound them more tightly).
           std::vector<SectionBounds> classBounds;
           for (size_t k = 0; perClass && k < classes.size(); ++k) {
-            double given = peakCeiling;
-            peakCeiling = std::min(given, classes.high(k));
+            SectionBounds under = sectionBoundsUnder(classes.high(k), lambda);
             SectionBounds &bk = classBounds.emplace_back(b);
-            if (!pre.empty())
-              bk.pre = chainBound(preSeg.items, preSeg.edges, lambda).total;
-            if (!post.empty())
-              bk.post = chainBound(postSeg.items, postSeg.edges, lambda).total;
-            peakCeiling = given;
+            bk.pre = under.pre;
+            bk.post = under.post;
           }
           // Per class c, what its points are charged beyond the cut `c0`
           // of the DP: a layer of class c is in plans of the classes
