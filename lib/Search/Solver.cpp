@@ -4684,7 +4684,8 @@ Expected<Plan> Instance::solveDP(DPStats *stats, double bound, DPPass pass,
       return relaxed;
     };
     // Where memory binds, the layer price alone before the priced seed (and
-    // where the relaxation is long, before it): solve() stops after it.
+    // where memory binds the chain bounds, before the relaxation): solve()
+    // stops after it.
     // Where it rejects the configuration nothing else runs (no priced
     // seed, no Pareto DP later): its message; else its conclusions are
     // kept for the seed and the Pareto DP (Tables::layerPrices), which do
